@@ -1,0 +1,1 @@
+"""analytics layer (see docs/architecture.md)."""

@@ -1,0 +1,15 @@
+"""Plain value types shared by every layer: table schemas, samples, collector results."""
+
+from sits_observe.domain.collect import Collector, CollectResult, DropCounter
+from sits_observe.domain.tables import TABLES, TableSpec, empty_table, find_table, table_names
+
+__all__ = [
+    "TABLES",
+    "CollectResult",
+    "Collector",
+    "DropCounter",
+    "TableSpec",
+    "empty_table",
+    "find_table",
+    "table_names",
+]

@@ -1,0 +1,42 @@
+"""The one exception tree of sits_observe.
+
+Every error the package raises on purpose derives from :class:`SitsError`. Third-party
+errors are wrapped with ``raise ... from`` so callers catch one family. Messages say what
+failed, the bad value, and what is allowed or what to do next.
+"""
+
+
+class SitsError(Exception):
+    """Root of every error sits_observe raises on purpose."""
+
+
+class ConfigError(SitsError):
+    """A setting, flag or configuration file value is invalid."""
+
+
+class ParseError(SitsError):
+    """Input in a vendor format (exposition text, cgroup file, log row) could not be read."""
+
+
+class CollectorError(SitsError):
+    """A collector could not reach or read its source (dead endpoint, missing driver)."""
+
+
+class DriverUnavailable(CollectorError):
+    """No NVIDIA driver / NVML library is present on this machine."""
+
+
+class StoreError(SitsError):
+    """The DuckDB store could not be opened, migrated, written or read."""
+
+
+class StoreLocked(StoreError):
+    """Another process owns the database file."""
+
+
+class SchemaError(StoreError):
+    """Data handed to the store does not match the table's schema."""
+
+
+class TransportError(SitsError):
+    """Shipping a batch from an agent to the service failed."""

@@ -1,0 +1,1 @@
+"""simulator layer (see docs/architecture.md)."""

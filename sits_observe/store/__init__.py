@@ -1,0 +1,13 @@
+"""The embedded DuckDB store."""
+
+from sits_observe.store.duck import BatchReceipt, Store, utc_naive
+from sits_observe.store.retention import RetentionReport, RetentionSettings, enforce_retention
+
+__all__ = [
+    "BatchReceipt",
+    "RetentionReport",
+    "RetentionSettings",
+    "Store",
+    "enforce_retention",
+    "utc_naive",
+]

@@ -1,0 +1,299 @@
+"""The embedded DuckDB store: one file, a versioned schema, batched Arrow appends.
+
+Invariants:
+- One process owns the database file for writing (DuckDB enforces it with a file lock;
+  :class:`StoreLocked` says who to ask instead). Everything else reads through that process.
+- Appends are whole Arrow tables checked against :mod:`sits_observe.domain.tables`; nothing
+  is ever inserted row by row.
+- A batch with an id is stored at most once and is acknowledged only after its transaction
+  committed, so an agent that replays after a crash never loses or duplicates samples.
+- Methods are safe to call from several threads: writes are serialised by a lock, reads use
+  their own cursor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sits_observe.domain.tables import TABLES, conform, find_table
+from sits_observe.errors import SchemaError, StoreError, StoreLocked
+from sits_observe.store.migrations import latest_version, migrations
+
+#: Tables that may be exported or queried by name (samples, ledger, rollups).
+EXTRA_TABLES = ("ingest_batches", "gpu_samples_1m", "container_samples_1m")
+
+
+@dataclass(frozen=True)
+class BatchReceipt:
+    """What the store did with one batch."""
+
+    batch_id: str | None
+    rows: int
+    duplicate: bool
+
+
+class Store:
+    """A DuckDB file holding every sample. Open with :meth:`open`."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
+        self._con = con
+        self.path = path
+        self.read_only = read_only
+        self._write_lock = threading.Lock()
+
+    # -- life cycle -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path, *, read_only: bool = False) -> Store:
+        """Open (creating and migrating when writable) the database at ``path``.
+
+        ``":memory:"`` gives a private in-memory store, handy for tests and one-shot work.
+        """
+        path_str = str(path)
+        if path_str != ":memory:":
+            parent = Path(path_str).parent
+            if not read_only:
+                parent.mkdir(parents=True, exist_ok=True)
+            elif not Path(path_str).exists():
+                raise StoreError(f"database {path_str!r} does not exist; ingest something first")
+        try:
+            con = duckdb.connect(path_str, read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLocked(
+                    f"database {path_str!r} is owned by another process ({exc}); "
+                    "stop it, or read through its HTTP API"
+                ) from exc
+            raise StoreError(f"cannot open database {path_str!r}: {exc}") from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open database {path_str!r}: {exc}") from exc
+        store = cls(con, path_str, read_only)
+        if read_only:
+            if store.schema_version() != latest_version():
+                raise StoreError(
+                    f"database {path_str!r} is at schema version {store.schema_version()}, "
+                    f"this build expects {latest_version()}; open it once read-write to migrate"
+                )
+        else:
+            store.migrate()
+        return store
+
+    def close(self) -> None:
+        """Checkpoint (when writable) and close the file."""
+        with self._write_lock:
+            if not self.read_only:
+                self._con.execute("CHECKPOINT")
+            self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -----------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """The applied schema version (0 for an empty file)."""
+        cur = self._con.cursor()
+        exists = cur.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+        ).fetchone()
+        if not exists or exists[0] == 0:
+            return 0
+        row = cur.execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def migrate(self) -> int:
+        """Apply every migration newer than the file's version; returns the new version."""
+        with self._write_lock:
+            self._con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version "
+                "(version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)"
+            )
+            current = self.schema_version()
+            for migration in migrations():
+                if migration.version <= current:
+                    continue
+                try:
+                    self._con.execute("BEGIN TRANSACTION")
+                    self._con.execute(migration.sql)
+                    self._con.execute(
+                        "INSERT INTO schema_version VALUES (?, now()::TIMESTAMP)",
+                        [migration.version],
+                    )
+                    self._con.execute("COMMIT")
+                except duckdb.Error as exc:
+                    self._con.execute("ROLLBACK")
+                    raise StoreError(
+                        f"migration {migration.version} ({migration.name}) failed: {exc}"
+                    ) from exc
+            return self.schema_version()
+
+    def columns(self, table: str) -> list[str]:
+        """Column names of ``table`` as the database has them."""
+        self._check_name(table)
+        rows = (
+            self._con.cursor()
+            .execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_name = ? ORDER BY ordinal_position",
+                [table],
+            )
+            .fetchall()
+        )
+        return [r[0] for r in rows]
+
+    # -- writes -----------------------------------------------------------------------
+
+    def append(self, table: str, data: pa.Table) -> int:
+        """Append an Arrow table to ``table``; returns the number of rows stored."""
+        return self.append_batch({table: data}).rows
+
+    def append_batch(
+        self,
+        tables: Mapping[str, pa.Table],
+        *,
+        batch_id: str | None = None,
+        node: str | None = None,
+    ) -> BatchReceipt:
+        """Append several tables in one transaction.
+
+        With ``batch_id``, a batch already stored is acknowledged as a duplicate and not
+        stored again. Raises :class:`SchemaError` (nothing stored) when any table does not
+        fit its schema.
+        """
+        self._require_writable()
+        conformed: list[tuple[str, pa.Table]] = []
+        for name, data in tables.items():
+            if name not in TABLES:
+                raise SchemaError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}")
+            try:
+                conformed.append((name, conform(name, data)))
+            except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(f"batch for table {name!r} does not fit: {exc}") from exc
+        rows = sum(t.num_rows for _, t in conformed)
+        with self._write_lock:
+            con = self._con
+            try:
+                con.execute("BEGIN TRANSACTION")
+                if batch_id is not None:
+                    seen = con.execute(
+                        "SELECT rows FROM ingest_batches WHERE batch_id = ?", [batch_id]
+                    ).fetchone()
+                    if seen is not None:
+                        con.execute("ROLLBACK")
+                        return BatchReceipt(batch_id, int(seen[0]), duplicate=True)
+                for name, data in conformed:
+                    if data.num_rows == 0:
+                        continue
+                    con.register("_incoming", data)
+                    try:
+                        con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _incoming")
+                    finally:
+                        con.unregister("_incoming")
+                if batch_id is not None:
+                    con.execute(
+                        "INSERT INTO ingest_batches VALUES (?, now()::TIMESTAMP, ?, ?)",
+                        [batch_id, node, rows],
+                    )
+                con.execute("COMMIT")
+            except duckdb.Error as exc:
+                con.execute("ROLLBACK")
+                raise StoreError(f"append failed, nothing stored: {exc}") from exc
+        return BatchReceipt(batch_id, rows, duplicate=False)
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """Run a statement that writes (used by retention, inventory upkeep, later layers)."""
+        self._require_writable()
+        with self._write_lock:
+            try:
+                self._con.execute(sql, params or [])
+            except duckdb.Error as exc:
+                raise StoreError(f"statement failed: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A write transaction: commits on success, rolls back on any error."""
+        self._require_writable()
+        with self._write_lock:
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                yield self._con
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+            self._con.execute("COMMIT")
+
+    # -- reads ------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """Run a read query and return an Arrow table."""
+        try:
+            result = self._con.cursor().sql(sql, params=params or None).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        return result
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """First column of the first row of a read query (None when empty)."""
+        try:
+            row = self._con.cursor().execute(sql, params or []).fetchone()
+        except duckdb.Error as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        return row[0] if row else None
+
+    def count(self, table: str) -> int:
+        """Rows in ``table``."""
+        self._check_name(table)
+        return int(self.scalar(f"SELECT count(*) FROM {table}"))
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A read cursor for analytics that build their own SQL (with ``?`` parameters)."""
+        return self._con.cursor()
+
+    def export_parquet(self, table: str, path: str | Path, *, batch_rows: int = 1_000_000) -> int:
+        """Stream ``table`` into a Parquet file; returns the number of rows written."""
+        self._check_name(table)
+        cur = self._con.cursor()
+        reader = cur.sql(f"SELECT * FROM {table}").to_arrow_reader(batch_rows)
+        written = 0
+        with pq.ParquetWriter(str(path), reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+                written += batch.num_rows
+        return written
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _require_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"database {self.path!r} was opened read-only")
+
+    @staticmethod
+    def _check_name(table: str) -> None:
+        if table not in TABLES and table not in EXTRA_TABLES:
+            valid = ", ".join([*TABLES, *EXTRA_TABLES])
+            raise StoreError(f"unknown table {table!r}; valid tables: {valid}")
+
+
+def time_column(table: str) -> str:
+    """The time column of a sample table."""
+    return find_table(table).time_column
+
+
+def utc_naive(ts: datetime) -> datetime:
+    """``ts`` as a zone-less UTC datetime, the form every ``TIMESTAMP`` column holds."""
+    if ts.tzinfo is None:
+        return ts
+    return ts.astimezone(UTC).replace(tzinfo=None)

@@ -1,0 +1,1 @@
+"""surfaces layer (see docs/architecture.md)."""

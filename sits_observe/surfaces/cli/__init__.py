@@ -1,0 +1,1 @@
+"""The ``sits-observe`` command line (Typer + Rich)."""

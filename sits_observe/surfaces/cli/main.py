@@ -1,0 +1,36 @@
+"""The composition root of the command line: builds the Typer app from one module per
+command group. Each module exposes ``register(app)`` and builds its own concrete objects
+from its flags; nothing here holds logic."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from sits_observe.surfaces.cli import agent, demo, ingest, serve, store_cmds
+
+app = typer.Typer(
+    name="sits-observe",
+    help="Observability and capacity analytics for AI GPU clusters on Kubernetes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+ingest_app = typer.Typer(help="Load samples into a DuckDB store once (files, URLs, trees).")
+app.add_typer(ingest_app, name="ingest")
+
+ingest.register(ingest_app)
+serve.register(app)
+agent.register(app)
+demo.register(app)
+store_cmds.register(app)
+
+
+def main() -> None:
+    """Entry point of ``sits-observe``."""
+    app()
+
+
+def kubectl_main() -> None:
+    """Entry point of ``kubectl-sits`` (``kubectl sits ...``)."""
+    app(prog_name="kubectl sits", args=sys.argv[1:])

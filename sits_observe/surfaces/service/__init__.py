@@ -1,0 +1,1 @@
+"""surfaces.service layer (see docs/architecture.md)."""

@@ -1,0 +1,164 @@
+"""The DuckDB store: migrations, schema checks, idempotent batches, retention, export."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sits_observe.domain.tables import TABLES
+from sits_observe.errors import SchemaError, StoreError, StoreLocked
+from sits_observe.store import RetentionSettings, Store, enforce_retention
+from sits_observe.store.migrations import latest_version
+
+T0 = datetime(2026, 11, 1, 12, 0, 0)
+
+
+def gpu_rows(n: int, start: datetime = T0, step_s: float = 1.0) -> pa.Table:
+    return pa.table(
+        {
+            "ts": [start + timedelta(seconds=i * step_s) for i in range(n)],
+            "node": ["n1"] * n,
+            "gpu_uuid": ["GPU-a"] * n,
+            "fb_used_bytes": list(range(n)),
+            "gpu_util_ratio": [0.5] * n,
+        }
+    )
+
+
+def test_new_file_is_migrated_and_matches_domain_schema(tmp_path: Path) -> None:
+    """Every domain table exists with exactly the domain's columns, in order."""
+    with Store.open(tmp_path / "s.duckdb") as store:
+        assert store.schema_version() == latest_version()
+        for name, spec in TABLES.items():
+            assert store.columns(name) == spec.schema.names, name
+
+
+def test_reopen_keeps_data_and_does_not_remigrate(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    with Store.open(path) as store:
+        store.append("gpu_samples", gpu_rows(3))
+    with Store.open(path) as store:
+        assert store.count("gpu_samples") == 3
+        assert store.scalar("SELECT count(*) FROM schema_version") == latest_version()
+
+
+def test_missing_columns_become_null_and_unknown_columns_are_rejected() -> None:
+    store = Store.open(":memory:")
+    store.append("gpu_samples", gpu_rows(2))
+    assert store.scalar("SELECT count(*) FROM gpu_samples WHERE fb_total_bytes IS NULL") == 2
+    bad = gpu_rows(1).append_column("fb_usd_bytes", pa.array([1]))
+    with pytest.raises(SchemaError, match="fb_usd_bytes"):
+        store.append("gpu_samples", bad)
+    with pytest.raises(SchemaError, match="valid tables"):
+        store.append("gpu_sample", gpu_rows(1))
+    assert store.count("gpu_samples") == 2
+
+
+def test_a_bad_table_in_a_batch_stores_nothing() -> None:
+    store = Store.open(":memory:")
+    bad = pa.table({"ts": [T0], "latency_s": ["not a number"]})
+    with pytest.raises(SchemaError):
+        store.append_batch({"gpu_samples": gpu_rows(2), "requests": bad})
+    assert store.count("gpu_samples") == 0
+
+
+def test_batch_ids_make_replays_idempotent() -> None:
+    store = Store.open(":memory:")
+    first = store.append_batch({"gpu_samples": gpu_rows(4)}, batch_id="b-1", node="n1")
+    again = store.append_batch({"gpu_samples": gpu_rows(4)}, batch_id="b-1", node="n1")
+    assert (first.duplicate, again.duplicate) == (False, True)
+    assert again.rows == 4
+    assert store.count("gpu_samples") == 4
+    assert store.count("ingest_batches") == 1
+
+
+def test_retention_rolls_up_exactly_and_merges_late_rows() -> None:
+    store = Store.open(":memory:")
+    store.append("gpu_samples", gpu_rows(120))  # two full minutes, fb_used 0..119
+    settings = RetentionSettings(raw_retention_s=3600)
+    now = T0 + timedelta(hours=2)
+    report = enforce_retention(store, now, settings)
+    assert report.gpu_rows_rolled == 120
+    assert store.count("gpu_samples") == 0
+    rows = store.query(
+        "SELECT minute, samples, fb_used_bytes_sum, fb_used_bytes_max "
+        "FROM gpu_samples_1m ORDER BY minute"
+    ).to_pylist()
+    assert [(r["samples"], int(r["fb_used_bytes_sum"]), r["fb_used_bytes_max"]) for r in rows] == [
+        (60, sum(range(60)), 59),
+        (60, sum(range(60, 120)), 119),
+    ]
+    # A late row for the first minute merges into the existing rollup row.
+    store.append("gpu_samples", gpu_rows(1, start=T0 + timedelta(seconds=5)))
+    enforce_retention(store, now, settings)
+    first = store.query("SELECT samples FROM gpu_samples_1m ORDER BY minute LIMIT 1")
+    assert first.column("samples").to_pylist() == [61]
+
+
+def test_retention_deletes_old_rollups_and_requests() -> None:
+    store = Store.open(":memory:")
+    store.append("gpu_samples", gpu_rows(10))
+    store.append("requests", pa.table({"ts": [T0], "model": ["m"], "latency_s": [0.1]}))
+    settings = RetentionSettings(
+        raw_retention_s=60, rollup_retention_s=3600, requests_retention_s=3600
+    )
+    report = enforce_retention(store, T0 + timedelta(days=1), settings)
+    assert report.request_rows_deleted == 1
+    assert report.rollup_rows_deleted == 1  # rolled up, then past its own retention
+    assert store.count("gpu_samples_1m") == 0
+    assert store.count("requests") == 0
+
+
+def test_parquet_export_round_trips(tmp_path: Path) -> None:
+    store = Store.open(":memory:")
+    store.append("gpu_samples", gpu_rows(5))
+    dest = tmp_path / "gpu.parquet"
+    assert store.export_parquet("gpu_samples", dest) == 5
+    table = pq.read_table(dest)
+    assert table.column("fb_used_bytes").to_pylist() == [0, 1, 2, 3, 4]
+    with pytest.raises(StoreError, match="unknown table"):
+        store.export_parquet("gpu_samples; DROP TABLE requests", dest)
+
+
+def test_second_writer_gets_a_clear_lock_error(tmp_path: Path) -> None:
+    """DuckDB locks the file per process; a second process is told who owns it."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.duckdb"
+    with Store.open(path):
+        code = (
+            "import sys\n"
+            "from sits_observe.store import Store\n"
+            "from sits_observe.errors import StoreLocked\n"
+            f"try:\n    Store.open({str(path)!r})\nexcept StoreLocked as e:\n"
+            "    print('LOCKED', e); sys.exit(0)\nsys.exit(1)\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 0, result.stderr
+    assert "owned by another process" in result.stdout
+    assert StoreLocked.__mro__[1].__name__ == "StoreError"
+
+
+def test_read_only_open_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    Store.open(path).close()
+    with Store.open(path, read_only=True) as store, pytest.raises(StoreError, match="read-only"):
+        store.append("gpu_samples", gpu_rows(1))
+    with pytest.raises(StoreError, match="does not exist"):
+        Store.open(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_duckdb_file_written_by_store_opens_with_plain_duckdb(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    with Store.open(path) as store:
+        store.append("gpu_samples", gpu_rows(3))
+    con = duckdb.connect(str(path), read_only=True)
+    assert con.execute("SELECT sum(fb_used_bytes) FROM gpu_samples").fetchone() == (3,)
