@@ -158,6 +158,22 @@ SERVER_WINDOWS = TableSpec(
     "per-window throughput and latency ESTIMATES from inference-server metrics",
 )
 
+GPU_PROCESSES = TableSpec(
+    "gpu_processes",
+    _schema(
+        ("ts", TS, "read time, UTC"),
+        ("node", pa.string(), "Kubernetes node name"),
+        ("gpu_uuid", pa.string(), "GPU UUID"),
+        ("mig_instance_id", pa.int32(), "MIG GPU-instance id; NULL = whole GPU"),
+        ("pid", pa.int64(), "process id (host PID namespace)"),
+        ("used_memory_bytes", pa.int64(), "GPU memory used by the process"),
+        ("container_id", pa.string(), "container id from /proc/<pid>/cgroup, if readable"),
+        ("pod_uid", pa.string(), "pod UID from /proc/<pid>/cgroup, if readable"),
+        ("source", pa.string(), "nvml | sim"),
+    ),
+    "one row per GPU process per read: links containers to GPUs",
+)
+
 NODES = TableSpec(
     "nodes",
     _schema(
@@ -218,6 +234,7 @@ TABLES: dict[str, TableSpec] = {
     for spec in (
         GPU_SAMPLES,
         CONTAINER_SAMPLES,
+        GPU_PROCESSES,
         REQUESTS,
         SERVER_WINDOWS,
         NODES,

@@ -68,6 +68,18 @@ CREATE TABLE container_samples (
     cpu_limit_cores DOUBLE
 );
 
+CREATE TABLE gpu_processes (
+    ts TIMESTAMP,
+    node VARCHAR,
+    gpu_uuid VARCHAR,
+    mig_instance_id INTEGER,
+    pid BIGINT,
+    used_memory_bytes BIGINT,
+    container_id VARCHAR,
+    pod_uid VARCHAR,
+    source VARCHAR
+);
+
 CREATE TABLE requests (
     ts TIMESTAMP,
     model VARCHAR,

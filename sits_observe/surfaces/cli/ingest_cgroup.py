@@ -1,0 +1,9 @@
+"""CLI: ``sits-observe ingest`` for one source (placeholder until its owner lands it)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
