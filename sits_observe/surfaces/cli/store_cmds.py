@@ -50,6 +50,13 @@ def register(app: typer.Typer) -> None:
 
         run_cli(go)
 
+    @app.command("schema")
+    def schema() -> None:
+        """Print the store's table contract as Markdown (the body of docs/schema.md)."""
+        from sits_observe.domain.describe import schema_markdown
+
+        typer.echo(schema_markdown())
+
     @app.command("retention")
     def retention(
         db: Path = _DB,
