@@ -1,0 +1,457 @@
+"""Per-request log importer: CSV, JSONL or Parquet files -> ``requests`` rows with EXACT latencies.
+
+The file is read with Polars, lazily and column-pruned, and every rule below is a vectorised
+Polars operation (no per-row Python), so multi-million-row logs import at columnar speed. Text
+timestamps are parsed one form at a time, each form only over the rows still unparsed and the
+file's majority form first, so a file written in one form pays a single parsing pass.
+
+Column mapping: the caller names the file's columns for model, latency and, optionally,
+timestamp, status, TTFT, inter-token latency and token counts. A name the file lacks raises
+:class:`~sits_observe.errors.ConfigError` listing the file's columns. ``latency_unit`` ("s" or
+"ms") applies to the latency, TTFT and inter-token columns alike.
+
+Rejected rows (never stored), counted by the FIRST reason that applies, in this order:
+``missing model``, ``missing latency`` (null / empty), ``non-numeric latency``,
+``NaN latency``, ``infinite latency``, ``negative latency``, ``missing timestamp``,
+``epoch timestamp out of range``, ``unparseable timestamp``. An invalid optional value (TTFT,
+inter-token, tokens: non-numeric, NaN, infinite, negative, fractional tokens) does not reject
+the row: the value is stored as NULL and counted as ``<column>: invalid value stored as NULL``.
+
+Timestamps (stored as naive UTC, microseconds):
+- ISO-8601 ``YYYY-MM-DDTHH:MM[:SS[.fffffffff]]`` (``T`` or a space between date and time) or
+  ``YYYY-MM-DD``; with a zone (``Z``, ``+02:00``, ``+0200``, ``+02``) converted to UTC; without
+  one taken as UTC already (this covers ``YYYY-MM-DD HH:MM:SS``); digits past the microsecond
+  are truncated;
+- numbers (or numeric strings) are Unix epoch: below 1e11 seconds (1e11 s is the year 5138),
+  from 1e11 up to 1e14 milliseconds (1e11 ms is 1973-03-03); negative or larger values are
+  rejected (microsecond or nanosecond epochs are not guessed);
+- typed (Parquet) datetimes: zoned ones converted to UTC, naive ones taken as UTC; dates as
+  midnight UTC;
+- no timestamp column: every row is stamped with the import time ``now`` (the CLI says so).
+``timestamp_marks="arrival"`` says the column holds the request start; the stored ``ts``
+(completion time, see the schema) is then start + latency.
+
+Success rule (with a status column): a request is ``ok`` when its status is empty/null (an
+empty error column), a number in [200, 300) (HTTP 2xx), or one of (case-insensitive)
+``ok, success, successful, succeed, succeeded, true, completed, complete, done``. Anything else
+(``429``, ``error``, ``FAILED``, ``PENDING``, ``false``, ``0`` ...) is a failure, stored with
+``ok = false`` so analytics keep it out of latency quantiles. Without a status column every
+stored row is ``ok``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal, get_args
+
+import polars as pl
+
+from sits_observe.collectors.inference import naive_utc
+from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.tables import REQUESTS, conform
+from sits_observe.errors import CollectorError, ConfigError, ParseError
+
+LogFormat = Literal["csv", "jsonl", "parquet"]
+LatencyUnit = Literal["s", "ms"]
+TimestampMarks = Literal["completion", "arrival"]
+
+SUFFIX_FORMATS: dict[str, LogFormat] = {
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+SUCCESS_WORDS = (
+    "",
+    "ok",
+    "success",
+    "successful",
+    "succeed",
+    "succeeded",
+    "true",
+    "completed",
+    "complete",
+    "done",
+)
+#: Epoch values at or above this are milliseconds (1e11 s = year 5138; 1e11 ms = 1973-03-03).
+EPOCH_MS_FROM = 1e11
+#: Epoch values at or above this are rejected (1e14 ms = year 5138).
+EPOCH_LIMIT = 1e14
+_SECONDS_PER_UNIT: dict[str, float] = {"s": 1.0, "ms": 1e-3}
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """Which file column feeds which ``requests`` column (None = not in the file)."""
+
+    model: str
+    latency: str
+    timestamp: str | None = None
+    status: str | None = None
+    ttft: str | None = None
+    inter_token: str | None = None
+    prompt_tokens: str | None = None
+    output_tokens: str | None = None
+
+    def named(self) -> dict[str, str]:
+        """role -> file column, for the roles that are mapped."""
+        return {role: col for role, col in vars(self).items() if col is not None}
+
+
+def detect_format(path: Path, file_format: str | None = None) -> LogFormat:
+    """The log format: ``file_format`` when given, else from the file name's extension."""
+    if file_format is not None:
+        if file_format not in get_args(LogFormat):
+            raise ConfigError(
+                f"unknown request-log format {file_format!r}; valid: csv, jsonl, parquet"
+            )
+        return file_format  # type: ignore[return-value]
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIX_FORMATS:
+        raise ConfigError(
+            f"cannot tell the format of {path.name!r} from its extension {suffix!r}; "
+            f"use one of {', '.join(SUFFIX_FORMATS)} or pass the format (csv, jsonl, parquet)"
+        )
+    return SUFFIX_FORMATS[suffix]
+
+
+def read_request_log(
+    path: Path,
+    *,
+    model_column: str,
+    latency_column: str,
+    timestamp_column: str | None = None,
+    latency_unit: LatencyUnit = "s",
+    status_column: str | None = None,
+    ttft_column: str | None = None,
+    inter_token_column: str | None = None,
+    prompt_tokens_column: str | None = None,
+    output_tokens_column: str | None = None,
+    timestamp_marks: TimestampMarks = "completion",
+    file_format: LogFormat | None = None,
+    source: str | None = None,
+    now: datetime | None = None,
+) -> CollectResult:
+    """Read a request log into a ``requests`` table; see the module docstring for the rules.
+
+    ``source`` defaults to the file name; ``now`` (default: the current UTC time) stamps rows
+    when there is no timestamp column. Raises :class:`ConfigError` for an unknown column,
+    format or unit, :class:`CollectorError` when the file cannot be opened and
+    :class:`ParseError` when it is not valid CSV / JSON lines / Parquet.
+    """
+    if latency_unit not in _SECONDS_PER_UNIT:
+        raise ConfigError(f"unknown latency unit {latency_unit!r}; valid: s, ms")
+    columns = ColumnMap(
+        model=model_column,
+        latency=latency_column,
+        timestamp=timestamp_column,
+        status=status_column,
+        ttft=ttft_column,
+        inter_token=inter_token_column,
+        prompt_tokens=prompt_tokens_column,
+        output_tokens=output_tokens_column,
+    )
+    fmt = detect_format(path, file_format)
+    frame = _scan(path, fmt)
+    schema = _schema(frame, path)
+    missing = [c for c in dict.fromkeys(columns.named().values()) if c not in schema]
+    if missing:
+        raise ConfigError(
+            f"{path.name} has no column(s) {', '.join(map(repr, missing))}; "
+            f"its columns are: {', '.join(schema.names())}"
+        )
+    stamp = naive_utc(now if now is not None else datetime.now().astimezone())
+    scale = _SECONDS_PER_UNIT[latency_unit]
+    try:
+        raw = frame.select(pl.col(c).alias(role) for role, c in columns.named().items()).collect()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ParseError(f"cannot read {fmt} file {path}: {exc}") from exc
+    if columns.timestamp is not None:
+        ts, out_of_range = parse_timestamps(raw.get_column("timestamp"))
+        raw = raw.with_columns(ts.alias("_ts"), out_of_range.alias("_ts_out_of_range"))
+    table = raw.select(_expressions(columns, raw.schema, scale, stamp, timestamp_marks))
+    dropped = _count(table.get_column("_reason"))
+    kept = table.filter(pl.col("_reason").is_null())
+    kept, nulled = _null_invalid_optionals(kept, columns)
+    dropped.update(nulled)
+    out = kept.select(
+        pl.col("ts"),
+        pl.col("model"),
+        pl.col("latency_s"),
+        *[pl.col(c) for c in ("ttft_s", "inter_token_s", "prompt_tokens", "output_tokens")],
+        pl.col("ok"),
+        pl.col("status"),
+        pl.lit(source if source is not None else path.name, pl.String).alias("source"),
+    )
+    return CollectResult({REQUESTS.name: conform(REQUESTS.name, out.to_arrow())}, dropped)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _scan(path: Path, fmt: LogFormat) -> pl.LazyFrame:
+    if not path.is_file():
+        raise CollectorError(f"request log {path} does not exist or is not a file")
+    try:
+        if fmt == "csv":
+            # Everything as text: types are decided per column below, so one odd value late in
+            # the file never aborts the read (it is rejected and counted instead).
+            return pl.scan_csv(path, infer_schema=False)
+        if fmt == "jsonl":
+            return pl.scan_ndjson(path, infer_schema_length=None)
+        return pl.scan_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ParseError(f"cannot read {fmt} file {path}: {exc}") from exc
+
+
+def _schema(frame: pl.LazyFrame, path: Path) -> pl.Schema:
+    try:
+        return frame.collect_schema()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ParseError(f"cannot read the columns of {path}: {exc}") from exc
+
+
+def _count(reasons: pl.Series) -> Counter[str]:
+    counts = reasons.drop_nulls().value_counts()
+    return Counter(dict(zip(counts[reasons.name], counts["count"], strict=True)))
+
+
+# -- per-column expressions ---------------------------------------------------------------
+
+
+def _text(column: str, dtype: pl.DataType) -> pl.Expr:
+    """The column as stripped text; empty text becomes null."""
+    expr = pl.col(column)
+    if dtype != pl.String:
+        expr = expr.cast(pl.String, strict=False)
+    expr = expr.str.strip_chars()
+    return pl.when(expr == "").then(None).otherwise(expr)
+
+
+def _number(column: str, dtype: pl.DataType) -> pl.Expr:
+    """The column as Float64 (null where it is not a number)."""
+    if dtype.is_numeric():
+        return pl.col(column).cast(pl.Float64)
+    if dtype == pl.String:
+        return pl.col(column).str.strip_chars().cast(pl.Float64, strict=False)
+    return pl.lit(None, pl.Float64)
+
+
+def _blank(column: str, dtype: pl.DataType) -> pl.Expr:
+    """True where the column holds nothing (null, or only whitespace)."""
+    if dtype == pl.String:
+        return pl.col(column).is_null() | (pl.col(column).str.strip_chars() == "")
+    return pl.col(column).is_null()
+
+
+def _from_epoch(value: pl.Expr, whole: pl.Expr | None = None) -> pl.Expr:
+    """Epoch seconds / milliseconds (rule in the module docstring) -> datetime, else null.
+
+    ``whole`` is the same value as Int64 where it is integral: it is scaled in integers, so a
+    millisecond epoch keeps every digit (a float has 53 bits, short of some microsecond
+    epochs); fractional values are scaled as floats and rounded to the microsecond.
+    """
+    in_seconds = value < EPOCH_MS_FROM
+    micros_float = pl.when(in_seconds).then(value * 1e6).otherwise(value * 1e3).round(0)
+    micros = micros_float.cast(pl.Int64, strict=False)
+    if whole is not None:
+        scaled = pl.when(in_seconds).then(whole * 1_000_000).otherwise(whole * 1_000)
+        micros = pl.coalesce(scaled, micros)
+    valid = value.is_finite() & (value >= 0) & (value < EPOCH_LIMIT)
+    return pl.when(valid).then(micros).otherwise(None).cast(pl.Datetime("us"))
+
+
+def _epoch_out_of_range(value: pl.Expr) -> pl.Expr:
+    return value.is_not_null() & ~(value.is_finite() & (value >= 0) & (value < EPOCH_LIMIT))
+
+
+def _text_parsers() -> list[Callable[[pl.Series], pl.Series]]:
+    """Every accepted text form, each a vectorised parser giving naive UTC or null."""
+
+    def zoned(fmt: str) -> Callable[[pl.Series], pl.Series]:
+        # chrono's %#z takes Z, +02:00, +0200 and +02; Polars returns UTC, the zone is dropped
+        return lambda s: s.str.to_datetime(fmt, strict=False, time_unit="us").dt.replace_time_zone(
+            None
+        )
+
+    def naive(fmt: str) -> Callable[[pl.Series], pl.Series]:
+        return lambda s: s.str.to_datetime(fmt, strict=False, time_unit="us")
+
+    def epoch(s: pl.Series) -> pl.Series:
+        frame = s.to_frame("v")
+        value = pl.col("v").cast(pl.Float64, strict=False)
+        return frame.select(
+            _from_epoch(value, pl.col("v").cast(pl.Int64, strict=False))
+        ).to_series()
+
+    parsers = [zoned(f"%Y-%m-%d{sep}%H:%M:%S%.f%#z") for sep in ("T", " ")]
+    parsers += [naive(f"%Y-%m-%d{sep}%H:%M:%S%.f") for sep in ("T", " ")]
+    parsers += [zoned(f"%Y-%m-%d{sep}%H:%M%#z") for sep in ("T", " ")]
+    parsers += [naive(f"%Y-%m-%d{sep}%H:%M") for sep in ("T", " ")]
+    return [*parsers, naive("%Y-%m-%d"), epoch]
+
+
+#: how many values decide the order the text parsers are tried in
+_SNIFF_VALUES = 64
+
+
+def _parse_text(text: pl.Series) -> pl.Series:
+    """Parse text timestamps, trying each parser only on the rows still unparsed.
+
+    Parsers are ordered by how many of the first values they read, so a file in one form pays
+    one parsing pass (a failing ``strptime`` pass over millions of rows costs seconds).
+    """
+    parsers = _text_parsers()
+    sample = text.drop_nulls().head(_SNIFF_VALUES)
+    hits = [int(parse(sample).is_not_null().sum()) for parse in parsers]
+    order = sorted(range(len(parsers)), key=lambda i: -hits[i])
+    result = pl.repeat(None, text.len(), dtype=pl.Datetime("us"), eager=True).alias("ts")
+    pending = text.is_not_null()
+    for i in order:
+        rows = pending.arg_true()
+        if rows.len() == 0:
+            break
+        parsed = parsers[i](text.gather(rows))
+        ok = parsed.is_not_null()
+        if ok.any():
+            result = result.scatter(rows.filter(ok), parsed.filter(ok))
+            pending = pending.scatter(rows.filter(ok), False)
+    return result
+
+
+def parse_timestamps(values: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Timestamps of any accepted form -> (naive-UTC ``Datetime("us")`` or null, out-of-range).
+
+    The second series is true where a value is a number outside the epoch rule (negative,
+    not finite, or >= 1e14); see the module docstring for every accepted form.
+    """
+    dtype = values.dtype
+    no = pl.repeat(False, values.len(), dtype=pl.Boolean, eager=True)
+    if isinstance(dtype, pl.Datetime):
+        if dtype.time_zone is not None:
+            values = values.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
+        return values.dt.cast_time_unit("us"), no
+    if dtype == pl.Date:
+        return values.cast(pl.Datetime("us")), no
+    frame = values.to_frame("v")
+    if dtype.is_numeric():
+        value = pl.col("v").cast(pl.Float64)
+        whole = pl.col("v").cast(pl.Int64, strict=False) if dtype.is_integer() else None
+        out = frame.select(_from_epoch(value, whole).alias("ts"), _epoch_out_of_range(value))
+        return out.to_series(0), out.to_series(1)
+    if dtype == pl.String:
+        text = values.str.strip_chars()
+        text = text.set(text == "", None)
+        number = text.cast(pl.Float64, strict=False)
+        out_of_range = number.is_not_null() & ~(
+            number.is_finite() & (number >= 0) & (number < EPOCH_LIMIT)
+        )
+        return _parse_text(text), out_of_range
+    return pl.repeat(None, values.len(), dtype=pl.Datetime("us"), eager=True), no
+
+
+def _ok(status: pl.Expr) -> pl.Expr:
+    code = status.cast(pl.Float64, strict=False)
+    return (
+        status.is_null()
+        | status.str.to_lowercase().is_in(SUCCESS_WORDS)
+        | ((code >= 200) & (code < 300)).fill_null(False)
+    )
+
+
+def _expressions(
+    columns: ColumnMap,
+    schema: pl.Schema,
+    scale: float,
+    stamp: datetime,
+    marks: TimestampMarks,
+) -> list[pl.Expr]:
+    """Output columns and the rejection reason, over the frame whose columns are role names."""
+    latency = _number("latency", schema["latency"])
+    model = _text("model", schema["model"])
+    reason = (
+        pl.when(model.is_null())
+        .then(pl.lit("missing model"))
+        .when(_blank("latency", schema["latency"]))
+        .then(pl.lit("missing latency"))
+        .when(latency.is_null())
+        .then(pl.lit("non-numeric latency"))
+        .when(latency.is_nan())
+        .then(pl.lit("NaN latency"))
+        .when(latency.is_infinite())
+        .then(pl.lit("infinite latency"))
+        .when(latency < 0)
+        .then(pl.lit("negative latency"))
+    )
+    latency_s = latency * scale
+    if columns.timestamp is None:
+        ts = pl.lit(stamp, pl.Datetime("us"))
+    else:
+        ts = pl.col("_ts")
+        reason = (
+            reason.when(_blank("timestamp", schema["timestamp"]))
+            .then(pl.lit("missing timestamp"))
+            .when(pl.col("_ts_out_of_range"))
+            .then(pl.lit("epoch timestamp out of range"))
+            .when(ts.is_null())
+            .then(pl.lit("unparseable timestamp"))
+        )
+        if marks == "arrival":
+            ts = ts + pl.duration(microseconds=(latency_s * 1e6).round(0).cast(pl.Int64))
+    if columns.status is None:
+        status, ok = pl.lit(None, pl.String), pl.lit(True)
+    else:
+        status = _text("status", schema["status"])
+        ok = _ok(status)
+    exprs = [
+        ts.alias("ts"),
+        model.alias("model"),
+        latency_s.alias("latency_s"),
+        ok.alias("ok"),
+        status.alias("status"),
+        reason.otherwise(None).alias("_reason"),
+    ]
+    optional = {
+        "ttft": ("ttft_s", scale),
+        "inter_token": ("inter_token_s", scale),
+        "prompt_tokens": ("prompt_tokens", 1.0),
+        "output_tokens": ("output_tokens", 1.0),
+    }
+    for role, (out, factor) in optional.items():
+        if role in schema:
+            value = _number(role, schema[role]) * factor
+            given = ~_blank(role, schema[role])
+        else:
+            value, given = pl.lit(None, pl.Float64), pl.lit(False)
+        exprs += [value.alias(out), given.alias(f"_{out}_given")]
+    return exprs
+
+
+def _null_invalid_optionals(
+    frame: pl.DataFrame, columns: ColumnMap
+) -> tuple[pl.DataFrame, Counter[str]]:
+    """NULL out invalid optional values of kept rows, counting them per file column."""
+    nulled: Counter[str] = Counter()
+    fixes: list[pl.Expr] = []
+    checks = {
+        "ttft_s": (columns.ttft, False),
+        "inter_token_s": (columns.inter_token, False),
+        "prompt_tokens": (columns.prompt_tokens, True),
+        "output_tokens": (columns.output_tokens, True),
+    }
+    for out, (column, integral) in checks.items():
+        value = pl.col(out)
+        valid = value.is_not_null() & value.is_finite() & (value >= 0)
+        if integral:
+            valid = valid & (value == value.floor())
+        bad = frame.select((pl.col(f"_{out}_given") & ~valid.fill_null(False)).sum()).item()
+        if column is not None and bad:
+            nulled[f"{column}: invalid value stored as NULL"] = int(bad)
+        fixed = pl.when(valid).then(value).otherwise(None)
+        fixes.append((fixed.cast(pl.Int64) if integral else fixed).alias(out))
+    return frame.with_columns(fixes), nulled
