@@ -97,6 +97,9 @@ class ColumnMap:
     inter_token: str | None = None
     prompt_tokens: str | None = None
     output_tokens: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    node: str | None = None
 
     def named(self) -> dict[str, str]:
         """role -> file column, for the roles that are mapped."""
@@ -144,8 +147,6 @@ def read_request_log(
     format or unit, :class:`CollectorError` when the file cannot be opened and
     :class:`ParseError` when it is not valid CSV / JSON lines / Parquet.
     """
-    if latency_unit not in _SECONDS_PER_UNIT:
-        raise ConfigError(f"unknown latency unit {latency_unit!r}; valid: s, ms")
     columns = ColumnMap(
         model=model_column,
         latency=latency_column,
@@ -157,12 +158,39 @@ def read_request_log(
         output_tokens=output_tokens_column,
     )
     fmt = detect_format(path, file_format)
-    frame = _scan(path, fmt)
-    schema = _schema(frame, path)
+    return requests_from_frame(
+        _scan(path, fmt),
+        columns,
+        label=f"{fmt} file {path}",
+        latency_unit=latency_unit,
+        timestamp_marks=timestamp_marks,
+        source=source if source is not None else path.name,
+        now=now,
+    )
+
+
+def requests_from_frame(
+    frame: pl.LazyFrame,
+    columns: ColumnMap,
+    *,
+    label: str,
+    source: str,
+    latency_unit: LatencyUnit = "s",
+    timestamp_marks: TimestampMarks = "completion",
+    now: datetime | None = None,
+) -> CollectResult:
+    """Turn request records already opened as a frame into a ``requests`` table.
+
+    The shared core of :func:`read_request_log` and the log tailer: ``label`` names the
+    input in messages, ``source`` fills the ``source`` column.
+    """
+    if latency_unit not in _SECONDS_PER_UNIT:
+        raise ConfigError(f"unknown latency unit {latency_unit!r}; valid: s, ms")
+    schema = _schema(frame, label)
     missing = [c for c in dict.fromkeys(columns.named().values()) if c not in schema]
     if missing:
         raise ConfigError(
-            f"{path.name} has no column(s) {', '.join(map(repr, missing))}; "
+            f"{label} has no column(s) {', '.join(map(repr, missing))}; "
             f"its columns are: {', '.join(schema.names())}"
         )
     stamp = naive_utc(now if now is not None else datetime.now().astimezone())
@@ -170,11 +198,17 @@ def read_request_log(
     try:
         raw = frame.select(pl.col(c).alias(role) for role, c in columns.named().items()).collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ParseError(f"cannot read {fmt} file {path}: {exc}") from exc
+        raise ParseError(f"cannot read {label}: {exc}") from exc
     if columns.timestamp is not None:
         ts, out_of_range = parse_timestamps(raw.get_column("timestamp"))
         raw = raw.with_columns(ts.alias("_ts"), out_of_range.alias("_ts_out_of_range"))
-    table = raw.select(_expressions(columns, raw.schema, scale, stamp, timestamp_marks))
+    labels = [
+        (_text(role, raw.schema[role]) if role in raw.schema else pl.lit(None, pl.String)).alias(
+            role
+        )
+        for role in ("namespace", "pod", "node")
+    ]
+    table = raw.select([*_expressions(columns, raw.schema, scale, stamp, timestamp_marks), *labels])
     dropped = _count(table.get_column("_reason"))
     kept = table.filter(pl.col("_reason").is_null())
     kept, nulled = _null_invalid_optionals(kept, columns)
@@ -186,7 +220,10 @@ def read_request_log(
         *[pl.col(c) for c in ("ttft_s", "inter_token_s", "prompt_tokens", "output_tokens")],
         pl.col("ok"),
         pl.col("status"),
-        pl.lit(source if source is not None else path.name, pl.String).alias("source"),
+        pl.col("namespace"),
+        pl.col("pod"),
+        pl.col("node"),
+        pl.lit(source, pl.String).alias("source"),
     )
     return CollectResult({REQUESTS.name: conform(REQUESTS.name, out.to_arrow())}, dropped)
 
@@ -209,11 +246,11 @@ def _scan(path: Path, fmt: LogFormat) -> pl.LazyFrame:
         raise ParseError(f"cannot read {fmt} file {path}: {exc}") from exc
 
 
-def _schema(frame: pl.LazyFrame, path: Path) -> pl.Schema:
+def _schema(frame: pl.LazyFrame, label: str) -> pl.Schema:
     try:
         return frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ParseError(f"cannot read the columns of {path}: {exc}") from exc
+        raise ParseError(f"cannot read the columns of {label}: {exc}") from exc
 
 
 def _count(reasons: pl.Series) -> Counter[str]:

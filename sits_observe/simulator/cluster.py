@@ -162,7 +162,7 @@ class SimulatedCluster:
     # -- pod life cycle ---------------------------------------------------------------
 
     def _start_llm_server(self, node: SimNode) -> None:
-        tp = min(4, len(node.gpus))
+        tp = max(1, min(4, len(node.gpus) // 2))  # leave GPUs for batch jobs and notebooks
         profile = PROFILES[node.kind]
         per_gpu_claim = int(node.gpus[0].total_bytes * VLLM_GPU_MEMORY_UTILIZATION)
         kv_capacity = max(per_gpu_claim * tp - WEIGHT_BYTES, 64 * KV_BYTES_PER_TOKEN * 1024)
@@ -205,17 +205,26 @@ class SimulatedCluster:
 
     def _maybe_start_job(self, node: SimNode, dt_s: float) -> None:
         """Batch jobs and notebooks arrive on the node's spare GPUs (Poisson, ~1 per 20 s)."""
-        spare = [g for g in node.gpus if not any(
-            node.pods[uid].kind == "llm" for uid in g.used_bytes if uid in node.pods
-        )]
+        spare = [
+            g
+            for g in node.gpus
+            if not any(node.pods[uid].kind == "llm" for uid in g.used_bytes if uid in node.pods)
+        ]
         if not spare or self.rng.random() > dt_s / 20.0:
             return
         gpu = spare[int(self.rng.integers(len(spare)))]
         notebook = self.rng.random() < 0.4
         # Peak GPU memory spans the L1 / L2 / L3 classes (< 2 GiB, 2-8 GiB, > 8 GiB).
-        peak = int((self.rng.uniform(0.5, 3.0) if notebook else self.rng.choice(
-            [self.rng.uniform(1, 2), self.rng.uniform(2, 8), self.rng.uniform(8, 30)]
-        )) * GIB)
+        peak = int(
+            (
+                self.rng.uniform(0.5, 3.0)
+                if notebook
+                else self.rng.choice(
+                    [self.rng.uniform(1, 2), self.rng.uniform(2, 8), self.rng.uniform(8, 30)]
+                )
+            )
+            * GIB
+        )
         if gpu.fb_free_bytes < peak:
             return
         kind = "notebook" if notebook else "batch"

@@ -29,15 +29,35 @@ _DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+    ),
     ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active."),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus in bytes per second."),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus in bytes per second."),
-    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "The rate of data transmitted over NVLink in bytes per second."),
-    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The rate of data received over NVLink in bytes per second."),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over NVLink in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "gauge",
+        "The rate of data received over NVLink in bytes per second.",
+    ),
 )
 
-_MODEL_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
+MODEL_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
 _DRIVER = "580.105.08"
 
 
@@ -54,7 +74,7 @@ def dcgm_text(cluster: SimulatedCluster, node_name: str) -> str:
             pod = cluster.pod_of_gpu(node_name, gpu.index)
             labels = (
                 f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",'
-                f'device="nvidia{gpu.index}",modelName="{_MODEL_NAMES[gpu.kind]}",'
+                f'device="nvidia{gpu.index}",modelName="{MODEL_NAMES[gpu.kind]}",'
                 f'Hostname="{node_name}",DCGM_FI_DRIVER_VERSION="{_DRIVER}"'
             )
             if pod is not None:
@@ -88,7 +108,9 @@ def dcgm_text(cluster: SimulatedCluster, node_name: str) -> str:
     for field_name, kind, help_text in _DCGM_FIELDS:
         out.append(f"# HELP {field_name} {help_text}")
         out.append(f"# TYPE {field_name} {kind}")
-        out.extend(f"{field_name}{{{labels}}} {_fmt(values[field_name])}" for labels, values in rows)
+        out.extend(
+            f"{field_name}{{{labels}}} {_fmt(values[field_name])}" for labels, values in rows
+        )
     return "\n".join(out) + "\n"
 
 

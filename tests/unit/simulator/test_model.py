@@ -1,0 +1,84 @@
+"""The simulated cluster's model: calibration, load, latency under load, memory churn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sits_observe.simulator.calibration import A100, H100, KV_BYTES_PER_TOKEN
+from sits_observe.simulator.cluster import SimulatedCluster
+from sits_observe.simulator.server import InferenceServer
+from sits_observe.simulator.workload import ArrivalGenerator, LoadProfile
+
+
+def test_calibration_reproduces_measured_points() -> None:
+    """Interpolation passes through the Splitwise medians it was built from."""
+    assert H100.prefill_s(512) == pytest.approx(0.0597)
+    assert A100.decode_step_s(64) == pytest.approx(0.0729)
+    assert 0.0314 < H100.decode_step_s(12) < 0.0328  # between the measured 8 and 16
+    assert H100.prefill_s(10) == pytest.approx(H100.prefill_s(128))  # clamped below the grid
+    assert KV_BYTES_PER_TOKEN == 327_680
+
+
+def test_arrivals_follow_the_profile_rate() -> None:
+    profile = LoadProfile(base_rps=10, low=1.0, high=1.0)
+    gen = ArrivalGenerator(profile, np.random.default_rng(3))
+    arrivals = gen.between(0.0, 200.0)
+    assert len(arrivals) == pytest.approx(2000, rel=0.1)
+    assert all(0 <= a.at_s < 200 for a in arrivals)
+    prompts = np.array([a.prompt_tokens for a in arrivals])
+    assert 600 < np.median(prompts) < 1200  # Azure conversation median ~ exp(6.71) = 820
+
+
+def _run_server(rate_rps: float, seconds: float = 300.0) -> list[float]:
+    server = InferenceServer("m", H100, tensor_parallel=4, kv_capacity_bytes=10**12)
+    gen = ArrivalGenerator(LoadProfile(base_rps=rate_rps, low=1, high=1), np.random.default_rng(1))
+    t, dt = 0.0, 0.1
+    while t < seconds:
+        for a in gen.between(t, t + dt):
+            server.submit(a.at_s, a.prompt_tokens, a.output_tokens)
+        t += dt
+        server.advance(t, dt)
+    return [r.latency_s for r in server.take_finished()]
+
+
+def test_p95_latency_rises_with_load_and_explodes_past_capacity() -> None:
+    p95 = [float(np.percentile(_run_server(rate), 95)) for rate in (1.0, 4.0, 9.0)]
+    assert p95[0] < p95[1] < p95[2]
+    assert p95[2] > 2 * p95[0]  # queueing past the ~5 req/s capacity of a batch of 64
+
+
+def test_request_timings_are_consistent() -> None:
+    server = InferenceServer("m", A100, tensor_parallel=4, kv_capacity_bytes=10**12)
+    server.submit(0.0, 512, 10)
+    t = 0.0
+    while t < 5:
+        t += 0.05
+        server.advance(t, 0.05)
+    (record,) = server.take_finished()
+    assert 0 < record.ttft_s < record.latency_s
+    # one request alone: prefill + 10 decode steps at batch 1
+    expected = A100.prefill_s(512) + 10 * A100.decode_step_s(1)
+    assert record.latency_s == pytest.approx(expected, abs=2 * A100.decode_step_s(1))
+    snap = server.snapshot()
+    assert snap.e2e.count == 1 and snap.success_total == 1
+
+
+def test_cluster_churns_gpu_memory_and_is_deterministic() -> None:
+    def run(seed: int) -> list[int]:
+        c = SimulatedCluster(nodes=2, gpus_per_node=8, seed=seed)
+        used = []
+        for _ in range(1500):
+            c.step(0.2)
+            used.append(sum(g.fb_used_bytes for n in c.nodes.values() for g in n.gpus))
+        events = c.take_events()
+        assert {e.kind for e in events} == {"added", "deleted"}
+        return used
+
+    first = run(5)
+    assert first == run(5)
+    assert len(set(first[-500:])) > 10  # memory moves as jobs come and go
+    for node in SimulatedCluster(nodes=1, gpus_per_node=8).nodes.values():
+        assert all(
+            g.fb_free_bytes + g.fb_used_bytes + g.reserved_bytes == g.total_bytes for g in node.gpus
+        )
