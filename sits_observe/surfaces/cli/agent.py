@@ -1,9 +1,331 @@
-"""CLI: agent commands (placeholder until its owner lands it)."""
+"""CLI: ``sits-observe agent``, the composition root of the node agent.
+
+Builds the collectors named by the flags (imported lazily, so a node only loads what it
+uses), the shipper, the spool and the dead-letter spool, serves the agent's own metrics on
+``--metrics-port`` when given, and runs :class:`AgentLoop` until SIGTERM / SIGINT.
+
+The agent must stay small on every GPU node (target: < 2 % of one core, < 100 MB RSS).
+``python -m sits_observe.surfaces.cli.agent ...`` runs the same command without loading the
+rest of the CLI (which pulls in DuckDB for the store commands); the DaemonSet uses that form.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any, cast
+
 import typer
+from pydantic import ValidationError
+
+from sits_observe.collectors.agent.settings import AgentSettings
+from sits_observe.domain.collect import Collector
+from sits_observe.errors import ConfigError
+from sits_observe.surfaces.cli.common import run_cli
+
+log = logging.getLogger(__name__)
+
+TOKEN_ENV = "SITS_TOKEN"
+NODE_ENV = "NODE_NAME"
+DEFAULT_SPOOL_DIR = Path("/var/lib/sits-observe/spool")
+_FIELDS = AgentSettings.model_fields
+_DEFAULTS = AgentSettings()
+
+
+def _help(name: str) -> str:
+    return _FIELDS[name].description or name
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``agent`` to ``app``."""
+    app.command("agent")(agent)
+
+
+def agent(
+    *,
+    service: str = typer.Option(..., "--service", help="service base URL, e.g. http://sits:8080"),
+    node: str = typer.Option(
+        ..., "--node", envvar=NODE_ENV, help=f"this node's name (default ${NODE_ENV})"
+    ),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", help=f"file holding the bearer token; else ${TOKEN_ENV} is used"
+    ),
+    interval_s: float = typer.Option(_DEFAULTS.interval_s, help=_help("interval_s")),
+    dcgm_url: list[str] = typer.Option(
+        [], "--dcgm-url", help="dcgm-exporter /metrics URL (or file); repeatable"
+    ),
+    cgroup_root: Path | None = typer.Option(
+        None, "--cgroup-root", help="cgroup v2 mount to read containers from, e.g. /sys/fs/cgroup"
+    ),
+    nvml: bool | None = typer.Option(
+        None, "--nvml/--no-nvml", help="read GPUs through NVML (default: on without --dcgm-url)"
+    ),
+    vllm_url: list[str] = typer.Option([], "--vllm-url", help="vLLM /metrics URL; repeatable"),
+    spool_dir: Path = typer.Option(
+        DEFAULT_SPOOL_DIR, "--spool-dir", help="directory for batches the service did not take"
+    ),
+    spool_max_bytes: int = typer.Option(_DEFAULTS.spool_max_bytes, help=_help("spool_max_bytes")),
+    spool_max_files: int = typer.Option(_DEFAULTS.spool_max_files, help=_help("spool_max_files")),
+    ship_timeout_s: float = typer.Option(_DEFAULTS.ship_timeout_s, help=_help("ship_timeout_s")),
+    ship_retries: int = typer.Option(_DEFAULTS.ship_retries, help=_help("ship_retries")),
+    compression: str | None = typer.Option(None, help=_help("compression")),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="serve the agent's own /metrics on this port"
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", help="address of the agent's /metrics (0.0.0.0 in a DaemonSet)"
+    ),
+    log_level: str = typer.Option("info", help="debug, info, warning or error"),
+) -> None:
+    """Run the node agent: collect every interval, ship batches, spool while the service is down."""
+
+    def go() -> None:
+        logging.basicConfig(
+            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        settings = _settings(
+            interval_s=interval_s,
+            spool_max_bytes=spool_max_bytes,
+            spool_max_files=spool_max_files,
+            ship_timeout_s=ship_timeout_s,
+            ship_retries=ship_retries,
+            compression=compression,
+        )
+        token = _token(token_file)
+        run_agent(
+            settings,
+            service=service,
+            token=token,
+            node=node,
+            collector_factories=collector_factories(node, dcgm_url, cgroup_root, nvml, vllm_url),
+            spool_dir=spool_dir,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )
+
+    run_cli(go)
+
+
+def run_agent(
+    settings: AgentSettings,
+    *,
+    service: str,
+    token: str,
+    node: str,
+    collector_factories: list[Callable[[Any], Collector]],
+    spool_dir: Path,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+) -> None:
+    """Build the agent's parts, run the loop until SIGTERM / SIGINT, then release them."""
+    from prometheus_client import start_http_server
+
+    from sits_observe.collectors.agent import AgentLoop, AgentMetrics, Shipper, Spool
+    from sits_observe.collectors.agent.wire import NODE_PATTERN
+    from sits_observe.collectors.http import new_client
+
+    if not NODE_PATTERN.match(node):
+        raise ConfigError(f"--node {node!r} is not a node name (letters, digits, '.', '_', '-')")
+    stop = threading.Event()
+    try:
+        spool = Spool(
+            spool_dir, max_bytes=settings.spool_max_bytes, max_files=settings.spool_max_files
+        )
+        dead = Spool(
+            spool_dir / "dead-letter",
+            max_bytes=settings.spool_max_bytes,
+            max_files=settings.dead_letter_max_files,
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot use spool directory {spool_dir}: {exc.strerror or exc}; pass --spool-dir"
+        ) from exc
+    keep_pandas_out()
+    client = new_client()
+    collectors = [make(client) for make in collector_factories]
+    shipper = Shipper(
+        service,
+        token,
+        node=node,
+        client=client,
+        timeout_s=settings.ship_timeout_s,
+        retries=settings.ship_retries,
+        backoff_s=settings.backoff_s,
+        backoff_max_s=settings.backoff_max_s,
+        stop_event=stop,
+    )
+    metrics = AgentMetrics()
+    loop = AgentLoop(
+        collectors,
+        shipper,
+        spool,
+        interval_s=settings.interval_s,
+        node=node,
+        dead_letter=dead,
+        metrics=metrics,
+        stop_event=stop,
+        replay_max_per_tick=settings.replay_max_per_tick,
+        compression=settings.compression,
+    )
+    server = None
+    if metrics_port is not None:
+        try:
+            server, _ = start_http_server(
+                metrics_port, addr=metrics_host, registry=metrics.registry
+            )
+        except OSError as exc:
+            client.close()
+            raise ConfigError(
+                f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc.strerror or exc}"
+            ) from exc
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s; stopping after the current tick", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        loop.run()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if server is not None:
+            server.shutdown()
+        shipper.close()
+        for collector in collectors:
+            close = getattr(collector, "close", None)
+            if callable(close):
+                close()
+        client.close()
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """Refuses ``import pandas`` (see :func:`keep_pandas_out`)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname == "pandas" or fullname.startswith("pandas."):
+            raise ImportError("pandas is kept out of the node agent (see keep_pandas_out)")
+        return None
+
+
+def keep_pandas_out() -> None:
+    """Make ``import pandas`` fail in this process.
+
+    pyarrow imports pandas, when it is installed, the first time it builds an array, only to
+    check whether its input is a pandas object. The agent never hands pandas objects to
+    pyarrow, and the import would add about 35 MB to every node's agent (measured with
+    bench/bench_agent_cost.py), so the composition root refuses it. pyarrow treats the
+    failed import as "pandas absent". Called by :func:`run_agent` only, never at import time.
+    """
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
+def collector_factories(
+    node: str,
+    dcgm_urls: list[str],
+    cgroup_root: Path | None,
+    nvml: bool | None,
+    vllm_urls: list[str],
+) -> list[Callable[[Any], Collector]]:
+    """One factory per collector the flags ask for; each takes the shared scrape client.
+
+    ``nvml`` None means "NVML when no DCGM URL is given, if this build has the collector";
+    True insists (a missing collector is an error), False never.
+
+    Collector modules are imported here, lazily: a node without vLLM never loads its parser.
+    """
+    factories: list[Callable[[Any], Collector]] = []
+    for url in dcgm_urls:
+        dcgm = _collector_class("sits_observe.collectors.dcgm", "DcgmCollector")
+        factories.append(_factory(dcgm, url, node=node, with_client=True))
+    if cgroup_root is not None:
+        cgroup = _collector_class("sits_observe.collectors.cgroup", "CgroupCollector")
+        factories.append(_factory(cgroup, cgroup_root, node=node))
+    if nvml or (nvml is None and not dcgm_urls):
+        try:
+            nvml_cls = _collector_class("sits_observe.collectors.nvml", "NvmlCollector")
+        except ConfigError:
+            if nvml:
+                raise
+            log.warning("NVML collector not in this build; GPUs are read only through DCGM")
+        else:
+            factories.append(_factory(nvml_cls, node=node))
+    for url in vllm_urls:
+        vllm = _collector_class(
+            "sits_observe.collectors.vllm", "VllmCollector", "sits_observe.collectors.inference"
+        )
+        factories.append(_factory(vllm, url, node=node, with_client=True))
+    if not factories:
+        raise ConfigError(
+            "no collectors: give --dcgm-url, --cgroup-root, --nvml or --vllm-url at least once"
+        )
+    return factories
+
+
+def _factory(
+    cls: Any, *args: object, node: str, with_client: bool = False
+) -> Callable[[Any], Collector]:
+    def make(client: Any) -> Collector:
+        if with_client:
+            return cast(Collector, cls(*args, node=node, client=client))
+        return cast(Collector, cls(*args, node=node))
+
+    return make
+
+
+def _collector_class(module: str, name: str, *fallbacks: str) -> Any:
+    for candidate in (module, *fallbacks):
+        try:
+            return getattr(importlib.import_module(candidate), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ConfigError(f"collector {name} is not available in this build ({module})")
+
+
+def _settings(**values: object) -> AgentSettings:
+    try:
+        return AgentSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid agent settings: {problems}") from exc
+
+
+def _token(token_file: Path | None) -> str:
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read token file {token_file}: {exc.strerror or exc}"
+            ) from exc
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise ConfigError(f"no bearer token: pass --token-file FILE or set {TOKEN_ENV}")
+    return token
+
+
+def main() -> None:
+    """Run ``agent`` as the only command (``python -m sits_observe.surfaces.cli.agent``)."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(agent)
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,107 @@
-"""CLI: serve commands (placeholder until its owner lands it)."""
+"""CLI: ``sits-observe serve``, the composition root of the central service.
+
+Builds :class:`ServiceSettings` from flags (help texts come from the model), opens the store
+the service will own, and runs uvicorn until SIGTERM / SIGINT; uvicorn drains in-flight
+requests, then the store is checkpointed and closed. The token comes from ``--token-file``
+or the ``SITS_TOKEN`` environment variable, never from a flag (flags show up in ``ps``).
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
+
 import typer
+from pydantic import ValidationError
+
+from sits_observe.errors import ConfigError
+from sits_observe.surfaces.cli.common import run_cli
+from sits_observe.surfaces.service.settings import ServiceSettings
+
+TOKEN_ENV = "SITS_TOKEN"
+_FIELDS = ServiceSettings.model_fields
+_DEFAULTS = ServiceSettings()
+
+
+def _help(name: str) -> str:
+    return _FIELDS[name].description or name
+
+
+def build_settings(**values: object) -> ServiceSettings:
+    """Validated settings; bad values become a :class:`ConfigError` naming the flag."""
+    try:
+        return ServiceSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid service settings: {problems}") from exc
+
+
+def configure_logging(level: str) -> None:
+    """Diagnostics to stderr, one line each, with the logger name."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``serve`` to ``app``."""
+
+    @app.command("serve")
+    def serve(
+        *,
+        db: Path = typer.Option(..., "--db", help=_help("db_path")),
+        host: str = typer.Option(_DEFAULTS.host, help=_help("host")),
+        port: int = typer.Option(_DEFAULTS.port, help=_help("port")),
+        token_file: Path | None = typer.Option(
+            None, "--token-file", help=f"{_help('token_file')}; else ${TOKEN_ENV} is used"
+        ),
+        max_body_bytes: int = typer.Option(_DEFAULTS.max_body_bytes, help=_help("max_body_bytes")),
+        retention_interval_s: float = typer.Option(
+            _DEFAULTS.retention_interval_s, help=_help("retention_interval_s")
+        ),
+        log_level: str = typer.Option("info", help="debug, info, warning or error"),
+    ) -> None:
+        """Run the central service: ingest from agents, reads, /healthz, /readyz, /metrics."""
+
+        def go() -> None:
+            configure_logging(log_level)
+            env_token = (os.environ.get(TOKEN_ENV) or None) if token_file is None else None
+            settings = build_settings(
+                host=host,
+                port=port,
+                db_path=db,
+                token=env_token,
+                token_file=token_file,
+                max_body_bytes=max_body_bytes,
+                retention_interval_s=retention_interval_s,
+            )
+            settings.resolved_token()
+            run_service(settings, log_level=log_level)
+
+        run_cli(go)
+
+
+def run_service(settings: ServiceSettings, *, log_level: str = "info") -> None:
+    """Open the store, serve until a signal, then close the store (checkpoint)."""
+    import uvicorn
+
+    from sits_observe.store import Store
+    from sits_observe.surfaces.service.app import create_app
+
+    store = Store.open(settings.db_path)
+    try:
+        app = create_app(settings, store)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            access_log=log_level.lower() == "debug",
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        store.close()

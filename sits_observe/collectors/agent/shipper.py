@@ -1,0 +1,155 @@
+"""Ship one batch to the central service over HTTP and classify what happened.
+
+The shipper never raises for a failed delivery: it returns a :class:`ShipResult` whose
+:class:`ShipOutcome` tells the agent loop what to do with the batch:
+
+- ``ACKED`` / ``DUPLICATE``: the service committed it (now or earlier); forget it.
+- ``REJECTED``: the service answered 4xx (other than 401, 403, 408 and 429): the batch itself
+  is bad and sending it again cannot help. The loop moves it to the dead-letter directory.
+- ``UNAVAILABLE``: no answer, a timeout, 5xx, 408, 429, 401 or 403. The batch is fine but the
+  service cannot take it now; the loop spools it and replays it later. 401/403 belong here
+  because a wrong token is fixed by the operator, after which the spooled batches must still
+  arrive (they are logged loudly, not dropped).
+
+Retries (for UNAVAILABLE only) back off exponentially and wait on the stop event, so a
+shutdown during a back-off is immediate. A batch id makes every retry idempotent: the
+service stores a batch id at most once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from enum import Enum
+
+import httpx
+
+from sits_observe.collectors.agent.wire import (
+    CONTENT_TYPE,
+    HEADER_BATCH_ID,
+    HEADER_NODE,
+    INGEST_PATH,
+)
+
+log = logging.getLogger(__name__)
+
+#: 4xx answers that say "not now" rather than "never": request timeout, too many requests,
+#: and authentication (an operator fixes the token; the data is still good).
+_RETRYABLE_4XX = frozenset({401, 403, 408, 429})
+
+
+class ShipOutcome(Enum):
+    """What became of one delivery attempt (after retries)."""
+
+    ACKED = "acked"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+    UNAVAILABLE = "unavailable"
+
+    @property
+    def delivered(self) -> bool:
+        """True when the service holds the batch."""
+        return self in (ShipOutcome.ACKED, ShipOutcome.DUPLICATE)
+
+
+@dataclass(frozen=True)
+class ShipResult:
+    """The outcome, the last HTTP status (None when there was no answer) and why."""
+
+    outcome: ShipOutcome
+    status: int | None
+    detail: str
+    attempts: int
+
+
+class Shipper:
+    """Deliver wire-format batches to ``POST {service_url}/api/v1/ingest``."""
+
+    def __init__(
+        self,
+        service_url: str,
+        token: str,
+        *,
+        node: str,
+        client: httpx.Client | None = None,
+        timeout_s: float = 5.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 5.0,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        self.url = service_url.rstrip("/") + INGEST_PATH
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": CONTENT_TYPE,
+            HEADER_NODE: node,
+        }
+        # The timeout travels with each request, so a client shared with the scrapers (one
+        # connection pool and TLS context per agent) keeps its own timeout for them.
+        self._timeout = httpx.Timeout(timeout_s)
+        self._client = client or httpx.Client(timeout=self._timeout)
+        self._owns_client = client is None
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._stop = stop_event or threading.Event()
+
+    def close(self) -> None:
+        """Close the connection pool (only when the shipper created it)."""
+        if self._owns_client:
+            self._client.close()
+
+    def ship(self, batch_id: str, body: bytes, *, retries: int | None = None) -> ShipResult:
+        """Send one batch, retrying UNAVAILABLE answers up to ``retries`` times."""
+        allowed = self.retries if retries is None else retries
+        attempt = 0
+        while True:
+            attempt += 1
+            result = self._attempt(batch_id, body, attempt)
+            if result.outcome is not ShipOutcome.UNAVAILABLE or attempt > allowed:
+                return result
+            delay_s = min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s)
+            log.debug("batch %s: %s; retrying in %.2f s", batch_id, result.detail, delay_s)
+            if self._stop.wait(delay_s):
+                return result
+
+    def _attempt(self, batch_id: str, body: bytes, attempt: int) -> ShipResult:
+        headers = {**self._headers, HEADER_BATCH_ID: batch_id}
+        try:
+            response = self._client.post(
+                self.url, content=body, headers=headers, timeout=self._timeout
+            )
+        except httpx.TimeoutException as exc:
+            return ShipResult(
+                ShipOutcome.UNAVAILABLE, None, f"timed out ({type(exc).__name__})", attempt
+            )
+        except httpx.HTTPError as exc:
+            return ShipResult(ShipOutcome.UNAVAILABLE, None, f"no answer: {exc}", attempt)
+        status = response.status_code
+        if status == 200:
+            duplicate = _duplicate_flag(response)
+            outcome = ShipOutcome.DUPLICATE if duplicate else ShipOutcome.ACKED
+            return ShipResult(outcome, status, "stored", attempt)
+        detail = f"HTTP {status}: {_detail(response)}"
+        if 400 <= status < 500 and status not in _RETRYABLE_4XX:
+            return ShipResult(ShipOutcome.REJECTED, status, detail, attempt)
+        return ShipResult(ShipOutcome.UNAVAILABLE, status, detail, attempt)
+
+
+def _duplicate_flag(response: httpx.Response) -> bool:
+    try:
+        payload = response.json()
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("duplicate") is True
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(payload, dict) and isinstance(payload.get("detail"), str):
+        return str(payload["detail"])[:500]
+    return response.text[:200]

@@ -1,0 +1,193 @@
+"""``POST /api/v1/ingest``: authenticate, bound, decode and store one agent batch.
+
+The checks run cheapest first and before the body is read where they can: token (401),
+headers (422), media type (415), declared ``Content-Length`` (413), then the body is read
+in chunks and abandoned as soon as it passes the limit (413), so an oversized or
+unauthenticated request never costs more than the limit in memory. A batch is acknowledged
+(200) only after the store committed it; a batch id seen before is acknowledged as a
+duplicate and not stored again, which makes agent replays idempotent.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from dataclasses import dataclass, field
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from sits_observe.collectors.agent.wire import (
+    BATCH_ID_PATTERN,
+    CONTENT_TYPE,
+    HEADER_BATCH_ID,
+    HEADER_NODE,
+    NODE_PATTERN,
+    batch_rows,
+    decode_batch,
+)
+from sits_observe.domain.tables import TABLES
+from sits_observe.errors import ParseError, SchemaError, StoreError
+from sits_observe.store import BatchReceipt, Store
+from sits_observe.surfaces.service.metrics import ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+#: Media types accepted for the wire format (the generic one for hand-made clients).
+ACCEPTED_TYPES = frozenset({CONTENT_TYPE, "application/octet-stream"})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused; becomes a JSON body ``{"detail": ..., "reason": ...}``."""
+
+    status: int
+    reason: str
+    detail: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def response(self) -> JSONResponse:
+        """The HTTP answer."""
+        body = {"detail": self.detail, "reason": self.reason}
+        return JSONResponse(body, self.status, headers=self.headers or None)
+
+
+def problem(status: int, reason: str, detail: str) -> JSONResponse:
+    """A JSON error answer (for routes that do not count refusals)."""
+    return Refusal(status, reason, detail).response()
+
+
+class BearerAuth:
+    """Checks ``Authorization: Bearer <token>`` in constant time."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode("utf-8")
+
+    def check(self, request: Request) -> Refusal | None:
+        """None when the request carries the token, else why it is refused (401)."""
+        header = request.headers.get("authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if not header:
+            return Refusal(
+                401,
+                "unauthorized",
+                "missing Authorization header; send 'Authorization: Bearer <token>'",
+                {"WWW-Authenticate": 'Bearer realm="sits_observe"'},
+            )
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode("utf-8"), self._token
+        )
+        if ok:
+            return None
+        return Refusal(
+            401,
+            "unauthorized",
+            "invalid bearer token",
+            {"WWW-Authenticate": 'Bearer realm="sits_observe", error="invalid_token"'},
+        )
+
+
+class IngestEndpoint:
+    """The ingest handler, with its dependencies injected."""
+
+    def __init__(
+        self, store: Store, auth: BearerAuth, metrics: ServiceMetrics, *, max_body_bytes: int
+    ) -> None:
+        self._store = store
+        self._auth = auth
+        self._metrics = metrics
+        self._max_body_bytes = max_body_bytes
+
+    async def handle(self, request: Request) -> JSONResponse:
+        """Handle one ``POST /api/v1/ingest``."""
+        refusal = self._auth.check(request) or self._check_headers(request)
+        if refusal is not None:
+            return self._refused(refusal)
+        batch_id = request.headers[HEADER_BATCH_ID]
+        node = request.headers.get(HEADER_NODE)
+        body = await self._read_body(request)
+        if isinstance(body, Refusal):
+            return self._refused(body)
+        self._metrics.bytes.inc(len(body))
+        try:
+            tables = await run_in_threadpool(decode_batch, body)
+        except ParseError as exc:
+            return self._refused(Refusal(400, "undecodable", str(exc)))
+        unknown = sorted(set(tables) - set(TABLES))
+        if unknown:
+            detail = f"unknown table(s) {', '.join(unknown)}; valid tables: {', '.join(TABLES)}"
+            return self._refused(Refusal(400, "unknown_table", detail))
+        try:
+            receipt: BatchReceipt = await run_in_threadpool(
+                lambda: self._store.append_batch(tables, batch_id=batch_id, node=node)
+            )
+        except SchemaError as exc:
+            return self._refused(Refusal(400, "schema", str(exc)))
+        except StoreError as exc:
+            log.error("batch %s from %s not stored: %s", batch_id, node, exc)
+            self._metrics.batches.labels("failed").inc()
+            return problem(503, "store", f"batch not stored, send it again later: {exc}")
+        if receipt.duplicate:
+            self._metrics.batches.labels("duplicate").inc()
+        else:
+            self._metrics.batches.labels("stored").inc()
+            for name, table in tables.items():
+                self._metrics.rows.labels(name).inc(table.num_rows)
+        rows = receipt.rows if receipt.duplicate else batch_rows(tables)
+        return JSONResponse({"batch_id": batch_id, "rows": rows, "duplicate": receipt.duplicate})
+
+    def _refused(self, refusal: Refusal) -> JSONResponse:
+        self._metrics.rejected.labels(refusal.reason).inc()
+        self._metrics.batches.labels("rejected").inc()
+        return refusal.response()
+
+    def _check_headers(self, request: Request) -> Refusal | None:
+        batch_id = request.headers.get(HEADER_BATCH_ID)
+        if batch_id is None or not BATCH_ID_PATTERN.match(batch_id):
+            return Refusal(
+                422,
+                "bad_header",
+                f"header {HEADER_BATCH_ID} is {batch_id!r}; it must be 1-128 characters of "
+                "letters, digits, '.', ':' or '-' (a uuid4 hex is fine), unique per batch",
+            )
+        node = request.headers.get(HEADER_NODE)
+        if node is not None and not NODE_PATTERN.match(node):
+            return Refusal(
+                422,
+                "bad_header",
+                f"header {HEADER_NODE} is {node!r}; it must be a node name "
+                "(letters, digits, '.', '_' or '-', at most 253 characters)",
+            )
+        media = request.headers.get("content-type", CONTENT_TYPE).split(";")[0].strip().lower()
+        if media not in ACCEPTED_TYPES:
+            return Refusal(
+                415,
+                "media_type",
+                f"content type {media!r} is not accepted; send {CONTENT_TYPE} (see docs/api.md)",
+            )
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return Refusal(422, "bad_header", f"Content-Length {declared!r} is not a number")
+            if int(declared) > self._max_body_bytes:
+                return self._too_large(f"Content-Length {declared}")
+        return None
+
+    async def _read_body(self, request: Request) -> bytes | Refusal:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self._max_body_bytes:
+                return self._too_large(f"more than {self._max_body_bytes} bytes streamed")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_large(self, what: str) -> Refusal:
+        return Refusal(
+            413,
+            "too_large",
+            f"body too large ({what}); the limit is {self._max_body_bytes} bytes: "
+            "send smaller batches or raise --max-body-bytes",
+        )

@@ -1,0 +1,62 @@
+"""The service's Prometheus metrics, on an explicit registry created per app.
+
+``sits_`` prefix, base units, ``_total`` counters (project rules). ``sits_store_rows`` is
+refreshed from the store when ``/metrics`` is scraped, so it is exact at scrape time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: Request latencies in seconds: from a cache hit on /healthz to a large batch commit.
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass
+class ServiceMetrics:
+    """Every metric the service exports."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        reg = self.registry
+        self.batches = Counter(
+            "sits_ingest_batches_total",
+            "ingest requests by result: stored, duplicate, rejected, failed",
+            ("result",),
+            registry=reg,
+        )
+        self.rows = Counter(
+            "sits_ingest_rows_total", "rows stored, by table", ("table",), registry=reg
+        )
+        self.rejected = Counter(
+            "sits_ingest_rejected_total",
+            "ingest requests refused, by reason (unauthorized, too_large, bad_header, ...)",
+            ("reason",),
+            registry=reg,
+        )
+        self.bytes = Counter("sits_ingest_bytes_total", "ingest body bytes read", registry=reg)
+        self.latency = Histogram(
+            "sits_http_request_duration_seconds",
+            "HTTP request latency, by route template, method and status class",
+            ("route", "method", "status"),
+            buckets=LATENCY_BUCKETS_S,
+            registry=reg,
+        )
+        self.store_rows = Gauge(
+            "sits_store_rows", "rows in each store table at scrape time", ("table",), registry=reg
+        )
+        self.retention_runs = Counter(
+            "sits_retention_runs_total",
+            "retention runs by result: ok, error",
+            ("result",),
+            registry=reg,
+        )
+        self.retention_rows = Counter(
+            "sits_retention_rows_total",
+            "rows rolled up or deleted by retention, by kind",
+            ("kind",),
+            registry=reg,
+        )

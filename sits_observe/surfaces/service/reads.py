@@ -1,0 +1,95 @@
+"""Read endpoints: the service owns the DuckDB file, so other tools read through it.
+
+``GET /api/v1/tables`` lists tables and row counts; ``GET /api/v1/tables/{table}`` returns
+rows of one table in a time range as an Arrow IPC stream (or JSON with ``format=json``).
+Table and column names come from the domain's fixed list, never from the request, and every
+value travels as a DuckDB parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Literal
+
+import pyarrow as pa
+from fastapi import Response
+from starlette.concurrency import run_in_threadpool
+
+from sits_observe.domain.tables import TABLES
+from sits_observe.store import Store, utc_naive
+from sits_observe.store.duck import EXTRA_TABLES
+from sits_observe.surfaces.service.ingest import problem
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+#: The time column of each readable table (rollups are keyed by minute).
+TIME_COLUMNS: dict[str, str] = {
+    **{name: spec.time_column for name, spec in TABLES.items()},
+    "ingest_batches": "received_at",
+    "gpu_samples_1m": "minute",
+    "container_samples_1m": "minute",
+}
+
+
+def table_counts(store: Store) -> dict[str, int]:
+    """Rows of every readable table."""
+    return {name: store.count(name) for name in [*TABLES, *EXTRA_TABLES]}
+
+
+def read_rows(
+    store: Store,
+    table: str,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    node: str | None,
+    limit: int,
+) -> pa.Table:
+    """Rows of ``table`` with ``since <= time < until`` (and ``node``), oldest first."""
+    column = TIME_COLUMNS[table]
+    where: list[str] = []
+    params: list[object] = []
+    if since is not None:
+        where.append(f"{column} >= ?")
+        params.append(utc_naive(since))
+    if until is not None:
+        where.append(f"{column} < ?")
+        params.append(utc_naive(until))
+    if node is not None:
+        where.append("node = ?")
+        params.append(node)
+    sql = f"SELECT * FROM {table}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY {column} LIMIT ?"
+    params.append(limit)
+    return store.query(sql, params)
+
+
+async def rows_response(
+    store: Store,
+    table: str,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    node: str | None,
+    limit: int,
+    fmt: Literal["arrow", "json"],
+) -> Response:
+    """The HTTP answer of ``GET /api/v1/tables/{table}``."""
+    if table not in TIME_COLUMNS:
+        return problem(
+            404, "unknown_table", f"unknown table {table!r}; valid: {', '.join(TIME_COLUMNS)}"
+        )
+    if node is not None and "node" not in store.columns(table):
+        return problem(400, "bad_query", f"table {table!r} has no node column")
+    data = await run_in_threadpool(
+        lambda: read_rows(store, table, since=since, until=until, node=node, limit=limit)
+    )
+    if fmt == "json":
+        return Response(json.dumps(data.to_pylist(), default=str), media_type="application/json")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_table(data)
+    return Response(sink.getvalue().to_pybytes(), media_type=ARROW_STREAM)

@@ -1,0 +1,31 @@
+"""The agent runs on every GPU node: it must not load the store (DuckDB) or the service."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+import {module}
+print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('duckdb', 'fastapi',
+      'uvicorn', 'polars', 'streamlit', 'kubernetes') or m.startswith(('sits_observe.store',
+      'sits_observe.surfaces.service')))))
+"""
+
+
+@pytest.mark.parametrize(
+    "module", ["sits_observe.collectors.agent", "sits_observe.surfaces.cli.agent"]
+)
+def test_agent_modules_do_not_load_the_store_or_the_service(module: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(module=module)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert json.loads(out) == []

@@ -1,0 +1,75 @@
+"""The ``serve`` and ``agent`` commands refuse bad configuration before starting anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sits_observe.surfaces.cli import agent, serve
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+    serve.register(app)
+    agent.register(app)
+    return app
+
+
+def run(app: typer.Typer, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env={"SITS_TOKEN": "", **(env or {})})
+    return result.exit_code, result.output
+
+
+def test_serve_refuses_to_start_without_a_token(app: typer.Typer, tmp_path: Path) -> None:
+    code, output = run(app, "serve", "--db", str(tmp_path / "s.duckdb"))
+    assert code == 2 and "no bearer token" in output
+    assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_serve_names_the_flag_that_is_out_of_bounds(app: typer.Typer, tmp_path: Path) -> None:
+    code, output = run(
+        app,
+        "serve",
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        "--max-body-bytes",
+        "10",
+        env={"SITS_TOKEN": "abc"},
+    )
+    assert code == 2 and "--max-body-bytes" in output
+
+
+def test_agent_needs_a_collector_a_token_and_valid_bounds(app: typer.Typer, tmp_path: Path) -> None:
+    base = ["agent", "--service", "http://127.0.0.1:1", "--node", "n1"]
+    base += ["--spool-dir", str(tmp_path / "spool")]
+    code, output = run(app, *base, "--cgroup-root", str(tmp_path))
+    assert code == 2 and "no bearer token" in output
+    code, output = run(app, *base, "--no-nvml", env={"SITS_TOKEN": "abc"})
+    assert code == 2 and "no collectors" in output
+    code, output = run(
+        app, *base, "--cgroup-root", str(tmp_path), "--interval-s", "0", env={"SITS_TOKEN": "t"}
+    )
+    assert code == 2 and "--interval-s" in output
+
+
+def test_agent_refuses_a_node_name_the_service_would_reject(
+    app: typer.Typer, tmp_path: Path
+) -> None:
+    code, output = run(
+        app,
+        "agent",
+        "--service",
+        "http://127.0.0.1:1",
+        "--node",
+        "bad node",
+        "--cgroup-root",
+        str(tmp_path),
+        "--spool-dir",
+        str(tmp_path / "spool"),
+        env={"SITS_TOKEN": "t"},
+    )
+    assert code == 2 and "--node" in output
