@@ -53,3 +53,22 @@ class Collector(Protocol):
     def collect(self, now: datetime) -> CollectResult:
         """Read the source once; ``now`` (UTC) stamps samples that carry no time."""
         ...
+
+
+def drops_table(dropped: Counter[str], *, at: datetime, node: str, collector: str) -> pa.Table:
+    """One ``collector_drops`` row per reason with a positive count (reasons sorted), stamped
+    ``at`` (naive UTC). This is how every ingest path stores what a collector dropped."""
+    from sits_observe.domain.tables import COLLECTOR_DROPS
+
+    reasons = sorted(r for r in dropped if dropped[r] > 0)
+    n = len(reasons)
+    return pa.Table.from_pydict(
+        {
+            "ts": [at] * n,
+            "node": [node] * n,
+            "collector": [collector] * n,
+            "reason": reasons,
+            "count": [dropped[r] for r in reasons],
+        },
+        schema=COLLECTOR_DROPS.schema,
+    )

@@ -39,7 +39,7 @@ from sits_observe.collectors.agent.metrics import AgentMetrics
 from sits_observe.collectors.agent.shipper import ShipOutcome, ShipResult
 from sits_observe.collectors.agent.spool import Spool
 from sits_observe.collectors.agent.wire import batch_rows, encode_batch
-from sits_observe.domain.collect import Collector, CollectResult
+from sits_observe.domain.collect import Collector, CollectResult, drops_table
 from sits_observe.domain.tables import conform, find_table
 from sits_observe.errors import CollectorError, DriverUnavailable
 
@@ -225,28 +225,12 @@ class AgentLoop:
 
     def _drop_rows(self, dropped: dict[str, Counter[str]], now: datetime) -> pa.Table | None:
         ts = now.astimezone(UTC).replace(tzinfo=None)
-        names: list[str] = []
-        reasons: list[str] = []
-        counts: list[int] = []
-        for collector, counter in dropped.items():
-            for reason, count in counter.items():
-                if count:
-                    names.append(collector)
-                    reasons.append(reason)
-                    counts.append(count)
-        if not counts:
-            return None
-        n = len(counts)
-        raw = pa.table(
-            {
-                "ts": pa.array([ts] * n, pa.timestamp("us")),
-                "node": [self.node] * n,
-                "collector": names,
-                "reason": reasons,
-                "count": pa.array(counts, pa.int64()),
-            }
-        )
-        return conform("collector_drops", raw)
+        tables = [
+            drops_table(counter, at=ts, node=self.node, collector=collector)
+            for collector, counter in dropped.items()
+        ]
+        rows = pa.concat_tables(tables) if tables else None
+        return rows if rows is not None and rows.num_rows else None
 
     # -- delivery -----------------------------------------------------------------------
 

@@ -9,33 +9,16 @@ command: it builds the collector and the store from the flags.
 from __future__ import annotations
 
 import socket
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import typer
 
 from sits_observe.collectors.cgroup import CgroupCollector
+from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, CONTAINER_SAMPLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
-
-
-def drops_table(dropped: Counter[str], *, at: datetime, node: str, collector: str) -> pa.Table:
-    """One ``collector_drops`` row per reason (sorted), stamped ``at`` (naive UTC)."""
-    reasons = sorted(dropped)
-    n = len(reasons)
-    return pa.Table.from_pydict(
-        {
-            "ts": [at] * n,
-            "node": [node] * n,
-            "collector": [collector] * n,
-            "reason": reasons,
-            "count": [dropped[r] for r in reasons],
-        },
-        schema=COLLECTOR_DROPS.schema,
-    )
 
 
 def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> None:

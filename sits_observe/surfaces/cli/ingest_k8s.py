@@ -9,17 +9,16 @@ from the flags, the collector and the store.
 from __future__ import annotations
 
 import socket
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import typer
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from sits_observe.collectors.kube import KubeInventoryCollector, KubeInventorySettings
+from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, NODES, PODS
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store, utc_naive
@@ -64,27 +63,13 @@ def build_api_client(
         raise ConfigError(f"cannot load {source}{where}: {exc}") from exc
 
 
-def _drops_table(dropped: Counter[str], *, at: datetime, node: str, collector: str) -> pa.Table:
-    reasons = sorted(r for r in dropped if dropped[r] > 0)
-    return pa.Table.from_pydict(
-        {
-            "ts": [at] * len(reasons),
-            "node": [node] * len(reasons),
-            "collector": [collector] * len(reasons),
-            "reason": reasons,
-            "count": [dropped[r] for r in reasons],
-        },
-        schema=COLLECTOR_DROPS.schema,
-    )
-
-
 def ingest_k8s_once(
     api: k8s_client.ApiClient, db: Path, now: datetime, settings: KubeInventorySettings
 ) -> dict[str, int]:
     """Snapshot the inventory into ``db``, attribute containers, print and return counts."""
     collector = KubeInventoryCollector(api, settings=settings)
     result = collector.collect(now)
-    drops = _drops_table(
+    drops = drops_table(
         result.dropped, at=utc_naive(now), node=socket.gethostname(), collector=collector.name
     )
     with Store.open(db) as store:

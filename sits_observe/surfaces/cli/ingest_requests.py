@@ -31,6 +31,7 @@ from sits_observe.collectors.inference import ScrapingCollector
 from sits_observe.collectors.request_log import read_request_log
 from sits_observe.collectors.triton import TritonCollector
 from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, REQUESTS, SERVER_WINDOWS
 from sits_observe.errors import CollectorError, ConfigError
 from sits_observe.store import Store
@@ -78,21 +79,6 @@ class ScrapeSettings(BaseModel):
     )
     windows: int = Field(1, ge=1, le=100_000, description="windows to store (scrapes = N+1)")
     timeout_s: float = Field(5.0, gt=0, le=300, description="seconds each scrape may take")
-
-
-def drops_table(dropped: Counter[str], *, at: datetime, node: str, collector: str) -> pa.Table:
-    """One ``collector_drops`` row per reason (sorted), stamped ``at`` (naive UTC)."""
-    reasons = sorted(dropped)
-    return pa.Table.from_pydict(
-        {
-            "ts": [at] * len(reasons),
-            "node": [node] * len(reasons),
-            "collector": [collector] * len(reasons),
-            "reason": reasons,
-            "count": [dropped[r] for r in reasons],
-        },
-        schema=COLLECTOR_DROPS.schema,
-    )
 
 
 @dataclass(frozen=True)
