@@ -204,7 +204,7 @@ class InferenceServer:
                     continue
             request.emitted += 1
             if request.first_token_s is None:
-                request.first_token_s = t
+                request.first_token_s = max(t, request.arrived_s)
             if request.emitted >= request.output_tokens:
                 self._finish(request, t)
             else:
@@ -212,8 +212,10 @@ class InferenceServer:
         self._running = still
 
     def _finish(self, request: _Active, t: float) -> None:
+        # A request that arrived inside the current step cannot finish before it arrived.
+        t = max(t, request.arrived_s)
         latency = t - request.arrived_s
-        first = request.first_token_s if request.first_token_s is not None else t
+        first = min(request.first_token_s if request.first_token_s is not None else t, t)
         ttft = first - request.arrived_s
         itl = (t - first) / max(request.output_tokens - 1, 1)
         self.e2e.observe(latency)

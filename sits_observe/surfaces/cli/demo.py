@@ -1,9 +1,119 @@
-"""CLI: demo commands (placeholder until its owner lands it)."""
+"""CLI: ``sits-observe demo``, the embedded default (a simulated GPU cluster, see
+:mod:`sits_observe.surfaces.demo`). Shows live progress on stderr; Ctrl-C (or the end of
+``--duration``) stops every part cleanly and leaves the DuckDB file."""
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
 import typer
+from pydantic import ValidationError
+from rich.live import Live
+from rich.table import Table
+
+from sits_observe.errors import ConfigError
+from sits_observe.surfaces.cli.common import err, out, run_cli
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``demo`` to ``app``."""
+    app.command("demo")(demo)
+
+
+def demo(
+    duration: float | None = typer.Option(
+        None, "--duration", min=1, help="seconds to run; without it, runs until Ctrl-C"
+    ),
+    nodes: int = typer.Option(2, "--nodes", help="simulated GPU nodes (1-64)"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (1-16)"),
+    db: Path = typer.Option(Path("demo-data/sits.duckdb"), "--db", help="DuckDB file to fill"),
+    workdir: Path = typer.Option(
+        Path("demo-data"), "--workdir", help="folder for simulated node files and spools"
+    ),
+    seed: int = typer.Option(7, "--seed", help="seed: the same seed gives the same cluster"),
+    interval_s: float = typer.Option(1.0, "--interval-s", help="agent collection interval"),
+) -> None:
+    """Start a simulated GPU cluster and the real pipeline against it (Ctrl-C to stop)."""
+
+    def go() -> None:
+        from sits_observe.surfaces.demo import Demo, DemoSettings
+
+        try:
+            settings = DemoSettings(
+                duration_s=duration,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                seed=seed,
+                db_path=db,
+                workdir=workdir,
+                interval_s=interval_s,
+            )
+        except ValidationError as exc:
+            problems = "; ".join(f"--{e['loc'][0]}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"invalid demo settings: {problems}") from exc
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        previous = signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        err.print(
+            f"starting a simulated cluster: {settings.nodes} nodes x "
+            f"{settings.gpus_per_node} GPUs (seed {settings.seed})"
+        )
+        started = time.monotonic()
+        the_demo = Demo(settings).start()
+        try:
+            err.print(
+                f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)"
+            )
+            with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
+                while not stop.wait(1.0):
+                    elapsed = time.monotonic() - started
+                    live.update(_progress(the_demo, elapsed))
+                    if settings.duration_s is not None and elapsed >= settings.duration_s:
+                        break
+            counts = the_demo.counts()
+        finally:
+            err.print("stopping: agents, inventory, service, simulation ...")
+            the_demo.stop()
+            signal.signal(signal.SIGINT, previous)
+        _summary(settings.db_path, settings.workdir, counts)
+
+    run_cli(go)
+
+
+def _progress(the_demo: object, elapsed_s: float) -> Table:
+    from sits_observe.surfaces.demo import Demo
+
+    assert isinstance(the_demo, Demo)
+    table = Table(title=f"sits-observe demo: {elapsed_s:.0f} s, Ctrl-C to stop")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, rows in the_demo.counts().items():
+        table.add_row(name, str(rows))
+    cluster = the_demo.cluster
+    with cluster.lock():
+        pods = sum(len(n.pods) for n in cluster.nodes.values())
+        waiting = sum(
+            p.server.waiting for n in cluster.nodes.values() for p in n.pods.values() if p.server
+        )
+    table.caption = f"simulated pods: {pods}, requests queued: {waiting}"
+    return table
+
+
+def _summary(db: Path, workdir: Path, counts: dict[str, int]) -> None:
+    out.print(f"stored in {db}:")
+    for name, rows in counts.items():
+        out.print(f"  {name:<18} {rows:>9} rows")
+    out.print("where to look next:")
+    out.print(f"  sits-observe tables --db {db}")
+    out.print(f"  sits-observe export gpu_samples gpu.parquet --db {db}")
+    out.print(f"  simulated node files (cgroup trees, request logs): {workdir}/cluster/nodes/")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import ValidationError
@@ -64,6 +65,18 @@ def register(app: typer.Typer) -> None:
             _DEFAULTS.retention_interval_s, help=_help("retention_interval_s")
         ),
         log_level: str = typer.Option("info", help="debug, info, warning or error"),
+        kubeconfig: Path | None = typer.Option(
+            None, "--kubeconfig", help="snapshot the Kubernetes inventory with this kubeconfig"
+        ),
+        context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
+        in_cluster: bool = typer.Option(
+            False, "--in-cluster", help="snapshot the inventory with the pod's service account"
+        ),
+        inventory_interval_s: float = typer.Option(
+            30.0,
+            min=1.0,
+            help="seconds between inventory snapshots (with --kubeconfig / --in-cluster)",
+        ),
     ) -> None:
         """Run the central service: ingest from agents, reads, /healthz, /readyz, /metrics."""
 
@@ -80,19 +93,47 @@ def register(app: typer.Typer) -> None:
                 retention_interval_s=retention_interval_s,
             )
             settings.resolved_token()
-            run_service(settings, log_level=log_level)
+            api = None
+            if kubeconfig is not None or in_cluster:
+                from sits_observe.surfaces.cli.ingest_k8s import build_api_client
+
+                api = build_api_client(kubeconfig, context, in_cluster)
+            run_service(
+                settings,
+                log_level=log_level,
+                kube_api=api,
+                inventory_interval_s=inventory_interval_s,
+            )
 
         run_cli(go)
 
 
-def run_service(settings: ServiceSettings, *, log_level: str = "info") -> None:
-    """Open the store, serve until a signal, then close the store (checkpoint)."""
+def run_service(
+    settings: ServiceSettings,
+    *,
+    log_level: str = "info",
+    kube_api: Any = None,
+    inventory_interval_s: float = 30.0,
+) -> None:
+    """Open the store, serve until a signal, then close the store (checkpoint).
+
+    With ``kube_api`` (an official-client ``ApiClient``) the service also snapshots the
+    Kubernetes inventory every ``inventory_interval_s`` (:mod:`..service.inventory`).
+    """
     import uvicorn
 
     from sits_observe.store import Store
     from sits_observe.surfaces.service.app import create_app
 
     store = Store.open(settings.db_path)
+    inventory = None
+    if kube_api is not None:
+        from sits_observe.collectors.kube import KubeInventoryCollector
+        from sits_observe.surfaces.service.inventory import InventoryLoop
+
+        inventory = InventoryLoop(
+            KubeInventoryCollector(kube_api), store, interval_s=inventory_interval_s
+        ).start()
     try:
         app = create_app(settings, store)
         uvicorn.run(
@@ -104,4 +145,6 @@ def run_service(settings: ServiceSettings, *, log_level: str = "info") -> None:
             timeout_graceful_shutdown=10,
         )
     finally:
+        if inventory is not None:
+            inventory.stop()
         store.close()

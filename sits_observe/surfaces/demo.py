@@ -1,0 +1,236 @@
+"""The embedded default: a simulated GPU cluster with the real pipeline running against it.
+
+:class:`Demo` composes, in one process and all on loopback:
+
+1. the Kubernetes emulator (kmock), holding the simulated cluster's Node and Pod objects;
+2. the simulated cluster (:mod:`sits_observe.simulator`): per node a dcgm-exporter and vLLM
+   ``/metrics`` endpoint, a kubelet-style cgroup v2 tree and a JSON-lines request log;
+3. the central service (the same FastAPI app as ``sits-observe serve``) owning the DuckDB
+   file, with its inventory loop reading the emulator through the official client;
+4. one agent per node (the same :class:`AgentLoop` as ``sits-observe agent``) scraping its
+   node's endpoints, walking its cgroup tree and following its request log, shipping Arrow
+   batches over HTTP with a bearer token, spooling if the service is away.
+
+Nothing here is a shortcut around the production path: the samples in the database travelled
+the same formats, parsers, wire and store as in a real cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+from pydantic import BaseModel, Field
+
+from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
+from sits_observe.collectors.cgroup import CgroupCollector
+from sits_observe.collectors.dcgm import DcgmCollector
+from sits_observe.collectors.http import new_client
+from sits_observe.collectors.kube import KubeInventoryCollector
+from sits_observe.collectors.request_log import ColumnMap
+from sits_observe.collectors.request_tail import RequestLogTail
+from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.domain.collect import Collector
+from sits_observe.simulator.cluster import SimulatedCluster
+from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.simulator.kube_publish import KubePublisher
+from sits_observe.simulator.runtime import SimulationRuntime
+from sits_observe.store import Store
+from sits_observe.surfaces.service.app import create_app
+from sits_observe.surfaces.service.inventory import InventoryLoop
+from sits_observe.surfaces.service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+#: The columns of the simulated servers' request logs.
+REQUEST_LOG_COLUMNS = ColumnMap(
+    model="model",
+    latency="latency_s",
+    timestamp="ts",
+    status="status",
+    ttft="ttft_s",
+    inter_token="inter_token_s",
+    prompt_tokens="prompt_tokens",
+    output_tokens="output_tokens",
+    namespace="namespace",
+    pod="pod",
+    node="node",
+)
+
+#: Tables the progress display and the summary count.
+SHOWN_TABLES = ("gpu_samples", "container_samples", "requests", "server_windows", "pods")
+
+
+class DemoSettings(BaseModel):
+    """What ``sits-observe demo`` simulates and where it writes."""
+
+    duration_s: float | None = Field(None, gt=0, description="seconds to run; none = until Ctrl-C")
+    nodes: int = Field(2, ge=1, le=64, description="simulated GPU nodes")
+    gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per simulated node")
+    seed: int = Field(7, ge=0, description="seed of the simulation (same seed, same cluster)")
+    db_path: Path = Field(Path("demo-data/sits.duckdb"), description="DuckDB file to fill")
+    workdir: Path = Field(
+        Path("demo-data"), description="folder for the simulated nodes' files and agent spools"
+    )
+    interval_s: float = Field(1.0, ge=0.1, le=60, description="agent collection interval, s")
+    inventory_interval_s: float = Field(
+        5.0, ge=0.5, le=600, description="seconds between Kubernetes inventory snapshots"
+    )
+
+
+@dataclass
+class _Server:
+    """uvicorn serving the service app on a pre-bound loopback socket, in a thread."""
+
+    server: uvicorn.Server
+    sock: socket.socket
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, name="service", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the embedded service did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+
+
+class Demo:
+    """The whole embedded cluster and pipeline (see module docstring)."""
+
+    def __init__(self, settings: DemoSettings) -> None:
+        self.settings = settings
+        self.cluster = SimulatedCluster(
+            nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, seed=settings.seed
+        )
+        self.emulator = KubeEmulator()
+        self.token = secrets.token_urlsafe(24)
+        self.store: Store | None = None
+        self.runtime: SimulationRuntime | None = None
+        self.inventory: InventoryLoop | None = None
+        self.service: _Server | None = None
+        self.agents: list[tuple[AgentLoop, threading.Thread]] = []
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def start(self) -> Demo:
+        """Start every part, in dependency order."""
+        s = self.settings
+        self.emulator.start()
+        publisher = KubePublisher(self.emulator.api_client())
+        publisher.register_nodes(self.cluster)
+        self.runtime = SimulationRuntime(
+            self.cluster, s.workdir / "cluster", on_pod_event=publisher.on_pod_event
+        ).start()
+        self.store = Store.open(s.db_path)
+        self.service = self._start_service(self.store)
+        self.inventory = InventoryLoop(
+            KubeInventoryCollector(self.emulator.api_client()),
+            self.store,
+            interval_s=s.inventory_interval_s,
+        ).start()
+        for node in self.cluster.nodes:
+            self.agents.append(self._start_agent(node, self.service.url))
+        return self
+
+    def stop(self) -> None:
+        """Stop every part in reverse order; the DuckDB file stays."""
+        for loop, _ in self.agents:
+            loop.stop()
+        for _, thread in self.agents:
+            thread.join(timeout=30)
+        if self.inventory is not None:
+            self.inventory.stop()
+        if self.service is not None:
+            self.service.stop()
+        if self.runtime is not None:
+            self.runtime.stop()
+        self.emulator.stop()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def __enter__(self) -> Demo:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- parts ------------------------------------------------------------------------
+
+    def _start_service(self, store: Store) -> _Server:
+        settings = ServiceSettings(db_path=self.settings.db_path, token=self.token, port=0)
+        app = create_app(settings, store)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        sock = socket.create_server(("127.0.0.1", 0))
+        server = _Server(uvicorn.Server(config), sock)
+        server.start()
+        return server
+
+    def _collectors(self, node: str) -> list[Collector]:
+        assert self.runtime is not None
+        endpoints = self.runtime.endpoints[node]
+        files = self.runtime.files[node]
+        client = new_client()
+        collectors: list[Collector] = [
+            DcgmCollector(endpoints.dcgm_url, node=node, client=client),
+            CgroupCollector(files.cgroup_root, node=node),
+            RequestLogTail(files.request_log, REQUEST_LOG_COLUMNS),
+        ]
+        for pod, url in endpoints.vllm_urls().items():
+            collectors.append(
+                VllmCollector(url, node=node, namespace="inference", pod=pod, client=client)
+            )
+        return collectors
+
+    def _start_agent(self, node: str, service_url: str) -> tuple[AgentLoop, threading.Thread]:
+        stop = threading.Event()
+        spool = Spool(
+            self.settings.workdir / "spool" / node, max_bytes=256 * 1024 * 1024, max_files=10_000
+        )
+        shipper = Shipper(service_url, self.token, node=node, stop_event=stop)
+        loop = AgentLoop(
+            self._collectors(node),
+            shipper,
+            spool,
+            interval_s=self.settings.interval_s,
+            node=node,
+            stop_event=stop,
+        )
+        thread = threading.Thread(target=loop.run, name=f"agent-{node}", daemon=True)
+        thread.start()
+        return loop, thread
+
+    # -- observation ------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Rows stored so far in the tables the demo shows."""
+        if self.store is None:
+            return {}
+        return {table: self.store.count(table) for table in SHOWN_TABLES}
+
+    @property
+    def service_url(self) -> str:
+        """Where the embedded service listens."""
+        return self.service.url if self.service is not None else ""

@@ -1,0 +1,69 @@
+"""The embedded default end to end: simulated cluster -> agents -> service -> DuckDB.
+
+Everything is real and on loopback: the Kubernetes emulator, the exporters, the cgroup trees
+on disk, the agents' HTTP batches and the service's DuckDB file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sits_observe.surfaces.demo import Demo, DemoSettings
+
+pytestmark = [pytest.mark.slow, pytest.mark.k8s]
+
+
+def _wait_for(demo: Demo, tables: tuple[str, ...], timeout_s: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    counts = demo.counts()
+    while time.monotonic() < deadline:
+        counts = demo.counts()
+        if all(counts[t] > 0 for t in tables):
+            break
+        time.sleep(0.5)
+    return counts
+
+
+def test_demo_fills_every_sample_table_from_two_nodes(tmp_path: Path) -> None:
+    settings = DemoSettings(
+        nodes=2, gpus_per_node=4, db_path=tmp_path / "demo.duckdb", workdir=tmp_path, seed=3
+    )
+    with Demo(settings) as demo:
+        counts = _wait_for(
+            demo, ("gpu_samples", "container_samples", "requests", "server_windows", "pods"), 60
+        )
+        time.sleep(2)  # one more inventory round, so cgroup samples get their pod names
+    assert all(counts[t] > 0 for t in counts), counts
+
+    con = duckdb.connect(str(settings.db_path), read_only=True)
+    nodes = con.execute("SELECT count(DISTINCT node) FROM gpu_samples").fetchone()
+    assert nodes == (2,)
+    assert con.execute("SELECT count(DISTINCT node) FROM container_samples").fetchone() == (2,)
+    # 4 GPUs per node, each with consistent framebuffer accounting (MiB rounding aside).
+    gpus, bad_totals = con.execute(
+        "SELECT count(DISTINCT gpu_uuid), count(*) FILTER (WHERE abs(fb_total_bytes - "
+        "(fb_used_bytes + fb_free_bytes + fb_reserved_bytes)) > 3 * 1048576) FROM gpu_samples"
+    ).fetchone() or (0, 0)
+    assert (gpus, bad_totals) == (8, 0)
+    # Exact latencies from the request logs, all positive and attributed to the vLLM pods.
+    bad = con.execute(
+        "SELECT count(*) FILTER (WHERE latency_s <= 0 OR ttft_s < 0 OR ttft_s > latency_s) "
+        "FROM requests"
+    ).fetchone()
+    assert bad == (0,)
+    pods = {row[0] for row in con.execute("SELECT DISTINCT pod FROM requests").fetchall()}
+    assert pods and pods <= {"vllm-gpu-node-1-0", "vllm-gpu-node-2-0"}
+    # Estimates from the vLLM histograms are labelled as such.
+    assert con.execute("SELECT bool_and(estimate) FROM server_windows").fetchone() == (True,)
+    # The inventory named the containers of the cgroup samples.
+    named = con.execute(
+        "SELECT count(*) FROM container_samples WHERE namespace = 'inference'"
+    ).fetchone()
+    assert named is not None and named[0] > 0
+    # Nothing the simulated exporters produce is malformed.
+    drops = con.execute("SELECT collector, reason, sum(count) FROM collector_drops GROUP BY ALL")
+    assert drops.fetchall() == []
