@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def demo(
+    *,
     duration: float | None = typer.Option(
         None, "--duration", min=1, help="seconds to run; without it, runs until Ctrl-C"
     ),
