@@ -1,9 +1,129 @@
-"""CLI: ``sits-observe ingest`` for one source (placeholder until its owner lands it)."""
+"""CLI: ``sits-observe ingest dcgm PATH_OR_URL --db DB [--node NAME] [--timeout-s S]``.
+
+Reads one dcgm-exporter body (a saved ``/metrics`` file or a live ``http(s)://`` endpoint),
+stores its ``gpu_samples`` rows and one ``collector_drops`` row per rejection reason in a
+single batch, and prints what was stored (a table per GPU, then rows per table) and what was
+rejected, with reasons. This module is the composition root of that command: it builds the
+HTTP client, the collector and the store from the flags.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 import typer
+
+from sits_observe.collectors.dcgm import DcgmCollector
+from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
+from sits_observe.domain.tables import COLLECTOR_DROPS, GPU_SAMPLES
+from sits_observe.store import Store, utc_naive
+from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
+
+#: GPU rows printed one by one; a bigger body gets its totals only.
+MAX_GPU_LINES = 32
+_GIB = float(1 << 30)
+
+
+def drops_table(
+    dropped: Counter[str], *, at: datetime, node: str | None, collector: str
+) -> pa.Table:
+    """One ``collector_drops`` row per reason (sorted), stamped ``at`` (naive UTC)."""
+    reasons = sorted(r for r in dropped if dropped[r] > 0)
+    return pa.Table.from_pydict(
+        {
+            "ts": [at] * len(reasons),
+            "node": [node] * len(reasons),
+            "collector": [collector] * len(reasons),
+            "reason": reasons,
+            "count": [dropped[r] for r in reasons],
+        },
+        schema=COLLECTOR_DROPS.schema,
+    )
+
+
+def _gib(value: int | None) -> str | None:
+    return None if value is None else f"{value / _GIB:.2f}"
+
+
+def _percent(ratio: float | None) -> str | None:
+    return None if ratio is None else f"{100 * ratio:.0f}%"
+
+
+def gpu_lines(samples: pa.Table) -> list[dict[str, Any]]:
+    """The stored rows in short, human units (GiB, %, W, C) for the terminal."""
+    return [
+        {
+            "node": r["node"],
+            "gpu": r["gpu_index"],
+            "mig": None
+            if r["mig_profile"] is None
+            else f"{r['mig_profile']}/{r['mig_instance_id']}",
+            "pod": None if r["pod"] is None else f"{r['namespace']}/{r['pod']}",
+            "fb used GiB": _gib(r["fb_used_bytes"]),
+            "fb total GiB": _gib(r["fb_total_bytes"]),
+            "util": _percent(r["gpu_util_ratio"]),
+            "power W": None if r["power_w"] is None else f"{r['power_w']:.0f}",
+            "temp C": None if r["gpu_temp_c"] is None else f"{r['gpu_temp_c']:.0f}",
+        }
+        for r in samples.to_pylist()
+    ]
+
+
+def ingest_dcgm_once(
+    source: str, db: Path, *, node: str | None, timeout_s: float, now: datetime
+) -> dict[str, int]:
+    """Collect ``source`` once into ``db``, print the outcome; returns rows per table."""
+    with new_client(timeout_s) as client, DcgmCollector(source, node=node, client=client) as dcgm:
+        result = dcgm.collect(now)
+    samples = result.tables[GPU_SAMPLES.name]
+    nodes = sorted({n for n in samples.column("node").to_pylist() if n is not None})
+    drops_node = node if node is not None else (nodes[0] if len(nodes) == 1 else None)
+    drops = drops_table(result.dropped, at=utc_naive(now), node=drops_node, collector=dcgm.name)
+    with Store.open(db) as store:
+        store.append_batch({GPU_SAMPLES.name: samples, COLLECTOR_DROPS.name: drops})
+    if 0 < samples.num_rows <= MAX_GPU_LINES:
+        print_rows(gpu_lines(samples), OutputFormat.table, title=f"GPUs read from {source}")
+    stored = {GPU_SAMPLES.name: samples.num_rows, COLLECTOR_DROPS.name: drops.num_rows}
+    print_rows(
+        [{"table": name, "rows": rows} for name, rows in stored.items()],
+        OutputFormat.table,
+        title=f"stored in {db} ({len(nodes)} node(s))",
+    )
+    if result.dropped:
+        rejected = [{"reason": r, "samples": result.dropped[r]} for r in sorted(result.dropped)]
+        print_rows(rejected, OutputFormat.table, title="rejected samples, by reason")
+    else:
+        out.print("rejected: nothing")
+    return stored
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``dcgm`` to the ``ingest`` group ``app``."""
+
+    @app.command("dcgm")
+    def ingest_dcgm(
+        source: str = typer.Argument(
+            ..., help="dcgm-exporter /metrics URL (http://host:9400/metrics) or a saved file"
+        ),
+        db: Path = typer.Option(..., "--db", help="DuckDB file (created when absent)"),
+        node: str | None = typer.Option(
+            None, "--node", help="node name for every row (default: the Hostname label)"
+        ),
+        timeout_s: float = typer.Option(
+            DEFAULT_TIMEOUT_S,
+            "--timeout-s",
+            min=0.1,
+            max=300.0,
+            help="whole-scrape timeout for a URL, in seconds (0.1-300)",
+        ),
+    ) -> None:
+        """Read one dcgm-exporter body and store its GPU samples."""
+        run_cli(
+            lambda: ingest_dcgm_once(
+                source, db, node=node, timeout_s=timeout_s, now=datetime.now(UTC)
+            )
+        )
