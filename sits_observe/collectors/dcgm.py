@@ -239,6 +239,7 @@ class DcgmParser:
         self._grid: list[float] = []
         self._ts_ms: dict[int, int] = {}
         self._dropped: Counter[str] = Counter()
+        self._ignored: Counter[str] = Counter()
 
     def _forget(self) -> None:
         self._gpus = []
@@ -257,11 +258,12 @@ class DcgmParser:
         self._grid = [_EMPTY] * (len(self._gpus) * _NCOLS)
         self._ts_ms = {}
         self._dropped = Counter()
+        self._ignored = Counter()
         self._feed(text)
         table = self._table(now, node)
         if len(self._gpus) > max(1024, 4 * table.num_rows):
             self._forget()  # mostly rows of pods long gone: each scrape would pay for them
-        return CollectResult({GPU_SAMPLES.name: table}, self._dropped)
+        return CollectResult({GPU_SAMPLES.name: table}, self._dropped, self._ignored)
 
     def _row(self, label_text: str) -> int:
         pairs = parse_labels(label_text)
@@ -310,7 +312,7 @@ class DcgmParser:
         pieces = line.split(None, 1)
         col = _classify(pieces[0])
         if col == _UNMAPPED:
-            self._dropped[UNMAPPED_FAMILY] += 1
+            self._ignored[UNMAPPED_FAMILY] += 1
             return
         if col < 0:
             self._dropped[MALFORMED_LINE] += 1
@@ -410,8 +412,9 @@ class DcgmParser:
                 grid[k] = value
             else:
                 duplicates += 1
+        if unmapped:
+            self._ignored[UNMAPPED_FAMILY] += unmapped
         for reason, n in (
-            (UNMAPPED_FAMILY, unmapped),
             (NON_FINITE, non_finite),
             (DUPLICATE, duplicates),
         ):

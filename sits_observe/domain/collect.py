@@ -22,10 +22,17 @@ DropCounter = Counter[str]
 
 @dataclass(frozen=True)
 class CollectResult:
-    """What one ``collect`` call produced."""
+    """What one ``collect`` call produced.
+
+    ``dropped`` counts bad input (malformed, non-finite, out of range, vanished): it is stored
+    in ``collector_drops``. ``ignored`` counts well-formed samples the product deliberately
+    does not keep (an exporter family with no column): reported, never stored as drops, so a
+    healthy node does not write a drop row every second.
+    """
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     dropped: DropCounter = field(default_factory=Counter)
+    ignored: DropCounter = field(default_factory=Counter)
 
     @property
     def rows(self) -> int:
@@ -42,7 +49,7 @@ class CollectResult:
         tables = dict(self.tables)
         for name, table in other.tables.items():
             tables[name] = pa.concat_tables([tables[name], table]) if name in tables else table
-        return CollectResult(tables, self.dropped + other.dropped)
+        return CollectResult(tables, self.dropped + other.dropped, self.ignored + other.ignored)
 
 
 class Collector(Protocol):
@@ -55,7 +62,9 @@ class Collector(Protocol):
         ...
 
 
-def drops_table(dropped: Counter[str], *, at: datetime, node: str, collector: str) -> pa.Table:
+def drops_table(
+    dropped: Counter[str], *, at: datetime, node: str | None, collector: str
+) -> pa.Table:
     """One ``collector_drops`` row per reason with a positive count (reasons sorted), stamped
     ``at`` (naive UTC). This is how every ingest path stores what a collector dropped."""
     from sits_observe.domain.tables import COLLECTOR_DROPS

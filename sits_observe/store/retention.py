@@ -5,7 +5,8 @@ Raw GPU and container samples older than ``raw_retention_s`` are folded into the
 averages), so rows that arrive late for a minute already rolled merge exactly through
 ``ON CONFLICT``. Rollups older than ``rollup_retention_s`` and request records older than
 ``requests_retention_s`` are deleted. Request records are not rolled up: exact quantiles
-need the raw latencies.
+need the raw latencies. Server windows, GPU processes, inventory snapshots and collector
+drops are kept for ``other_retention_s``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ class RetentionSettings(BaseModel):
     requests_retention_s: float = Field(
         7 * 86400, gt=0, description="seconds of per-request records kept"
     )
+    other_retention_s: float = Field(
+        7 * 86400,
+        gt=0,
+        description="seconds kept of server windows, GPU processes, inventory snapshots and "
+        "collector drops",
+    )
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,11 @@ class RetentionReport:
     container_rows_rolled: int
     rollup_rows_deleted: int
     request_rows_deleted: int
+    other_rows_deleted: int = 0
 
+
+#: Tables kept raw for ``other_retention_s`` and then deleted (no rollup).
+_OTHER_TABLES = ("server_windows", "gpu_processes", "nodes", "pods", "collector_drops")
 
 _GPU_ROLLUP = """
 INSERT INTO gpu_samples_1m
@@ -88,6 +99,7 @@ def enforce_retention(
     raw_cutoff = now - timedelta(seconds=settings.raw_retention_s)
     rollup_cutoff = now - timedelta(seconds=settings.rollup_retention_s)
     requests_cutoff = now - timedelta(seconds=settings.requests_retention_s)
+    other_cutoff = now - timedelta(seconds=settings.other_retention_s)
     with store.transaction() as con:
 
         def rows_before(table: str, cutoff: datetime) -> int:
@@ -112,4 +124,8 @@ def enforce_retention(
             con.execute(f"DELETE FROM {table} WHERE minute < ?", [rollup_cutoff])
         if request_rows:
             con.execute("DELETE FROM requests WHERE ts < ?", [requests_cutoff])
-    return RetentionReport(gpu_rows, container_rows, rollups_deleted, request_rows)
+        other_rows = 0
+        for table in _OTHER_TABLES:
+            other_rows += rows_before(table, other_cutoff)
+            con.execute(f"DELETE FROM {table} WHERE ts < ?", [other_cutoff])
+    return RetentionReport(gpu_rows, container_rows, rollups_deleted, request_rows, other_rows)

@@ -251,9 +251,7 @@ def test_cli_ingests_a_file_and_records_rejections(shared_data: Path, tmp_path: 
         "fb_total_bytes": 23033 * MIB,
         "source": "dcgm",
     }
-    assert drops == [
-        {"node": "kube-l4", "collector": "dcgm", "reason": UNMAPPED_FAMILY, "count": 7}
-    ]
+    assert drops == []  # the 7 samples of families without a column are ignored, not bad
 
 
 def test_cli_reports_a_dead_endpoint_and_exits_2(tmp_path: Path) -> None:

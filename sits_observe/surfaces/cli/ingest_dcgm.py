@@ -9,7 +9,6 @@ HTTP client, the collector and the store from the flags.
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import typer
 
 from sits_observe.collectors.dcgm import DcgmCollector
 from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
+from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, GPU_SAMPLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
@@ -26,23 +26,6 @@ from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_
 #: GPU rows printed one by one; a bigger body gets its totals only.
 MAX_GPU_LINES = 32
 _GIB = float(1 << 30)
-
-
-def drops_table(
-    dropped: Counter[str], *, at: datetime, node: str | None, collector: str
-) -> pa.Table:
-    """One ``collector_drops`` row per reason (sorted), stamped ``at`` (naive UTC)."""
-    reasons = sorted(r for r in dropped if dropped[r] > 0)
-    return pa.Table.from_pydict(
-        {
-            "ts": [at] * len(reasons),
-            "node": [node] * len(reasons),
-            "collector": [collector] * len(reasons),
-            "reason": reasons,
-            "count": [dropped[r] for r in reasons],
-        },
-        schema=COLLECTOR_DROPS.schema,
-    )
 
 
 def _gib(value: int | None) -> str | None:
@@ -98,6 +81,9 @@ def ingest_dcgm_once(
         print_rows(rejected, OutputFormat.table, title="rejected samples, by reason")
     else:
         out.print("rejected: nothing")
+    if result.ignored:
+        ignored = ", ".join(f"{r}: {n}" for r, n in sorted(result.ignored.items()))
+        out.print(f"not stored (no column for them, not an error): {ignored}")
     return stored
 
 

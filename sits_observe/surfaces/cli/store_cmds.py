@@ -69,6 +69,10 @@ def register(app: typer.Typer) -> None:
         requests_retention_s: float = typer.Option(
             RetentionSettings().requests_retention_s, help="seconds of request records kept"
         ),
+        other_retention_s: float = typer.Option(
+            RetentionSettings().other_retention_s,
+            help=RetentionSettings.model_fields["other_retention_s"].description,
+        ),
     ) -> None:
         """Roll raw samples up to one-minute rows and delete what is past retention."""
 
@@ -77,6 +81,7 @@ def register(app: typer.Typer) -> None:
                 raw_retention_s=raw_retention_s,
                 rollup_retention_s=rollup_retention_s,
                 requests_retention_s=requests_retention_s,
+                other_retention_s=other_retention_s,
             )
             with Store.open(db) as store:
                 report = enforce_retention(store, datetime.now(UTC), settings)

@@ -43,7 +43,17 @@ def rows(text: str, node: str | None = None) -> tuple[list[dict[str, Any]], dict
     result = parse_dcgm(text, now=NOW, node=node)
     table = result.tables["gpu_samples"]
     assert table.schema.equals(GPU_SAMPLES.schema, check_metadata=True)
-    return table.to_pylist(), dict(result.dropped)
+    # What was not stored: bad input (dropped) and families without a column (ignored).
+    return table.to_pylist(), dict(result.dropped + result.ignored)
+
+
+def test_families_without_a_column_are_ignored_not_dropped() -> None:
+    """A healthy exporter's extra families are not bad input: no drop rows every scrape."""
+    result = parse_dcgm(
+        f"DCGM_FI_DEV_ENC_UTIL{{{L4}}} 5\nDCGM_FI_DEV_GPU_TEMP{{{L4}}} 40\n", now=NOW, node=None
+    )
+    assert dict(result.dropped) == {}
+    assert dict(result.ignored) == {UNMAPPED_FAMILY: 1}
 
 
 def read(shared_data: Path, name: str) -> tuple[list[dict[str, Any]], dict[str, int]]:

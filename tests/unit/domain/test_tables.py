@@ -36,8 +36,21 @@ def test_find_table_lists_valid_names_on_a_miss() -> None:
 
 def test_every_quantity_column_names_its_unit() -> None:
     """STYLE.md: every quantity names its unit (or is an id, label, count or flag)."""
-    units = ("_bytes", "_ratio", "_s", "_bytes_per_s", "_w", "_c", "_hz", "_j", "_milli",
-             "_total", "_rps", "_cores", "_at")
+    units = (
+        "_bytes",
+        "_ratio",
+        "_s",
+        "_bytes_per_s",
+        "_w",
+        "_c",
+        "_hz",
+        "_j",
+        "_milli",
+        "_total",
+        "_rps",
+        "_cores",
+        "_at",
+    )
     for spec in TABLES.values():
         for field in spec.schema:
             if pa.types.is_floating(field.type):

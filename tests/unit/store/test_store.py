@@ -104,11 +104,17 @@ def test_retention_deletes_old_rollups_and_requests() -> None:
     store = Store.open(":memory:")
     store.append("gpu_samples", gpu_rows(10))
     store.append("requests", pa.table({"ts": [T0], "model": ["m"], "latency_s": [0.1]}))
+    store.append("pods", pa.table({"ts": [T0, T0 + timedelta(days=1)], "pod": ["a", "b"]}))
     settings = RetentionSettings(
-        raw_retention_s=60, rollup_retention_s=3600, requests_retention_s=3600
+        raw_retention_s=60,
+        rollup_retention_s=3600,
+        requests_retention_s=3600,
+        other_retention_s=7200,
     )
     report = enforce_retention(store, T0 + timedelta(days=1), settings)
     assert report.request_rows_deleted == 1
+    assert report.other_rows_deleted == 1
+    assert store.query("SELECT pod FROM pods").column("pod").to_pylist() == ["b"]
     assert report.rollup_rows_deleted == 1  # rolled up, then past its own retention
     assert store.count("gpu_samples_1m") == 0
     assert store.count("requests") == 0
