@@ -434,6 +434,7 @@ def breakdown(rig: Rig, ticks: int = 60) -> dict[str, float]:
     encoding, shipping (httpx) and its metrics.
     """
     from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
+    from sits_observe.collectors.agent.settings import AgentSettings
     from sits_observe.collectors.cgroup import CgroupCollector
     from sits_observe.collectors.dcgm import DcgmCollector
     from sits_observe.collectors.http import new_client
@@ -442,7 +443,9 @@ def breakdown(rig: Rig, ticks: int = 60) -> dict[str, float]:
     keep_pandas_out()
     client = new_client()
     dcgm = _Timed(DcgmCollector(rig.dcgm_url, node="bench-node", client=client))
-    cgroup = _Timed(CgroupCollector(rig.tree, node="bench-node"))
+    cgroup = _Timed(
+        CgroupCollector(rig.tree, node="bench-node", slow_every=AgentSettings().cgroup_slow_every)
+    )
     loop = AgentLoop(
         [dcgm, cgroup],  # type: ignore[list-item]
         Shipper(rig.service_url, rig.token, node="bench-node", client=client),

@@ -93,17 +93,35 @@ class CgroupCollector:
 
     name = "cgroup"
 
-    def __init__(self, root: Path, *, node: str, read_file: ReadFile | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        node: str,
+        read_file: ReadFile | None = None,
+        slow_every: int = 1,
+    ) -> None:
         """``root``: the cgroup v2 mount (or a kubepods directory itself); ``node``: the
-        Kubernetes node name stamped on every row; ``read_file``: the file reader."""
+        Kubernetes node name stamped on every row; ``read_file``: the file reader;
+        ``slow_every``: read the slowly changing files (limits, events, PSI) on every n-th
+        collect only, reusing their last values in between (see :data:`SLOW_FILES`)."""
+        if slow_every < 1:
+            raise ValueError(f"slow_every must be >= 1, got {slow_every}")
         self.root = Path(root)
         self.node = node
         self._read_file = read_file
+        self.slow_every = slow_every
+        self._tick = 0
+        # container path -> (tick the slow files were read, their columns)
+        self._slow: dict[str, tuple[int, Row]] = {}
+        self._seen: set[str] = set()
 
     def collect(self, now: datetime) -> CollectResult:
         """Read every container once; ``now`` (UTC) stamps every row."""
         rows: list[Row] = []
         dropped: Counter[str] = Counter()
+        self._tick += 1
+        self._seen = set()
         for path, top in self._hierarchies():
             for name, child_path in self._subdirs(path, dropped):
                 child = kubepods_child(name, top)
@@ -118,6 +136,8 @@ class CgroupCollector:
                     self._read_pod(child_path, child, top.systemd, rows, dropped)
                 else:
                     dropped[UNRECOGNISED] += 1
+        for gone in self._slow.keys() - self._seen:
+            del self._slow[gone]
         return CollectResult({CONTAINER_SAMPLES.name: self._table(rows, now)}, dropped)
 
     # -- walk ----------------------------------------------------------------------------
@@ -206,9 +226,12 @@ class CgroupCollector:
             os.close(dir_fd)
 
     def _read_files(self, path: str, read: _ReadName, dropped: Counter[str]) -> Row | None:
+        self._seen.add(path)
+        cached = self._slow.get(path)
+        fresh = cached is None or self._tick - cached[0] >= self.slow_every
         row: Row = {}
         drops: Counter[str] = Counter()
-        for file_name, handle in _FILES:
+        for file_name, handle in FAST_FILES + SLOW_FILES if fresh else FAST_FILES:
             try:
                 text = read(file_name)
             except FileNotFoundError:
@@ -230,6 +253,10 @@ class CgroupCollector:
                 handle(text, row, drops)
             except ParseError:
                 drops[f"malformed:{file_name}"] += 1
+        if fresh:
+            self._slow[path] = (self._tick, {k: row.get(k) for k in _SLOW_COLUMNS})
+        elif cached is not None:
+            row.update(cached[1])
         dropped.update(drops)
         return row
 
@@ -332,13 +359,30 @@ def _cpu_pressure(text: str, row: Row, drops: Counter[str]) -> None:
         row["cpu_pressure_some_total_s"] = some.total_s
 
 
-_FILES: tuple[tuple[str, _FileHandler], ...] = (
+#: Read on every collect: what SMF, memory growth and CPU rates need at full resolution.
+FAST_FILES: tuple[tuple[str, _FileHandler], ...] = (
     ("memory.current", _memory_current),
-    ("memory.max", _memory_max),
     ("memory.stat", _memory_stat),
+    ("cpu.stat", _cpu_stat),
+)
+#: Read on every ``slow_every``-th collect: limits change only on a pod resize, OOM events
+#: are counters (a read late by a few seconds loses no event), and PSI ``avg10`` is itself a
+#: ten-second average.
+SLOW_FILES: tuple[tuple[str, _FileHandler], ...] = (
+    ("memory.max", _memory_max),
     ("memory.events", _memory_events),
     ("memory.pressure", _memory_pressure),
     ("cpu.pressure", _cpu_pressure),
-    ("cpu.stat", _cpu_stat),
     ("cpu.max", _cpu_max),
+)
+_SLOW_COLUMNS = (
+    "memory_max_bytes",
+    "oom_events_total",
+    "oom_kill_events_total",
+    "memory_pressure_some_avg10_ratio",
+    "memory_pressure_full_avg10_ratio",
+    "memory_pressure_some_total_s",
+    "cpu_pressure_some_avg10_ratio",
+    "cpu_pressure_some_total_s",
+    "cpu_limit_cores",
 )

@@ -195,7 +195,7 @@ class Demo:
         client = new_client()
         collectors: list[Collector] = [
             DcgmCollector(endpoints.dcgm_url, node=node, client=client),
-            CgroupCollector(files.cgroup_root, node=node),
+            CgroupCollector(files.cgroup_root, node=node, slow_every=5),
             RequestLogTail(files.request_log, REQUEST_LOG_COLUMNS),
         ]
         for pod, url in endpoints.vllm_urls().items():

@@ -18,6 +18,12 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     interval_s: float = Field(1.0, ge=0.1, le=3600, description="seconds between two collections")
+    cgroup_slow_every: int = Field(
+        5,
+        ge=1,
+        le=3600,
+        description="read cgroup limits, OOM events and PSI on every n-th collection only",
+    )
     ship_timeout_s: float = Field(
         5.0, gt=0, le=300, description="seconds one delivery may take (connect, send, answer)"
     )

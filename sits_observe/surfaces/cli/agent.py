@@ -60,6 +60,9 @@ def agent(
         None, "--token-file", help=f"file holding the bearer token; else ${TOKEN_ENV} is used"
     ),
     interval_s: float = typer.Option(_DEFAULTS.interval_s, help=_help("interval_s")),
+    cgroup_slow_every: int = typer.Option(
+        _DEFAULTS.cgroup_slow_every, help=_help("cgroup_slow_every")
+    ),
     dcgm_url: list[str] = typer.Option(
         [], "--dcgm-url", help="dcgm-exporter /metrics URL (or file); repeatable"
     ),
@@ -94,6 +97,7 @@ def agent(
         )
         settings = _settings(
             interval_s=interval_s,
+            cgroup_slow_every=cgroup_slow_every,
             spool_max_bytes=spool_max_bytes,
             spool_max_files=spool_max_files,
             ship_timeout_s=ship_timeout_s,
@@ -106,7 +110,14 @@ def agent(
             service=service,
             token=token,
             node=node,
-            collector_factories=collector_factories(node, dcgm_url, cgroup_root, nvml, vllm_url),
+            collector_factories=collector_factories(
+                node,
+                dcgm_url,
+                cgroup_root,
+                nvml,
+                vllm_url,
+                cgroup_slow_every=settings.cgroup_slow_every,
+            ),
             spool_dir=spool_dir,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
@@ -238,6 +249,8 @@ def collector_factories(
     cgroup_root: Path | None,
     nvml: bool | None,
     vllm_urls: list[str],
+    *,
+    cgroup_slow_every: int = 1,
 ) -> list[Callable[[Any], Collector]]:
     """One factory per collector the flags ask for; each takes the shared scrape client.
 
@@ -252,7 +265,7 @@ def collector_factories(
         factories.append(_factory(dcgm, url, node=node, with_client=True))
     if cgroup_root is not None:
         cgroup = _collector_class("sits_observe.collectors.cgroup", "CgroupCollector")
-        factories.append(_factory(cgroup, cgroup_root, node=node))
+        factories.append(_factory(cgroup, cgroup_root, node=node, slow_every=cgroup_slow_every))
     if nvml or (nvml is None and not dcgm_urls):
         try:
             nvml_cls = _collector_class("sits_observe.collectors.nvml", "NvmlCollector")
@@ -263,9 +276,7 @@ def collector_factories(
         else:
             factories.append(_factory(nvml_cls, node=node))
     for url in vllm_urls:
-        vllm = _collector_class(
-            "sits_observe.collectors.vllm", "VllmCollector", "sits_observe.collectors.inference"
-        )
+        vllm = _collector_class("sits_observe.collectors.vllm", "VllmCollector")
         factories.append(_factory(vllm, url, node=node, with_client=True))
     if not factories:
         raise ConfigError(
@@ -275,23 +286,21 @@ def collector_factories(
 
 
 def _factory(
-    cls: Any, *args: object, node: str, with_client: bool = False
+    cls: Any, *args: object, node: str, with_client: bool = False, **options: object
 ) -> Callable[[Any], Collector]:
     def make(client: Any) -> Collector:
         if with_client:
-            return cast(Collector, cls(*args, node=node, client=client))
-        return cast(Collector, cls(*args, node=node))
+            options["client"] = client
+        return cast(Collector, cls(*args, node=node, **options))
 
     return make
 
 
-def _collector_class(module: str, name: str, *fallbacks: str) -> Any:
-    for candidate in (module, *fallbacks):
-        try:
-            return getattr(importlib.import_module(candidate), name)
-        except (ImportError, AttributeError):
-            continue
-    raise ConfigError(f"collector {name} is not available in this build ({module})")
+def _collector_class(module: str, name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"collector {name} is not available in this build ({module})") from exc
 
 
 def _settings(**values: object) -> AgentSettings:

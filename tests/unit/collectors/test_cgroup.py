@@ -456,3 +456,52 @@ def test_reader_returns_files_longer_than_one_read(tmp_path: Path) -> None:
     assert read_cgroup_file(path) == text
     path.write_text("x" * 64 * 1024)
     assert read_cgroup_file(path) == "x" * 64 * 1024
+
+
+def test_slow_files_are_read_every_nth_collect_and_reused_between(tmp_path: Path) -> None:
+    """Limits, events and PSI are read on every n-th collect; fast files on every one."""
+    from sits_observe.simulator.cgroupfs import CgroupTree, CgroupValues
+
+    tree = CgroupTree(tmp_path)
+    cid = "ab" * 32
+    tree.add_container(
+        "11111111-2222-3333-4444-555555555555",
+        cid,
+        values=CgroupValues(memory_current_bytes=100, memory_max_bytes=1000),
+    )
+    reads: list[str] = []
+
+    def reader(path: Path) -> str:
+        reads.append(path.name)
+        return path.read_text()
+
+    collector = CgroupCollector(tmp_path, node="n", read_file=reader, slow_every=3)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def one() -> dict[str, object]:
+        reads.clear()
+        (row,) = collector.collect(now).tables["container_samples"].to_pylist()
+        return row
+
+    first = one()
+    assert sorted(reads) == sorted(
+        [
+            "memory.current",
+            "memory.stat",
+            "cpu.stat",
+            "memory.max",
+            "memory.events",
+            "memory.pressure",
+            "cpu.pressure",
+            "cpu.max",
+        ]
+    )
+    tree.set_values(cid, CgroupValues(memory_current_bytes=200, memory_max_bytes=2000))
+    second = one()
+    assert sorted(reads) == ["cpu.stat", "memory.current", "memory.stat"]
+    assert (second["memory_current_bytes"], second["memory_max_bytes"]) == (200, 1000)
+    assert first["memory_max_bytes"] == 1000
+    one()
+    fourth = one()  # the 4th collect is 3 after the 1st: the slow files are read again
+    assert "memory.max" in reads
+    assert fourth["memory_max_bytes"] == 2000
