@@ -1,1 +1,1 @@
-"""analytics layer (see docs/architecture.md)."""
+"""Analytics: pure functions over the store's tables (no Kubernetes, HTTP or Streamlit)."""

@@ -8,7 +8,17 @@ import sys
 
 import typer
 
-from sits_observe.surfaces.cli import agent, demo, ingest, serve, store_cmds
+from sits_observe.surfaces.cli import (
+    agent,
+    analyze_fragmentation,
+    analyze_latency,
+    analyze_trends,
+    analyze_workloads,
+    demo,
+    ingest,
+    serve,
+    store_cmds,
+)
 
 app = typer.Typer(
     name="sits-observe",
@@ -24,6 +34,10 @@ serve.register(app)
 agent.register(app)
 demo.register(app)
 store_cmds.register(app)
+analyze_latency.register(app)
+analyze_fragmentation.register(app)
+analyze_trends.register(app)
+analyze_workloads.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,9 @@
+"""CLI: analytics commands (placeholder until its owner lands it)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
