@@ -83,7 +83,7 @@ def demo(
                         break
             counts = the_demo.counts()
         finally:
-            err.print("stopping: agents, inventory, service, simulation ...")
+            err.print("\nstopping: agents, inventory, service, simulation ...")
             the_demo.stop()
             signal.signal(signal.SIGINT, previous)
         _summary(settings.db_path, settings.workdir, counts)
@@ -106,7 +106,7 @@ def _progress(the_demo: object, elapsed_s: float) -> Table:
         waiting = sum(
             p.server.waiting for n in cluster.nodes.values() for p in n.pods.values() if p.server
         )
-    table.caption = f"simulated pods: {pods}, requests queued: {waiting}"
+    table.caption = f"pods: {pods}, queued requests: {waiting}"
     return table
 
 
