@@ -40,3 +40,16 @@ class SchemaError(StoreError):
 
 class TransportError(SitsError):
     """Shipping a batch from an agent to the service failed."""
+
+
+class ControllerError(SitsError):
+    """The controller could not read the cluster state or write a change."""
+
+
+class KubeApiError(ControllerError):
+    """The Kubernetes API answered an error (``status`` 0: it could not be reached)."""
+
+    def __init__(self, message: str, *, status: int, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after_s = retry_after_s

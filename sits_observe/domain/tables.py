@@ -229,6 +229,28 @@ COLLECTOR_DROPS = TableSpec(
     "samples collectors dropped, by reason",
 )
 
+DECISIONS = TableSpec(
+    "decisions",
+    _schema(
+        ("ts", TS, "when the decision's outcome was known, UTC"),
+        ("replica", pa.string(), "controller replica that decided (its Lease identity)"),
+        ("mode", pa.string(), "dry-run, annotate or act"),
+        ("dry_run", pa.bool_(), "true when nothing was written to the cluster"),
+        ("kind", pa.string(), "kind of the object concerned: Node, Pod, ResourceQuota ..."),
+        ("namespace", pa.string(), "its namespace; NULL for cluster-scoped objects"),
+        ("name", pa.string(), "its name"),
+        ("action", pa.string(), "memory-class, fragmentation ... (docs/controller.md)"),
+        ("current", pa.string(), "value in effect before (NULL = unknown or unset)"),
+        ("proposed", pa.string(), "value proposed after the safety rules"),
+        ("reason", pa.string(), "why, in words, with the thresholds"),
+        ("evidence", pa.string(), "the signals behind it, as a JSON object"),
+        ("outcome", pa.string(), "recommended, applied, skipped:<why> or failed:<why>"),
+        ("detail", pa.string(), "error text of a failure or skip, if any"),
+        ("attempts", pa.int32(), "API requests tried for the object write (0 = none)"),
+    ),
+    "one row per controller decision and its outcome",
+)
+
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
@@ -240,6 +262,7 @@ TABLES: dict[str, TableSpec] = {
         NODES,
         PODS,
         COLLECTOR_DROPS,
+        DECISIONS,
     )
 }
 

@@ -14,6 +14,7 @@ from sits_observe.surfaces.cli import (
     analyze_latency,
     analyze_trends,
     analyze_workloads,
+    controller,
     demo,
     ingest,
     serve,
@@ -38,6 +39,7 @@ analyze_latency.register(app)
 analyze_fragmentation.register(app)
 analyze_trends.register(app)
 analyze_workloads.register(app)
+controller.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,339 @@
+"""``apply()``: write a plan's decisions through the Kubernetes API, safely, and record them.
+
+What each mode writes (docs/controller.md has the table):
+
+- ``dry-run``: nothing. Every decision is recorded with outcome ``recommended``.
+- ``annotate``: per decision, one merge patch of the object it concerns setting the
+  ``sits.io/recommendation.<action>`` annotation (JSON: proposed, current, reason, evidence,
+  at, mode) and one Event (reason ``SitsRecommendation``). Outcome ``recommended``.
+- ``act``: as ``annotate``, and in the same patch the change itself where the API can carry
+  it: the ``sits.io/memory-class`` / ``sits.io/fragmentation`` label, the
+  ``sits.io/qos-*-quota-*`` annotation, the managed ResourceQuota's ``spec.hard`` key; and for
+  time slices (with a ConfigMap configured) the workload's entry in the ConfigMap's
+  ``sits-time-slices.yaml`` key (read, modify, replace with ``resourceVersion``). Outcome
+  ``applied``; recommendation-only actions (TopologyManager policy, priority class, quota
+  advice for a namespace without the managed ResourceQuota) stay ``recommended``. Event
+  reason ``SitsApplied``.
+
+Safety: skipped decisions write nothing; each written decision takes one token from the
+write :class:`~sits_observe.control.safety.TokenBucket` (none left: ``skipped:rate-limited``,
+planned again next pass); a replica that lost the Lease mid-pass writes nothing more
+(``skipped:not-leader``); 404 means the object is gone (``skipped:gone``, not retried);
+409 / 429 / 5xx / unreachable are retried with exponential backoff up to ``max_attempts``
+(then ``failed:http-<status>`` or ``failed:unreachable``); other errors fail at once. One
+decision's failure never stops the others. A failed Event is counted as an error but does not
+undo the change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+import yaml
+from kubernetes import client as k8s_client
+
+from sits_observe.control.kube import MERGE_PATCH, JsonObject, KubeJson, object_path, with_retries
+from sits_observe.control.model import (
+    ACTIONS,
+    Action,
+    Change,
+    Decision,
+    ObjectRef,
+    Outcome,
+    Plan,
+    recommendation_annotation,
+)
+from sits_observe.control.plan import actuable
+from sits_observe.control.safety import TokenBucket
+from sits_observe.control.settings import ControllerSettings, Mode
+from sits_observe.errors import KubeApiError
+
+log = logging.getLogger(__name__)
+
+EVENT_COMPONENT = "sits-observe-controller"
+_MESSAGE_MAX = 1024  # the API server truncates Event messages past 1 KiB
+
+
+class Recorder(Protocol):
+    """Where outcomes go (the ``decisions`` table and metrics) and errors are counted."""
+
+    def record(self, outcomes: Sequence[Outcome]) -> None:
+        """Store and count ``outcomes``."""
+
+    def count_error(self, where: str) -> None:
+        """Count one error in ``where`` (``apply``, ``event``, ``plan`` ...)."""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(at: datetime) -> str:
+    """``at`` as the API's MicroTime text (always 6 fractional digits, ``Z``)."""
+    utc = at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339_seconds(at: datetime) -> str:
+    """``at`` as the API's Time text (whole seconds, ``Z``), e.g. an Event's timestamps."""
+    utc = at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def recommendation_json(decision: Decision, settings: ControllerSettings, at: datetime) -> str:
+    """The value of the ``sits.io/recommendation.<action>`` annotation."""
+    rec = decision.recommendation
+    return json.dumps(
+        {
+            "proposed": rec.proposed,
+            "current": rec.current,
+            "reason": rec.reason,
+            "evidence": dict(rec.evidence),
+            "mode": str(settings.mode),
+            "at": rfc3339(at),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def _quota_quantity(action: Action, value: str) -> str:
+    """A proposed base-unit value as a ResourceQuota quantity (milli-CPU gets ``m``)."""
+    return f"{value}m" if action is Action.QUOTA_CPU else value
+
+
+def writes_for(
+    decision: Decision, settings: ControllerSettings, at: datetime
+) -> tuple[Change, ...]:
+    """Exactly what applying ``decision`` writes in ``settings.mode`` (Events aside)."""
+    if settings.mode is Mode.DRY_RUN or decision.skip is not None:
+        return ()
+    rec = decision.recommendation
+    changes = [
+        Change(
+            rec.ref,
+            "annotation",
+            recommendation_annotation(rec.action),
+            recommendation_json(decision, settings, at),
+        )
+    ]
+    if not actuable(rec.action, rec.ref.kind, settings):
+        return tuple(changes)
+    spec = ACTIONS[rec.action]
+    if spec.actuator == "label" and spec.key:
+        changes.append(Change(rec.ref, "label", spec.key, rec.proposed))
+    elif spec.actuator == "annotation" and spec.key:
+        changes.append(Change(rec.ref, "annotation", spec.key, rec.proposed))
+    elif spec.actuator == "quota" and spec.key:
+        changes.append(
+            Change(rec.ref, "quota", spec.key, _quota_quantity(rec.action, rec.proposed))
+        )
+    elif spec.actuator == "configmap":
+        where = settings.time_slicing_ref()
+        assert where is not None  # actuable() checked it
+        key = rec.workload or f"{rec.ref.namespace}/{rec.ref.name}"
+        configmap = ObjectRef("ConfigMap", where[0], where[1])
+        # The ConfigMap entry first: the pod's annotation then reports a change that holds.
+        changes.insert(0, Change(configmap, "configmap", key, rec.proposed))
+    return tuple(changes)
+
+
+def _merge_patch(changes: Sequence[Change]) -> JsonObject:
+    meta: JsonObject = {}
+    body: JsonObject = {"metadata": meta}
+    for change in changes:
+        if change.field == "label":
+            meta.setdefault("labels", {})[change.key] = change.value
+        elif change.field == "annotation":
+            meta.setdefault("annotations", {})[change.key] = change.value
+        elif change.field == "quota":
+            body.setdefault("spec", {}).setdefault("hard", {})[change.key] = change.value
+    return body
+
+
+class Applier:
+    """Applies decisions one by one; holds the API, the write budget and the clock."""
+
+    def __init__(
+        self,
+        kube: KubeJson,
+        settings: ControllerSettings,
+        recorder: Recorder,
+        *,
+        limiter: TokenBucket | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.recorder = recorder
+        self.limiter = limiter or TokenBucket(
+            settings.writes_per_minute / 60.0, settings.write_burst
+        )
+        self.sleep = sleep
+        self.clock = clock
+        #: Checked before every write: a replica that lost the Lease mid-pass stops writing.
+        self.may_write: Callable[[], bool] = lambda: True
+
+    def apply(self, plan: Plan) -> list[Outcome]:
+        """Apply every decision of ``plan``; record and return the outcomes."""
+        outcomes = []
+        for decision in plan.decisions():
+            try:
+                outcome = self.apply_one(decision)
+            except Exception as exc:  # one object's surprise must not stop the pass
+                log.exception("applying %s %s failed", decision.action, decision.ref)
+                self.recorder.count_error("apply")
+                outcome = Outcome(
+                    decision,
+                    "failed:internal",
+                    0,
+                    self.clock(),
+                    str(self.settings.mode),
+                    f"{type(exc).__name__}: {exc}",
+                )
+            outcomes.append(outcome)
+        self.recorder.record(outcomes)
+        return outcomes
+
+    def apply_one(self, decision: Decision) -> Outcome:
+        """Apply one decision (see the module docstring for the outcomes)."""
+        mode = str(self.settings.mode)
+        at = self.clock()
+        if decision.skip is not None:
+            return Outcome(decision, f"skipped:{decision.skip}", 0, at, mode)
+        if self.settings.mode is Mode.DRY_RUN:
+            return Outcome(decision, "recommended", 0, at, mode)
+        if not self.may_write():
+            return Outcome(decision, "skipped:not-leader", 0, at, mode)
+        if not self.limiter.try_take():
+            return Outcome(decision, "skipped:rate-limited", 0, at, mode)
+        attempts = 0
+        changes = writes_for(decision, self.settings, at)
+        by_target: dict[ObjectRef, list[Change]] = {}
+        for change in changes:
+            by_target.setdefault(change.target, []).append(change)
+        for target, group in by_target.items():
+            result = with_retries(
+                lambda t=target, g=group: self._write(t, g),  # type: ignore[misc]
+                max_attempts=self.settings.max_attempts,
+                backoff_base_s=self.settings.backoff_base_s,
+                backoff_max_s=self.settings.backoff_max_s,
+                sleep=self.sleep,
+            )
+            attempts += result.attempts
+            if result.error is not None:
+                return self._failure(decision, result.error, attempts, at, target)
+        applied = actuable(decision.action, decision.ref.kind, self.settings)
+        self._event(decision, applied, at)
+        return Outcome(decision, "applied" if applied else "recommended", attempts, at, mode)
+
+    def _failure(
+        self,
+        decision: Decision,
+        error: KubeApiError,
+        attempts: int,
+        at: datetime,
+        target: ObjectRef,
+    ) -> Outcome:
+        mode = str(self.settings.mode)
+        if error.status == 404:
+            return Outcome(decision, "skipped:gone", attempts, at, mode, f"{target}: {error}")
+        self.recorder.count_error("apply")
+        log.warning("writing %s for %s failed: %s", decision.action, decision.ref, error)
+        why = "unreachable" if error.status == 0 else f"http-{error.status}"
+        return Outcome(decision, f"failed:{why}", attempts, at, mode, str(error))
+
+    def _write(self, target: ObjectRef, changes: Sequence[Change]) -> None:
+        if target.kind == "ConfigMap":
+            self._write_configmap(target, changes)
+            return
+        self.kube.request(
+            "PATCH",
+            object_path(target.kind, target.namespace, target.name),
+            body=_merge_patch(changes),
+            content_type=MERGE_PATCH,
+        )
+
+    def _write_configmap(self, target: ObjectRef, changes: Sequence[Change]) -> None:
+        """Read, set our entries in our data key, replace with the read resourceVersion."""
+        path = object_path("ConfigMap", target.namespace, target.name)
+        current = self.kube.request("GET", path)
+        found = current.get("data")
+        data: dict[str, str] = dict(found) if isinstance(found, dict) else {}
+        key = self.settings.time_slicing_key
+        try:
+            entries = yaml.safe_load(data.get(key) or "") or {}
+        except yaml.YAMLError:
+            entries = {}  # ours to own: a corrupted entry is rewritten, never merged
+        if not isinstance(entries, dict):
+            entries = {}
+        wanted = {c.key: c.value for c in changes if c.field == "configmap"}
+        if all(entries.get(k) == v for k, v in wanted.items()):
+            return
+        entries.update(wanted)
+        body = dict(current)
+        body["data"] = {**data, key: yaml.safe_dump(entries, sort_keys=True)}
+        self.kube.request("PUT", path, body=body)
+
+    def _event(self, decision: Decision, applied: bool, at: datetime) -> None:
+        rec = decision.recommendation
+        ref = rec.ref
+        namespace = ref.namespace or (ref.name if ref.kind == "Namespace" else None)
+        namespace = namespace or self.settings.event_namespace
+        verb = "applied" if applied else "recommended"
+        message = (
+            f"{rec.action} {verb}: {rec.current or '(none)'} -> {rec.proposed}: {rec.reason}"
+        )[:_MESSAGE_MAX]
+        body: JsonObject = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{ref.name}.sits-", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": ref.kind,
+                "name": ref.name,
+                **({"namespace": ref.namespace} if ref.namespace else {}),
+            },
+            "reason": "SitsApplied" if applied else "SitsRecommendation",
+            "action": str(rec.action),
+            "message": message,
+            "type": "Normal",
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": self.settings.replica_id,
+            "firstTimestamp": rfc3339_seconds(at),
+            "lastTimestamp": rfc3339_seconds(at),
+            "count": 1,
+        }
+        result = with_retries(
+            lambda: self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body),
+            max_attempts=self.settings.max_attempts,
+            backoff_base_s=self.settings.backoff_base_s,
+            backoff_max_s=self.settings.backoff_max_s,
+            sleep=self.sleep,
+        )
+        if result.error is not None:
+            self.recorder.count_error("event")
+            log.warning("event for %s %s failed: %s", rec.action, ref, result.error)
+
+
+def apply(
+    plan: Plan,
+    api: k8s_client.ApiClient | KubeJson,
+    settings: ControllerSettings,
+    recorder: Recorder,
+    *,
+    limiter: TokenBucket | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], datetime] = _utc_now,
+) -> list[Outcome]:
+    """Apply ``plan`` once (a fresh write budget unless ``limiter`` is given)."""
+    kube = api if isinstance(api, KubeJson) else KubeJson(api, timeout_s=settings.request_timeout_s)
+    applier = Applier(kube, settings, recorder, limiter=limiter, sleep=sleep, clock=clock)
+    return applier.apply(plan)

@@ -1,0 +1,184 @@
+"""The three inputs of :func:`~sits_observe.control.plan.plan`, as typed Polars frames.
+
+- :class:`Signals`: what was measured (from the store, by :mod:`.store_signals`, or
+  synthetic in tests and the benchmark), one frame per subject: nodes, pods, namespaces.
+- :class:`CurrentState`: what the cluster holds now (read by :mod:`.state`): which objects
+  exist and are opted out, the current value of each action, and the latest recommendation
+  annotation.
+- :class:`History`: the controller's own past decisions (from the ``decisions`` table), for
+  cooldowns and, in dry-run mode, to know what was already recommended.
+
+Each frame has a fixed schema (``*_SCHEMA`` below, units in the names); :func:`conform`
+casts a frame to it and adds missing nullable columns, so callers may leave out what they
+did not measure. A null signal means "not measured": the rule that needs it does not fire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+NODE_SIGNALS: dict[str, pl.DataType] = {
+    "node": pl.String(),
+    # FGD fragmentation of the node's idle GPU capacity: F_n(M) / R_n (0-1).
+    "fragmentation_ratio": pl.Float64(),
+    # SPEC interference score (0-1) and whether an input was missing (counted 0).
+    "interference_score": pl.Float64(),
+    "interference_partial": pl.Boolean(),
+    # True when the spec's "3 consecutive sync delays above 80 ms" fired.
+    "sync_delay_breached": pl.Boolean(),
+}
+
+POD_SIGNALS: dict[str, pl.DataType] = {
+    "namespace": pl.String(),
+    "pod": pl.String(),
+    "workload": pl.String(),
+    "node": pl.String(),
+    "priority_class": pl.String(),
+    "peak_gpu_memory_bytes": pl.Int64(),
+    "p95_latency_s": pl.Float64(),
+    "p99_latency_s": pl.Float64(),
+    "sequence_tokens": pl.Float64(),
+    "sla_p99_s": pl.Float64(),
+    "sla_violation_ratio": pl.Float64(),
+    # Elastic-rule inputs of the pod's GPU over the spec's 5 s window.
+    "gpu_util_ratio": pl.Float64(),
+    "link_saturation_ratio": pl.Float64(),
+    "link_capacity_bytes_per_s": pl.Float64(),
+}
+
+NAMESPACE_SIGNALS: dict[str, pl.DataType] = {
+    "namespace": pl.String(),
+    # A ResourceQuota spec.hard key (settings.QUOTA_RESOURCES).
+    "resource": pl.String(),
+    # Peak of the namespace's summed requests per day, oldest first, in the resource's base
+    # unit: GPUs, milli-CPU or bytes.
+    "daily_peaks": pl.List(pl.Float64()),
+}
+
+OBJECTS_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "namespace": pl.String(),
+    "name": pl.String(),
+    "opt_out": pl.Boolean(),
+}
+
+VALUES_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "namespace": pl.String(),
+    "name": pl.String(),
+    "action": pl.String(),
+    # The value in effect (label, quota key, QoS annotation, pod's priority class); null =
+    # unknown or unset.
+    "current": pl.String(),
+    # The ``proposed`` of the object's recommendation annotation for this action.
+    "recommended": pl.String(),
+}
+
+HISTORY_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "namespace": pl.String(),
+    "name": pl.String(),
+    "action": pl.String(),
+    # The latest decision recorded for the key.
+    "proposed": pl.String(),
+    "outcome": pl.String(),
+    "mode": pl.String(),
+    "decided_at": pl.Datetime("us"),
+    # The latest time the controller wrote a new value for the key to the cluster (applied,
+    # or a recommendation annotated outside dry-run; null: never); the cooldown counts from it.
+    "changed_at": pl.Datetime("us"),
+}
+
+
+def conform(frame: pl.DataFrame | None, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``frame`` with exactly ``schema``'s columns, in order; missing ones are null.
+
+    Raises ``ValueError`` naming unknown columns, so a misspelt signal is never ignored.
+    """
+    if frame is None:
+        return pl.DataFrame(schema=schema)
+    unknown = [c for c in frame.columns if c not in schema]
+    if unknown:
+        raise ValueError(
+            f"unknown column(s) {', '.join(unknown)}; valid columns: {', '.join(schema)}"
+        )
+    return frame.select(
+        [
+            pl.col(name).cast(dtype) if name in frame.columns else pl.lit(None, dtype).alias(name)
+            for name, dtype in schema.items()
+        ]
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Signals:
+    """Measured inputs of one control pass (frames conformed to the ``*_SIGNALS`` schemas)."""
+
+    at: datetime
+    nodes: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NODE_SIGNALS))
+    pods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=POD_SIGNALS))
+    namespaces: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NAMESPACE_SIGNALS))
+
+    @classmethod
+    def of(
+        cls,
+        at: datetime,
+        *,
+        nodes: pl.DataFrame | None = None,
+        pods: pl.DataFrame | None = None,
+        namespaces: pl.DataFrame | None = None,
+    ) -> Signals:
+        """Signals with each frame conformed (missing columns null)."""
+        return cls(
+            at,
+            conform(nodes, NODE_SIGNALS),
+            conform(pods, POD_SIGNALS),
+            conform(namespaces, NAMESPACE_SIGNALS),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class CurrentState:
+    """What the cluster holds (or, offline, what the store knows of it).
+
+    ``complete`` is False when the objects could not be listed (offline ``recommend``): then
+    every subject is assumed to exist and not to be opted out.
+    """
+
+    objects: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OBJECTS_SCHEMA))
+    values: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=VALUES_SCHEMA))
+    #: ``namespace/workload`` -> time slice (``25ms``) found in the time-slicing ConfigMap.
+    time_slices: dict[str, str] = field(default_factory=dict)
+    complete: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        objects: pl.DataFrame | None = None,
+        values: pl.DataFrame | None = None,
+        time_slices: dict[str, str] | None = None,
+        complete: bool = True,
+    ) -> CurrentState:
+        """A state with each frame conformed."""
+        return cls(
+            conform(objects, OBJECTS_SCHEMA),
+            conform(values, VALUES_SCHEMA),
+            dict(time_slices or {}),
+            complete,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class History:
+    """The latest recorded decision per (kind, namespace, name, action)."""
+
+    latest: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HISTORY_SCHEMA))
+
+    @classmethod
+    def of(cls, latest: pl.DataFrame | None = None) -> History:
+        """A history with the frame conformed."""
+        return cls(conform(latest, HISTORY_SCHEMA))

@@ -1,0 +1,274 @@
+"""Quota rules, vectorised: QoS-tier quotas with the elastic rule, and namespace
+ResourceQuotas sized VPA-style (see :mod:`.rules` for the conventions they share).
+
+- QoS-tier quotas per pod (tier from its priority class, ``tier_by_priority_class``): when
+  its GPU is contended (utilisation > 90% and link saturation > 75%), a pod of lower priority
+  than the highest on its node that misses its SLA (P99 above its namespace's) gets memory
+  max(tier x 0.8, minimum) and bandwidth min(tier x 1.2, link maximum); every other pod keeps
+  (or gets back) its tier's quotas. Level-triggered: the factors apply to the tier's quota and
+  never compound from pass to pass. "Only lower-priority tasks that miss their SLA are
+  reset" (SPEC) is :func:`sits_observe.analytics.classes.tasks_to_reset` per node.
+- Namespace quota per resource: quantile of daily peaks x (1 + margin) x VPA's confidence
+  factor (1 + multiplier / days) ** exponent, rounded up to whole GPUs, milli-CPU and MiB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action
+from sits_observe.control.rules import empty, finish, floats, fmt
+from sits_observe.control.safety import above_with_hysteresis
+from sits_observe.control.settings import ControllerSettings
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _priority_values(settings: ControllerSettings) -> dict[str, int]:
+    return {p.name: p.value for p in settings.classes.priority_classes}
+
+
+def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
+    """QoS-tier memory and bandwidth quotas per pod with the elastic rule.
+
+    ``pods`` carries ``state`` / ``current`` / ``recommended`` of the pod's memory quota
+    (bytes) and ``bandwidth_current`` / ``bandwidth_recommended`` of its bandwidth quota
+    (bytes/s).
+    """
+    c = settings.classes
+    tiers = {
+        pc: (c.tiers[t].memory_bytes, c.tiers[t].bandwidth_bytes_per_s)
+        for pc, t in settings.tier_by_priority_class.items()
+    }
+    if not tiers:
+        return empty()
+    for column in ("bandwidth_current", "bandwidth_recommended"):
+        if column not in pods.columns:
+            pods = pods.with_columns(pl.lit(None, pl.String()).alias(column))
+    frame = (
+        pods.lazy()
+        .with_columns(
+            pl.col("priority_class")
+            .replace_strict(
+                {k: v[0] for k, v in tiers.items()}, default=None, return_dtype=pl.Int64
+            )
+            .alias("_base_mem"),
+            pl.col("priority_class")
+            .replace_strict(
+                {k: v[1] for k, v in tiers.items()}, default=None, return_dtype=pl.Float64
+            )
+            .alias("_base_bw"),
+            pl.col("priority_class")
+            .replace_strict(_priority_values(settings), default=0, return_dtype=pl.Int64)
+            .fill_null(0)
+            .alias("_prio"),
+        )
+        # Lower priority than the highest on the same node (a pod without a node is alone).
+        .with_columns(
+            (
+                pl.col("_prio")
+                < pl.col("_prio").max().over(pl.col("node").fill_null(pl.col("pod")))
+            ).alias("_lower")
+        )
+        .filter(pl.col("_base_mem").is_not_null())
+        .collect()
+    )
+    if frame.height == 0:
+        return empty()
+    engaged = (
+        (frame.get_column("state").cast(pl.Float64, strict=False) < frame.get_column("_base_mem"))
+        .fill_null(False)
+        .to_numpy()
+    )
+    h = settings.hysteresis_ratio
+    contended = above_with_hysteresis(
+        floats(frame, "gpu_util_ratio"), c.elastic_util_above_ratio, engaged, h
+    ) & above_with_hysteresis(
+        floats(frame, "link_saturation_ratio"), c.elastic_link_above_ratio, engaged, h
+    )
+    p99 = floats(frame, "p99_latency_s")
+    sla = floats(frame, "sla_p99_s")
+    with np.errstate(invalid="ignore"):
+        misses = (p99 > sla) | (engaged & (p99 > sla * (1.0 - h)))
+    reset = contended & misses & frame.get_column("_lower").to_numpy()
+    hw_max = pl.col("link_capacity_bytes_per_s").fill_null(settings.qos_bandwidth_max_bytes_per_s)
+    lazy = (
+        frame.lazy()
+        .with_columns(pl.Series("_reset", reset))
+        .with_columns(
+            pl.when(pl.col("_reset"))
+            .then(
+                pl.max_horizontal(
+                    (pl.col("_base_mem") * c.elastic_memory_factor).floor(),
+                    pl.lit(float(settings.qos_memory_min_bytes)),
+                )
+            )
+            .otherwise(pl.col("_base_mem").cast(pl.Float64))
+            .alias("_mem"),
+            pl.when(pl.col("_reset"))
+            .then(pl.min_horizontal(pl.col("_base_bw") * c.elastic_bandwidth_factor, hw_max))
+            .otherwise(pl.col("_base_bw"))
+            .alias("_bw"),
+        )
+    )
+    reason = (
+        pl.when(pl.col("_reset"))
+        .then(
+            pl.format(
+                "GPU contended (utilisation {} > {}, link saturation {} > {}); lower priority "
+                "than the node's highest and P99 {} ms above the {} ms SLA: elastic quota",
+                fmt(pl.col("gpu_util_ratio")),
+                pl.lit(f"{c.elastic_util_above_ratio:g}"),
+                fmt(pl.col("link_saturation_ratio")),
+                pl.lit(f"{c.elastic_link_above_ratio:g}"),
+                fmt(pl.col("p99_latency_s") * 1000, 2),
+                fmt(pl.col("sla_p99_s") * 1000, 2),
+            )
+        )
+        .otherwise(
+            pl.format(
+                "tier quota of {} (elastic rule not applicable: utilisation {}, "
+                "link saturation {}, P99 {} ms)",
+                pl.col("priority_class"),
+                fmt(pl.col("gpu_util_ratio")).fill_null("n/a"),
+                fmt(pl.col("link_saturation_ratio")).fill_null("n/a"),
+                fmt(pl.col("p99_latency_s") * 1000, 2).fill_null("n/a"),
+            )
+        )
+    )
+    evidence = [
+        pl.col("priority_class"),
+        pl.col("gpu_util_ratio"),
+        pl.col("link_saturation_ratio"),
+        pl.col("p99_latency_s"),
+        pl.col("sla_p99_s"),
+        pl.col("_lower").alias("lower_priority_on_node"),
+        pl.col("node"),
+    ]
+    memory = finish(
+        lazy,
+        kind="Pod",
+        action=Action.QOS_MEMORY_QUOTA,
+        name="pod",
+        namespace="namespace",
+        proposed=pl.col("_mem").cast(pl.Int64).cast(pl.String),
+        value=pl.col("_mem"),
+        default_current=pl.col("_base_mem").cast(pl.String),
+        reason=reason,
+        evidence=[*evidence, pl.col("_base_mem").alias("tier_memory_bytes")],
+        in_effect=pl.coalesce("current", pl.col("_base_mem").cast(pl.String)),
+    )
+    bandwidth = finish(
+        lazy,
+        kind="Pod",
+        action=Action.QOS_BANDWIDTH_QUOTA,
+        name="pod",
+        namespace="namespace",
+        proposed=pl.col("_bw").round(0).cast(pl.Int64).cast(pl.String),
+        value=pl.col("_bw"),
+        default_current=pl.col("_base_bw").round(0).cast(pl.Int64).cast(pl.String),
+        reason=reason,
+        evidence=[
+            *evidence,
+            pl.col("_base_bw").alias("tier_bandwidth_bytes_per_s"),
+            hw_max.alias("bandwidth_max_bytes_per_s"),
+        ],
+        in_effect=pl.coalesce(
+            "bandwidth_current", pl.col("_base_bw").round(0).cast(pl.Int64).cast(pl.String)
+        ),
+        current=pl.col("bandwidth_current"),
+        recommended=pl.col("bandwidth_recommended"),
+    )
+    return pl.concat([memory, bandwidth])
+
+
+# -- namespace quotas ----------------------------------------------------------------------
+
+
+def confidence_factor(days: float, settings: ControllerSettings) -> float:
+    """VPA's upper-bound widening ``(1 + multiplier / days) ** exponent`` (days >= 1)."""
+    q = settings.quota
+    return float((1.0 + q.confidence_multiplier / max(days, 1.0)) ** q.confidence_exponent)
+
+
+def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
+    """ResourceQuota proposals per (namespace, resource) from daily peaks.
+
+    ``namespaces`` carries ``quota_kind`` / ``quota_name`` (where the advice goes) and the
+    ``current`` / ``recommended`` value of each row's resource there.
+    """
+    q = settings.quota
+    frame = (
+        namespaces.lazy()
+        .filter(
+            pl.col("resource").is_in(list(QUOTA_ACTIONS)) & (pl.col("daily_peaks").list.len() > 0)
+        )
+        .with_columns(
+            pl.col("daily_peaks")
+            .list.eval(pl.element().quantile(q.percentile_ratio, "linear"))
+            .list.first()
+            .alias("_quantile"),
+            pl.col("daily_peaks").list.len().cast(pl.Float64).alias("_days"),
+            pl.col("daily_peaks").list.last().alias("_latest"),
+        )
+        .with_columns(
+            (
+                (1.0 + q.confidence_multiplier / pl.col("_days").clip(lower_bound=1.0)).pow(
+                    q.confidence_exponent
+                )
+            ).alias("_confidence"),
+        )
+        .with_columns(
+            (pl.col("_quantile") * (1.0 + q.margin_ratio) * pl.col("_confidence")).alias("_raw"),
+        )
+    )
+    # A Namespace is cluster-scoped: advice annotated on it has no namespace.
+    namespace = (
+        pl.when(pl.col("quota_kind") == "Namespace")
+        .then(pl.lit(None, pl.String()))
+        .otherwise(pl.col("namespace"))
+    )
+    parts = [
+        finish(
+            frame.filter(pl.col("resource") == resource),
+            kind=pl.col("quota_kind"),
+            action=action,
+            name="quota_name",
+            namespace=namespace,
+            proposed=pl.col("_raw").ceil().cast(pl.Int64).cast(pl.String),
+            value=pl.col("_raw"),
+            reason=pl.format(
+                "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} "
+                "({} day(s) of history)",
+                pl.lit(f"{q.percentile_ratio * 100:g}"),
+                pl.col("_days").cast(pl.Int64),
+                fmt(pl.col("_quantile"), 1),
+                pl.lit(ACTIONS[action].unit),
+                pl.lit(f"{q.margin_ratio:g}"),
+                fmt(pl.col("_confidence"), 3),
+                pl.col("_days").cast(pl.Int64),
+            ),
+            evidence=[
+                pl.col("resource"),
+                pl.col("_quantile").alias("peak_quantile"),
+                pl.col("_days").alias("history_days"),
+                pl.col("_latest").alias("latest_daily_peak"),
+                pl.col("_confidence").alias("confidence_factor"),
+            ],
+        )
+        for resource, action in QUOTA_ACTIONS.items()
+    ]
+    return pl.concat(parts)
+
+
+def round_values(action: Action, values: FloatArray) -> FloatArray:
+    """Values in the unit the action is written in: whole GPUs, milli-CPU, MiB of quota
+    memory, whole bytes and bytes/s (quotas round up, QoS values down)."""
+    if action is Action.QUOTA_MEMORY:
+        mib = 1024.0 * 1024.0
+        return np.asarray(np.ceil(values / mib) * mib, dtype=np.float64)
+    if action in (Action.QUOTA_GPU, Action.QUOTA_CPU):
+        return np.asarray(np.ceil(values), dtype=np.float64)
+    return np.asarray(np.floor(values), dtype=np.float64)

@@ -1,0 +1,252 @@
+"""The vectorised rules agree with the analytics layer's scalar rules, and the quota rule's
+numbers are the documented formula."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sits_observe.analytics.classes import (
+    ElasticSignals,
+    Task,
+    elastic_quota,
+    memory_class,
+    recommend_priority,
+    tasks_to_reset,
+    time_slice,
+)
+from sits_observe.analytics.interference import interference_score, recommend_topology
+from sits_observe.control import rules, rules_quotas
+from sits_observe.control.inputs import NODE_SIGNALS, POD_SIGNALS, conform
+from sits_observe.control.settings import ControllerSettings
+
+S = ControllerSettings()
+GIB = 1024**3
+maybe = st.none() | st.floats(min_value=0.0, max_value=1.0)
+
+
+def pods(rows: list[dict[str, Any]], **extra: pl.DataType) -> pl.DataFrame:
+    base = conform(pl.DataFrame(rows, schema_overrides=POD_SIGNALS), POD_SIGNALS)
+    return base.with_columns(
+        pl.format("{}/{}", "namespace", pl.coalesce("workload", "pod")).alias("workload_key"),
+        *[pl.lit(None, pl.String()).alias(c) for c in ("state", "current", "recommended")],
+    )
+
+
+def nodes(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    base = conform(pl.DataFrame(rows, schema_overrides=NODE_SIGNALS), NODE_SIGNALS)
+    return base.with_columns(
+        *[pl.lit(None, pl.String()).alias(c) for c in ("state", "current", "recommended")]
+    )
+
+
+def proposed(frame: pl.LazyFrame) -> dict[str, str]:
+    out = frame.collect()
+    return dict(zip(out["name"], out["proposed"], strict=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=20 * GIB), min_size=1, max_size=30))
+def test_memory_class_matches_analytics(peaks: list[int]) -> None:
+    rows = [
+        {"namespace": "ns", "pod": f"p{i}", "peak_gpu_memory_bytes": v} for i, v in enumerate(peaks)
+    ]
+    got = proposed(rules.memory_class(pods(rows), S))
+    assert got == {f"p{i}": memory_class(v, S.classes) for i, v in enumerate(peaks)}
+
+
+def test_memory_class_edges() -> None:
+    rows = [
+        {"namespace": "n", "pod": "a", "peak_gpu_memory_bytes": 2 * GIB},
+        {"namespace": "n", "pod": "b", "peak_gpu_memory_bytes": 8 * GIB},
+        {"namespace": "n", "pod": "c", "peak_gpu_memory_bytes": 8 * GIB + 1},
+        {"namespace": "n", "pod": "d", "peak_gpu_memory_bytes": None},
+    ]
+    assert proposed(rules.memory_class(pods(rows), S)) == {"a": "L2", "b": "L2", "c": "L3"}
+
+
+latency = st.none() | st.floats(min_value=0.0, max_value=0.05)
+tokens = st.none() | st.floats(min_value=0.0, max_value=9000.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(latency, tokens), min_size=1, max_size=30))
+def test_time_slice_matches_analytics(inputs: list[tuple[float | None, float | None]]) -> None:
+    rows = [
+        {"namespace": "ns", "pod": f"p{i}", "p95_latency_s": p, "sequence_tokens": t}
+        for i, (p, t) in enumerate(inputs)
+    ]
+    got = proposed(rules.time_slice(pods(rows), S))
+    want = {
+        f"p{i}": rules.slice_label(time_slice(p, t, S.classes).slice_s)
+        for i, (p, t) in enumerate(inputs)
+        if p is not None or t is not None  # nothing measured: no proposal
+    }
+    assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(maybe, st.booleans()), min_size=1, max_size=30))
+def test_topology_matches_analytics(inputs: list[tuple[float | None, bool]]) -> None:
+    rows = [
+        {"node": f"n{i}", "interference_score": s, "sync_delay_breached": b}
+        for i, (s, b) in enumerate(inputs)
+    ]
+    got = proposed(rules.topology_policy(nodes(rows), S))
+    want = {}
+    for i, (score, breached) in enumerate(inputs):
+        # The vectorised rule receives the score; analytics computes it from its inputs.
+        sc = interference_score(None, None, None, S.interference)
+        sc = type(sc)(score or 0.0, None, None, None, ())
+        delays = [1.0] * 3 if breached else None
+        policy = recommend_topology(sc, delays, S.interference).policy
+        if score is None and not breached:
+            policy = None  # not measured: no advice
+        if policy is not None:
+            want[f"n{i}"] = policy
+    assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ultra-low-latency", "throughput-guaranteed", "best-effort"]),
+            maybe,
+            maybe,
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_priority_matches_analytics(inputs: list[tuple[str, float | None, float | None]]) -> None:
+    rows = [
+        {"namespace": "ns", "pod": f"p{i}", "priority_class": c, "sla_violation_ratio": r}
+        for i, (c, r, _) in enumerate(inputs)
+    ]
+    frame = pods(rows).with_columns(
+        pl.Series("fragmentation_ratio", [f for _, _, f in inputs], dtype=pl.Float64)
+    )
+    out = rules.priority_class(frame, S).collect()
+    got = {r["name"]: r["proposed"] for r in out.iter_rows(named=True)}
+    for i, (cls, rate, frag) in enumerate(inputs):
+        rec = recommend_priority(cls, rate, frag, S.classes)
+        if rec.proposed != cls:
+            assert got[f"p{i}"] == rec.proposed
+        else:
+            assert got.get(f"p{i}", cls) == cls  # no change proposed
+    for r in out.filter(pl.col("reason").is_not_null()).iter_rows(named=True):
+        frag = inputs[int(r["name"][1:])][2]
+        want = recommend_priority("best-effort", None, frag, S.classes).preemption_policy
+        assert (
+            f'"preemption_policy":{"null" if want is None else chr(34) + want + chr(34)}'
+            in (r["evidence"])
+        )
+
+
+def test_qos_elastic_rule_resets_only_lower_priority_pods_missing_their_sla() -> None:
+    base = {
+        "namespace": "ns",
+        "node": "n1",
+        "gpu_util_ratio": 0.95,
+        "link_saturation_ratio": 0.80,
+        "sla_p99_s": 0.1,
+        "link_capacity_bytes_per_s": 900e9,
+    }
+    rows = [
+        {**base, "pod": "top", "priority_class": "ultra-low-latency", "p99_latency_s": 0.5},
+        {**base, "pod": "low-miss", "priority_class": "best-effort", "p99_latency_s": 0.5},
+        {**base, "pod": "low-ok", "priority_class": "best-effort", "p99_latency_s": 0.05},
+        {
+            **base,
+            "pod": "mid-miss",
+            "priority_class": "throughput-guaranteed",
+            "p99_latency_s": 0.2,
+        },
+        {
+            **base,
+            "pod": "calm",
+            "node": "n2",
+            "priority_class": "best-effort",
+            "p99_latency_s": 0.5,
+            "gpu_util_ratio": 0.5,
+        },
+    ]
+    out = rules_quotas.qos_quotas(pods(rows), S).collect()
+    mem = {
+        r["name"]: int(r["proposed"])
+        for r in out.iter_rows(named=True)
+        if r["action"] == "qos-memory-quota"
+    }
+    bw = {
+        r["name"]: float(r["proposed"])
+        for r in out.iter_rows(named=True)
+        if r["action"] == "qos-bandwidth-quota"
+    }
+    tiers = S.classes.tiers
+    # Who is reset: exactly analytics' tasks_to_reset for node n1 (highest priority 1,000,000).
+    prio = {p.name: p.value for p in S.classes.priority_classes}
+    tasks = [Task(r["pod"], prio[r["priority_class"]], r["p99_latency_s"] > 0.1) for r in rows[:4]]
+    reset = {t.name for t in tasks_to_reset(tasks, 1_000_000)}
+    assert reset == {"low-miss", "mid-miss"}
+    for r in rows:
+        tier = tiers[S.tier_by_priority_class[r["priority_class"]]]
+        want = elastic_quota(
+            tier.memory_bytes,
+            tier.bandwidth_bytes_per_s,
+            ElasticSignals(5, 5, r["gpu_util_ratio"], r["link_saturation_ratio"], None, None),
+            S.classes,
+            memory_minimum_bytes=S.qos_memory_min_bytes,
+            bandwidth_maximum_bytes_per_s=900e9,
+        )
+        if r["pod"] in reset:
+            assert mem[r["pod"]] == want.memory_quota_bytes
+            assert bw[r["pod"]] == pytest.approx(want.bandwidth_quota_bytes_per_s)
+        else:
+            assert mem[r["pod"]] == tier.memory_bytes
+            assert bw[r["pod"]] == pytest.approx(tier.bandwidth_bytes_per_s)
+
+
+def test_namespace_quota_formula() -> None:
+    peaks = [2.0, 4.0, 3.0, 10.0]
+    frame = pl.DataFrame(
+        {
+            "namespace": ["team"],
+            "resource": ["requests.nvidia.com/gpu"],
+            "daily_peaks": [peaks],
+            "quota_kind": ["ResourceQuota"],
+            "quota_name": ["sits-quota"],
+            "current": [None],
+            "recommended": [None],
+        },
+        schema_overrides={"current": pl.String, "recommended": pl.String},
+    )
+    out = rules_quotas.namespace_quotas(frame, S).collect()
+    [row] = out.to_dicts()
+    # numpy's default (linear) quantile, +15% margin, VPA confidence (1 + 1/4 days).
+    want = float(np.quantile(peaks, 0.95)) * 1.15 * (1 + 1 / 4)
+    assert row["proposed_value"] == pytest.approx(want)
+    assert row["proposed"] == str(int(np.ceil(want)))
+    assert (row["kind"], row["namespace"], row["name"]) == ("ResourceQuota", "team", "sits-quota")
+    assert rules_quotas.confidence_factor(1, S) == 2.0
+    assert rules_quotas.confidence_factor(14, S) == pytest.approx(1 + 1 / 14)
+
+
+def test_round_values_by_unit() -> None:
+    from sits_observe.control.model import Action
+
+    values = np.array([1.2, 2 * 1024**2 + 1])
+    assert rules_quotas.round_values(Action.QUOTA_GPU, values).tolist() == [2, 2 * 1024**2 + 1]
+    assert rules_quotas.round_values(Action.QUOTA_MEMORY, values).tolist() == [
+        1024**2,
+        3 * 1024**2,
+    ]
+    assert rules_quotas.round_values(Action.QOS_MEMORY_QUOTA, values).tolist() == [
+        1,
+        2 * 1024**2 + 1,
+    ]
