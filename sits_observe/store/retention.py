@@ -51,7 +51,14 @@ class RetentionReport:
 
 
 #: Tables kept raw for ``other_retention_s`` and then deleted (no rollup).
-_OTHER_TABLES = ("server_windows", "gpu_processes", "nodes", "pods", "collector_drops")
+_OTHER_TABLES = (
+    "server_windows",
+    "gpu_processes",
+    "nodes",
+    "pods",
+    "collector_drops",
+    "decisions",
+)
 
 _GPU_ROLLUP = """
 INSERT INTO gpu_samples_1m

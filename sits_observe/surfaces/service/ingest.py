@@ -27,12 +27,22 @@ from sits_observe.collectors.agent.wire import (
     batch_rows,
     decode_batch,
 )
-from sits_observe.domain.tables import TABLES
 from sits_observe.errors import ParseError, SchemaError, StoreError
 from sits_observe.store import BatchReceipt, Store
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
+
+#: What node agents produce. Inventory snapshots and controller decisions are written by
+#: the service itself, never accepted from the network.
+AGENT_TABLES = (
+    "gpu_samples",
+    "container_samples",
+    "gpu_processes",
+    "requests",
+    "server_windows",
+    "collector_drops",
+)
 
 #: Media types accepted for the wire format (the generic one for hand-made clients).
 ACCEPTED_TYPES = frozenset({CONTENT_TYPE, "application/octet-stream"})
@@ -114,9 +124,12 @@ class IngestEndpoint:
             tables = await run_in_threadpool(decode_batch, body)
         except ParseError as exc:
             return self._refused(Refusal(400, "undecodable", str(exc)))
-        unknown = sorted(set(tables) - set(TABLES))
+        unknown = sorted(set(tables) - set(AGENT_TABLES))
         if unknown:
-            detail = f"unknown table(s) {', '.join(unknown)}; valid tables: {', '.join(TABLES)}"
+            detail = (
+                f"table(s) {', '.join(unknown)} cannot be ingested; "
+                f"agents may send: {', '.join(AGENT_TABLES)}"
+            )
             return self._refused(Refusal(400, "unknown_table", detail))
         try:
             receipt: BatchReceipt = await run_in_threadpool(

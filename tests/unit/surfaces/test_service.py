@@ -178,13 +178,24 @@ def test_streamed_oversize_body_without_length_is_413(client: TestClient, store:
         (b"not arrow at all", "undecodable"),
         (encode_batch({"gpu_samples": gpu_table(2)})[:-20], "undecodable"),
         (encode_batch({"gpu_sample": gpu_table(1)}), "unknown_table"),
+        # controller decisions and inventory are the service's own, never an agent's
+        (encode_batch({"decisions": pa.table({"action": ["x"]})}), "unknown_table"),
+        (encode_batch({"pods": pa.table({"pod": ["p"]})}), "unknown_table"),
         (
             encode_batch({"gpu_samples": gpu_table(1).append_column("fb_usd", pa.array([1]))}),
             "schema",
         ),
         (encode_batch({"gpu_samples": pa.table({"fb_used_bytes": ["lots"]})}), "schema"),
     ],
-    ids=["garbage", "truncated", "unknown-table", "unknown-column", "bad-type"],
+    ids=[
+        "garbage",
+        "truncated",
+        "unknown-table",
+        "decisions-table",
+        "pods-table",
+        "unknown-column",
+        "bad-type",
+    ],
 )
 def test_bad_bodies_are_400_and_store_nothing(
     client: TestClient, store: Store, body: bytes, reason: str
