@@ -36,6 +36,9 @@ from sits_observe.collectors.kube import KubeInventoryCollector
 from sits_observe.collectors.request_log import ColumnMap
 from sits_observe.collectors.request_tail import RequestLogTail
 from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.control.kube import KubeJson
+from sits_observe.control.loop import ControllerLoop
+from sits_observe.control.settings import ControllerSettings
 from sits_observe.domain.collect import Collector
 from sits_observe.simulator.cluster import SimulatedCluster
 from sits_observe.simulator.kube_emulator import KubeEmulator
@@ -64,7 +67,14 @@ REQUEST_LOG_COLUMNS = ColumnMap(
 )
 
 #: Tables the progress display and the summary count.
-SHOWN_TABLES = ("gpu_samples", "container_samples", "requests", "server_windows", "pods")
+SHOWN_TABLES = (
+    "gpu_samples",
+    "container_samples",
+    "requests",
+    "server_windows",
+    "pods",
+    "decisions",
+)
 
 
 class DemoSettings(BaseModel):
@@ -81,6 +91,9 @@ class DemoSettings(BaseModel):
     interval_s: float = Field(1.0, ge=0.1, le=60, description="agent collection interval, s")
     inventory_interval_s: float = Field(
         5.0, ge=0.5, le=600, description="seconds between Kubernetes inventory snapshots"
+    )
+    controller_interval_s: float = Field(
+        10.0, ge=1, le=3600, description="seconds between controller passes (dry-run)"
     )
 
 
@@ -131,6 +144,8 @@ class Demo:
         self.inventory: InventoryLoop | None = None
         self.service: _Server | None = None
         self.agents: list[tuple[AgentLoop, threading.Thread]] = []
+        self._controller_stop = threading.Event()
+        self._controller: threading.Thread | None = None
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -152,10 +167,14 @@ class Demo:
         ).start()
         for node in self.cluster.nodes:
             self.agents.append(self._start_agent(node, self.service.url))
+        self._controller = self._start_controller(self.store)
         return self
 
     def stop(self) -> None:
         """Stop every part in reverse order; the DuckDB file stays."""
+        self._controller_stop.set()
+        if self._controller is not None:
+            self._controller.join(timeout=30)
         for loop, _ in self.agents:
             loop.stop()
         for _, thread in self.agents:
@@ -187,6 +206,26 @@ class Demo:
         server = _Server(uvicorn.Server(config), sock)
         server.start()
         return server
+
+    def _start_controller(self, store: Store) -> threading.Thread:
+        """The controller in its default dry-run mode: it records recommendations only."""
+        from prometheus_client import CollectorRegistry
+
+        from sits_observe.surfaces.cli.controller import build_loop
+
+        settings = ControllerSettings(interval_s=self.settings.controller_interval_s)
+        loop: ControllerLoop = build_loop(
+            store=store,
+            kube=KubeJson(self.emulator.api_client()),
+            settings=settings,
+            registry=CollectorRegistry(),
+            leader_election=False,
+        )
+        thread = threading.Thread(
+            target=loop.run, args=(self._controller_stop,), name="controller", daemon=True
+        )
+        thread.start()
+        return thread
 
     def _collectors(self, node: str) -> list[Collector]:
         assert self.runtime is not None

@@ -67,3 +67,34 @@ def test_demo_fills_every_sample_table_from_two_nodes(tmp_path: Path) -> None:
     # Nothing the simulated exporters produce is malformed.
     drops = con.execute("SELECT collector, reason, sum(count) FROM collector_drops GROUP BY ALL")
     assert drops.fetchall() == []
+
+
+def test_demo_database_answers_the_analysis_commands(tmp_path: Path) -> None:
+    """After a short run, recommend, latency and heatmap answer from the demo's database."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from sits_observe.surfaces.cli.main import app
+
+    settings = DemoSettings(
+        nodes=2,
+        gpus_per_node=4,
+        db_path=tmp_path / "demo.duckdb",
+        workdir=tmp_path,
+        seed=5,
+        controller_interval_s=2,
+    )
+    with Demo(settings) as demo:
+        _wait_for(demo, ("requests", "pods", "decisions"), 60)
+    db = str(settings.db_path)
+    runner = CliRunner()
+    advice = runner.invoke(app, ["recommend", "--db", db, "--format", "json"])
+    assert advice.exit_code == 0, advice.output
+    rows = json.loads(advice.stdout)
+    assert rows and {"kind", "namespace", "name", "action", "current", "proposed"} <= set(rows[0])
+    latency = runner.invoke(app, ["latency", "--db", db, "--by", "model", "--format", "json"])
+    assert latency.exit_code == 0, latency.output
+    (model,) = json.loads(latency.stdout)
+    assert model["model"] == "llama2-70b" and model["count"] > 0
+    assert 0 < model["p50_s"] <= model["p95_s"] <= model["p99_s"]

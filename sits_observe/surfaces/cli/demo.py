@@ -116,5 +116,8 @@ def _summary(db: Path, workdir: Path, counts: dict[str, int]) -> None:
         out.print(f"  {name:<18} {rows:>9} rows")
     out.print("where to look next:")
     out.print(f"  sits-observe tables --db {db}")
+    out.print(f"  sits-observe recommend --db {db}      # dry-run advice")
+    out.print(f"  sits-observe heatmap --db {db} --slo-ms 15000")
+    out.print(f"  sits-observe fragmentation --db {db}")
     out.print(f"  sits-observe export gpu_samples gpu.parquet --db {db}")
     out.print(f"  simulated node files (cgroup trees, request logs): {workdir}/cluster/nodes/")
