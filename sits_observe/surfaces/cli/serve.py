@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,12 @@ def register(app: typer.Typer) -> None:
         in_cluster: bool = typer.Option(
             False, "--in-cluster", help="snapshot the inventory with the pod's service account"
         ),
+        controller: bool = typer.Option(
+            False,
+            "--controller",
+            help="also run the controller (dry-run, with leader election) in this process; "
+            "needs --kubeconfig or --in-cluster",
+        ),
         inventory_interval_s: float = typer.Option(
             30.0,
             min=1.0,
@@ -94,6 +101,8 @@ def register(app: typer.Typer) -> None:
             )
             settings.resolved_token()
             api = None
+            if controller and kubeconfig is None and not in_cluster:
+                raise ConfigError("--controller needs --kubeconfig or --in-cluster")
             if kubeconfig is not None or in_cluster:
                 from sits_observe.surfaces.cli.ingest_k8s import build_api_client
 
@@ -103,6 +112,7 @@ def register(app: typer.Typer) -> None:
                 log_level=log_level,
                 kube_api=api,
                 inventory_interval_s=inventory_interval_s,
+                controller=controller,
             )
 
         run_cli(go)
@@ -114,11 +124,14 @@ def run_service(
     log_level: str = "info",
     kube_api: Any = None,
     inventory_interval_s: float = 30.0,
+    controller: bool = False,
 ) -> None:
     """Open the store, serve until a signal, then close the store (checkpoint).
 
     With ``kube_api`` (an official-client ``ApiClient``) the service also snapshots the
-    Kubernetes inventory every ``inventory_interval_s`` (:mod:`..service.inventory`).
+    Kubernetes inventory every ``inventory_interval_s`` (:mod:`..service.inventory`), and
+    with ``controller`` runs the controller loop (its default dry-run mode, leader election
+    on) in a thread beside the service.
     """
     import uvicorn
 
@@ -134,6 +147,25 @@ def run_service(
         inventory = InventoryLoop(
             KubeInventoryCollector(kube_api), store, interval_s=inventory_interval_s
         ).start()
+    stop_controller = threading.Event()
+    controller_thread = None
+    if controller and kube_api is not None:
+        from prometheus_client import CollectorRegistry
+
+        from sits_observe.control.kube import KubeJson
+        from sits_observe.control.settings import ControllerSettings
+        from sits_observe.surfaces.cli.controller import build_loop
+
+        loop = build_loop(
+            store=store,
+            kube=KubeJson(kube_api),
+            settings=ControllerSettings(),
+            registry=CollectorRegistry(),
+        )
+        controller_thread = threading.Thread(
+            target=loop.run, args=(stop_controller,), name="controller", daemon=True
+        )
+        controller_thread.start()
     try:
         app = create_app(settings, store)
         uvicorn.run(
@@ -145,6 +177,9 @@ def run_service(
             timeout_graceful_shutdown=10,
         )
     finally:
+        stop_controller.set()
+        if controller_thread is not None:
+            controller_thread.join(timeout=30)
         if inventory is not None:
             inventory.stop()
         store.close()
