@@ -1,0 +1,238 @@
+"""The scheduler extender over real HTTP on loopback: the service app served by uvicorn (and
+``sits-observe serve`` as a process), posted kube-scheduler-shaped bodies with httpx.
+
+Bodies are built from the fixtures in :mod:`tests.unit.control.extender_payloads` (PascalCase
+``Pod`` / ``Nodes`` / ``NodeNames`` around camelCase v1 objects, as kube-scheduler marshals
+them); the cluster behind the store is :mod:`tests.unit.control.extender_support`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from sits_observe.store import Store
+from sits_observe.surfaces.service import ServiceSettings, create_app
+from tests.unit.control.extender_payloads import (
+    CANDIDATES,
+    POD_1GPU_JSON,
+    POD_4GPU_JSON,
+    POD_CPU_JSON,
+    args_by_name,
+    args_with_nodes,
+    node_object,
+)
+from tests.unit.control.extender_support import NOW, write_cluster
+
+TOKEN = "extender-test-token"
+FILTER = "/scheduler/filter"
+PRIORITIZE = "/scheduler/prioritize"
+# What kube-scheduler's HTTPExtender sends: JSON, and no Authorization header.
+KUBE_SCHEDULER_HEADERS = {"Content-Type": "application/json"}
+
+
+class ServedApp:
+    """An app served by uvicorn on 127.0.0.1, port chosen by the OS, in a thread."""
+
+    def __init__(self, app: Any) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> httpx.Client:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise AssertionError("uvicorn did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def serve(store: Store, clock: Callable[[], datetime] = lambda: NOW) -> ServedApp:
+    settings = ServiceSettings(token=TOKEN, retention_interval_s=0)  # type: ignore[arg-type]
+    return ServedApp(create_app(settings, store, clock=clock))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "extender.duckdb") as s:
+        write_cluster(s)
+        yield s
+
+
+@pytest.fixture
+def client(store: Store) -> Iterator[httpx.Client]:
+    with serve(store) as c:
+        yield c
+
+
+def post(client: httpx.Client, path: str, body: str) -> httpx.Response:
+    return client.post(path, content=body.encode(), headers=KUBE_SCHEDULER_HEADERS)
+
+
+def test_filter_by_name_one_gpu(client: httpx.Client) -> None:
+    """The pod is a new replica of serve/llm, whose pods use 60 GiB per GPU: with the 10%
+    margin it needs 66 GiB, more than the L40S node's 47 GiB free, so gpu-c fails too."""
+    response = post(client, FILTER, args_by_name(POD_1GPU_JSON))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    result = response.json()
+    assert set(result) == {
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    }
+    assert result["Error"] == ""
+    assert result["Nodes"] is None
+    assert result["NodeNames"] == ["gpu-a", "gpu-b", "new-node"]
+    assert set(result["FailedNodes"]) == {"gpu-c", "gpu-d"}
+    assert (
+        "66.0 GiB free, pod needs 1 (memory need measured for serve/llm)"
+        in (result["FailedNodes"]["gpu-c"])
+    )
+    assert result["FailedAndUnresolvableNodes"] == {
+        "cpu-1": "node has no allocatable nvidia.com/gpu"
+    }
+
+
+def test_filter_with_node_objects_four_gpus(client: httpx.Client) -> None:
+    """nodeCacheCapable: false: full Node objects in, the passing ones back unchanged.
+    The 4-GPU pod also declares 60 GiB per GPU; gpu-a's free H100s have 79 GiB."""
+    result = post(client, FILTER, args_with_nodes(POD_4GPU_JSON)).json()
+    assert result["NodeNames"] is None
+    assert result["Nodes"]["items"] == [node_object("gpu-a"), node_object("new-node")]
+    assert set(result["FailedNodes"]) == {"gpu-b", "gpu-c", "gpu-d"}
+    assert set(result["FailedAndUnresolvableNodes"]) == {"cpu-1"}
+
+
+def test_filter_passes_every_node_for_a_cpu_pod(client: httpx.Client) -> None:
+    result = post(client, FILTER, args_by_name(POD_CPU_JSON)).json()
+    assert result["NodeNames"] == CANDIDATES
+    assert result["FailedNodes"] == result["FailedAndUnresolvableNodes"] == {}
+
+
+def test_prioritize_both_modes(client: httpx.Client) -> None:
+    """The 1-GPU pod is a replica of serve/llm (measured 60 GiB -> 66 GiB need with margin):
+    H100s with 79 GiB free (79/66 = 1.2 of the need) outscore the L40S (47/66 = 0.71)."""
+    by_name = post(client, PRIORITIZE, args_by_name(POD_1GPU_JSON))
+    assert by_name.status_code == 200
+    scores = by_name.json()
+    assert [s["Host"] for s in scores] == CANDIDATES
+    assert all(set(s) == {"Host", "Score"} and 0 <= s["Score"] <= 10 for s in scores)
+    as_dict = {s["Host"]: s["Score"] for s in scores}
+    assert as_dict["gpu-d"] == as_dict["cpu-1"] == as_dict["new-node"] == 0
+    assert as_dict["gpu-a"] > 0 and as_dict["gpu-b"] > 0
+    assert as_dict["gpu-c"] < as_dict["gpu-b"]
+    with_nodes = post(client, PRIORITIZE, args_with_nodes(POD_1GPU_JSON)).json()
+    assert with_nodes == scores
+
+
+def test_bad_bodies(client: httpx.Client) -> None:
+    """filter: 200 with Error (kube-scheduler reports it); prioritize: 400 (it is ignored)."""
+    filtered = post(client, FILTER, '{"Pod": null, "NodeNames": ["gpu-a"]}')
+    assert filtered.status_code == 200
+    assert "no Pod" in filtered.json()["Error"]
+    assert filtered.json()["NodeNames"] is None
+    bad = post(client, PRIORITIZE, "{not json")
+    assert bad.status_code == 400
+    assert "ExtenderArgs" in bad.json()["detail"]
+
+
+def test_no_token_on_extender_but_reads_still_need_one(client: httpx.Client) -> None:
+    assert client.get("/api/v1/tables").status_code == 401
+    assert post(client, FILTER, args_by_name(POD_1GPU_JSON)).status_code == 200
+    metrics = client.get("/metrics").text
+    assert 'sits_extender_calls_total{outcome="scored",verb="filter"} 1.0' in metrics
+    assert 'sits_extender_view_builds_total{result="ok"}' in metrics
+
+
+def test_fail_open_without_inventory(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "empty.duckdb") as empty, serve(empty) as c:
+        result = post(c, FILTER, args_by_name(POD_4GPU_JSON)).json()
+        assert result["NodeNames"] == CANDIDATES
+        assert result["Error"] == ""
+        scores = post(c, PRIORITIZE, args_by_name(POD_4GPU_JSON)).json()
+        assert scores == [{"Host": n, "Score": 0} for n in CANDIDATES]
+        assert 'outcome="fail_open"' in c.get("/metrics").text
+
+
+def test_fail_open_on_a_stale_inventory(store: Store) -> None:
+    with serve(store, clock=lambda: NOW + timedelta(hours=1)) as c:
+        result = post(c, FILTER, args_by_name(POD_4GPU_JSON)).json()
+        assert result["NodeNames"] == CANDIDATES
+
+
+# -- the real CLI ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path) -> None:
+    """``sits-observe serve`` on a store whose inventory is seconds old (real clock)."""
+    db = tmp_path / "serve.duckdb"
+    with Store.open(db) as s:
+        write_cluster(s, datetime.now(UTC))
+    port = free_port()
+    script = Path(sys.executable).with_name("sits-observe")
+    command = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "from sits_observe.surfaces.cli.main import main; main()"]
+    )
+    env = {**os.environ, "SITS_TOKEN": TOKEN}
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [*command, "serve", "--db", str(db), "--port", str(port), "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "serve not ready"
+            time.sleep(0.1)
+        body = args_by_name(POD_1GPU_JSON).encode()
+        result = httpx.post(url + FILTER, content=body, headers=KUBE_SCHEDULER_HEADERS).json()
+        assert result["NodeNames"] == ["gpu-a", "gpu-b", "new-node"]
+        scores = httpx.post(url + PRIORITIZE, content=body, headers=KUBE_SCHEDULER_HEADERS)
+        assert json.loads(scores.content)[0]["Host"] == "gpu-a"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
