@@ -18,6 +18,7 @@ from sits_observe.surfaces.cli import (
     demo,
     ingest,
     serve,
+    simulate,
     store_cmds,
 )
 
@@ -40,6 +41,7 @@ analyze_fragmentation.register(app)
 analyze_trends.register(app)
 analyze_workloads.register(app)
 controller.register(app)
+simulate.register(app)
 
 
 def main() -> None:

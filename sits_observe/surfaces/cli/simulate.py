@@ -1,0 +1,242 @@
+"""CLI: ``sits-observe simulate`` — what-if scheduling replay of a trace (ATC'23 method).
+
+Replays a pod list (Alibaba cluster-trace-gpu-v2023 schema) onto the empty cluster of a node
+list with one placement policy or all of them, over several seeds, and prints per policy the
+GPU allocation and fragmentation along the arrived load, the arrived load of the first
+failure and the GPUs left unallocated at the end. Method and policies:
+docs/analytics/simulator.md; engine: :mod:`sits_observe.analytics.schedsim`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich import box
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sits_observe.analytics.schedsim import (
+    PolicyResult,
+    ReplayResult,
+    SimulationSettings,
+    Spread,
+    policy_names,
+    simulate,
+)
+from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
+from sits_observe.errors import ConfigError
+from sits_observe.surfaces.cli.common import err, out, run_cli
+
+_FIELDS = SimulationSettings.model_fields
+#: Curve rows printed in the table format (every 10% of arrived load, plus the end).
+_TABLE_STEP = 10
+#: Arrived-load step of the fragmentation column (the paper quotes it at 90%).
+_FRAG_AT_STEP = 90
+
+
+class SimFormat(StrEnum):
+    """Output formats of ``simulate``."""
+
+    table = "table"
+    json = "json"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``simulate`` command to ``app``."""
+
+    @app.command("simulate")
+    def simulate_cmd(
+        *,
+        nodes: Path = typer.Option(
+            ..., "--nodes", help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)"
+        ),
+        pods: Path = typer.Option(
+            ...,
+            "--pods",
+            help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...)",
+        ),
+        policy: str = typer.Option(
+            "all", "--policy", help=f"one of {', '.join(policy_names())}, or all"
+        ),
+        load: float = typer.Option(
+            SimulationSettings().load_ratio, "--load", help=_FIELDS["load_ratio"].description
+        ),
+        seeds: int = typer.Option(10, "--seeds", min=1, max=1000, help="replays per policy"),
+        seed_base: int = typer.Option(
+            0, "--seed-base", min=0, help="first seed (seeds are seed-base .. seed-base+seeds-1)"
+        ),
+        tie_break: str = typer.Option(
+            "node_order", "--tie-break", help=_FIELDS["tie_break"].description
+        ),
+        memory_filter: bool = typer.Option(
+            True, "--memory-filter/--no-memory-filter", help=_FIELDS["memory_filter"].description
+        ),
+        workers: int = typer.Option(
+            min(2, os.cpu_count() or 1), "--workers", min=1, max=64, help="processes (replays)"
+        ),
+        fmt: SimFormat = typer.Option(SimFormat.table, "--format"),
+    ) -> None:
+        """Replay a trace with placement policies; GPU allocation and fragmentation by load."""
+
+        def go() -> None:
+            settings = _settings(load, tie_break, memory_filter)
+            chosen = _policies(policy)
+            node_list = load_node_list(nodes)
+            pod_list = load_pod_list(pods)
+            seed_list = list(range(seed_base, seed_base + seeds))
+            try:
+                results = _run(
+                    node_list, pod_list, chosen, seed_list, settings=settings, workers=workers
+                )
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+            total_gpus = int(node_list.gpu_count.sum())
+            docs = [result_document(r, settings, total_gpus) for r in results]
+            if fmt is SimFormat.json:
+                doc: Any = docs[0] if policy != "all" else docs
+                sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            else:
+                _print_tables(results, total_gpus)
+
+        run_cli(go)
+
+
+def result_document(
+    result: PolicyResult, settings: SimulationSettings, total_gpus: int
+) -> dict[str, Any]:
+    """The JSON document of one policy (keys in docs/analytics/simulator.md)."""
+    curve = []
+    for i, arrived in enumerate(result.arrived_ratio):
+        point: dict[str, float] = {"arrived": float(arrived)}
+        for name in ("alloc_ratio", "frag_ratio", "frag_amount_ratio"):
+            band = getattr(result, name)
+            point[name] = float(band[0, i])
+            point[f"{name}_min"] = float(band[1, i])
+            point[f"{name}_max"] = float(band[2, i])
+        curve.append(point)
+    return {
+        "policy": result.policy,
+        "seeds": list(result.seeds),
+        "load_ratio": settings.load_ratio,
+        "tie_break": settings.tie_break,
+        "memory_filter": settings.memory_filter,
+        "total_gpus": total_gpus,
+        "curve": curve,
+        "first_failure_arrived": _spread(result.first_failure_arrived),
+        "seeds_with_failure": result.seeds_with_failure,
+        "unallocated_gpus": _spread(result.unallocated_gpus),
+        "alloc_ratio": _spread(result.final_alloc_ratio),
+        "pods_arrived": _spread(Spread.of([r.pods_arrived for r in result.replays])),
+        "pods_failed": _spread(Spread.of([r.pods_failed for r in result.replays])),
+        "pods_per_s": result.pods_per_s,
+    }
+
+
+def _spread(spread: Spread | None) -> dict[str, float] | None:
+    if spread is None:
+        return None
+    return {"mean": spread.mean, "min": spread.min, "max": spread.max}
+
+
+def _settings(load: float, tie_break: str, memory_filter: bool) -> SimulationSettings:
+    try:
+        return SimulationSettings(
+            load_ratio=load,
+            tie_break=tie_break,
+            memory_filter=memory_filter,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(str(p) for p in e['loc']).replace('_ratio', '').replace('_', '-')}: "
+            f"{e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid simulation settings: {problems}") from exc
+
+
+def _policies(policy: str) -> list[str]:
+    known = policy_names()
+    if policy == "all":
+        return list(known)
+    if policy not in known:
+        raise ConfigError(f"--policy {policy!r}: choose one of {', '.join(known)}, or all")
+    return [policy]
+
+
+def _run(
+    node_list: NodeList,
+    pod_list: PodList,
+    chosen: list[str],
+    seed_list: list[int],
+    *,
+    settings: SimulationSettings,
+    workers: int,
+) -> list[PolicyResult]:
+    with Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=len(chosen) * len(seed_list))
+
+        def tick(replay: ReplayResult) -> None:
+            bar.update(task, advance=1, description=f"{replay.policy} seed {replay.seed}")
+
+        return simulate(
+            node_list, pod_list, chosen, seed_list, settings, workers=workers, progress=tick
+        )
+
+
+def _print_tables(results: list[PolicyResult], total_gpus: int) -> None:
+    seeds = len(results[0].seeds)
+    arrived = results[0].arrived_ratio
+    at = min(_FRAG_AT_STEP, len(arrived) - 1)
+    summary = Table(
+        title=f"Replay onto {total_gpus:,} GPUs, mean of {seeds} seed(s)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    # Short headers keep the table inside 80 columns (docs/analytics/simulator.md explains them).
+    columns = (
+        "policy",
+        "alloc",
+        "unalloc GPUs",
+        "range",
+        "1st fail",
+        f"frag@{arrived[at]:.0%}",
+        "pods/s",
+    )
+    summary.add_column(columns[0], no_wrap=True)
+    for column in columns[1:]:
+        summary.add_column(column, justify="right", overflow="fold")
+    for r in results:
+        failure = r.first_failure_arrived
+        summary.add_row(
+            r.policy,
+            f"{r.final_alloc_ratio.mean:.2%}",
+            f"{r.unallocated_gpus.mean:,.0f}",
+            f"{r.unallocated_gpus.min:,.0f}-{r.unallocated_gpus.max:,.0f}",
+            "none" if failure is None else f"{failure.mean:.1%}",
+            f"{r.frag_ratio[0, at]:.1%}",
+            f"{r.pods_per_s:,.0f}",
+        )
+    out.print(summary)
+    curve = Table(title="GPU allocation by arrived load", box=box.SIMPLE_HEAD, pad_edge=False)
+    curve.add_column("arrived", justify="right")
+    for r in results:
+        curve.add_column(r.policy, justify="right", overflow="fold")
+    rows = [i for i in range(len(arrived)) if i % _TABLE_STEP == 0 or i == len(arrived) - 1]
+    for i in rows:
+        curve.add_row(f"{arrived[i]:.0%}", *(f"{r.alloc_ratio[0, i]:.2%}" for r in results))
+    out.print(curve)
