@@ -25,12 +25,11 @@ from types import FrameType, ModuleType
 from typing import Any, cast
 
 import typer
-from pydantic import ValidationError
 
 from sits_observe.collectors.agent.settings import AgentSettings
 from sits_observe.domain.collect import Collector
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.cli.common import run_cli
+from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
 
 log = logging.getLogger(__name__)
 
@@ -304,14 +303,7 @@ def _collector_class(module: str, name: str) -> Any:
 
 
 def _settings(**values: object) -> AgentSettings:
-    try:
-        return AgentSettings.model_validate(values)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid agent settings: {problems}") from exc
+    return settings_from_flags(AgentSettings, "agent", **values)
 
 
 def _token(token_file: Path | None) -> str:

@@ -14,7 +14,6 @@ The measure, its causes and the JSON keys are described in docs/analytics/fragme
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Iterable
 from enum import StrEnum
@@ -38,9 +37,7 @@ from sits_observe.analytics.fgd_workload import (
 from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import err, out, run_cli
-
-_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+from sits_observe.surfaces.cli.common import err, out, parse_duration_s, run_cli
 
 
 class FragFormat(StrEnum):
@@ -87,7 +84,7 @@ def register(app: typer.Typer) -> None:
             if db is not None:
                 if nodes or workload or placements:
                     raise ConfigError("give either --db or --nodes/--workload, not both")
-                state, wl, source, warnings = _from_db(db, _duration_s(since), settings)
+                state, wl, source, warnings = _from_db(db, parse_duration_s(since), settings)
             elif nodes is not None and workload is not None:
                 state, wl, source = _from_trace(nodes, workload, placements, settings)
                 warnings = []
@@ -182,13 +179,6 @@ def _settings(coverage: float) -> TypicalPodSettings:
         return TypicalPodSettings(coverage_ratio=coverage)
     except ValidationError as exc:
         raise ConfigError(f"--coverage {coverage}: must be > 0 and <= 1") from exc
-
-
-def _duration_s(text: str) -> float:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not match or float(match.group(1)) <= 0:
-        raise ConfigError(f"--since {text!r}: give a positive duration like 90s, 30m, 24h or 7d")
-    return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
 
 
 def _from_trace(

@@ -44,10 +44,15 @@ from sits_observe.analytics.latency import (
 )
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import OutputFormat, err, out, print_rows, run_cli
+from sits_observe.surfaces.cli.common import (
+    OutputFormat,
+    err,
+    out,
+    parse_duration_s,
+    print_rows,
+    run_cli,
+)
 
-_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _MAX_GRID_COLUMNS = 30
 _MAX_GRID_ROWS = 60
 
@@ -110,12 +115,7 @@ class CsvPart(StrEnum):
 
 def parse_duration(text: str) -> timedelta:
     """``15m``, ``2h``, ``7d``, ``30s``, ``1w``, ``1.5h`` -> a duration (> 0)."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise ConfigError(
-            f"--since {text!r}: use a positive number and a unit s, m, h, d or w, e.g. 15m, 2h, 7d"
-        )
-    return timedelta(seconds=float(match.group(1)) * _UNITS_S[match.group(2)])
+    return timedelta(seconds=parse_duration_s(text))
 
 
 def _selection(

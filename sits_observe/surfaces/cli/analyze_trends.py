@@ -10,7 +10,6 @@ cluster yesterday answers the same as it did then.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import asdict
 from datetime import datetime, timedelta
@@ -31,31 +30,18 @@ from sits_observe.analytics.trends import TrendClusters, TrendSettings, cluster_
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import OutputFormat, err, print_rows, run_cli
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+from sits_observe.surfaces.cli.common import (
+    OutputFormat,
+    err,
+    parse_duration_s,
+    print_rows,
+    run_cli,
+)
 
 _NEWEST = """
 SELECT max(t) FROM (SELECT max(ts) AS t FROM gpu_samples
                     UNION ALL SELECT max(minute) FROM gpu_samples_1m)
 """
-
-
-def parse_duration_s(text: str) -> float:
-    """Seconds in ``90``, ``30s``, ``15m``, ``2h``, ``7d``, ``1w`` or sums like ``1h30m``."""
-    cleaned = text.strip().lower()
-    try:
-        value = float(cleaned)
-    except ValueError:
-        value = -1.0
-        if cleaned and _DURATION.sub("", cleaned) == "":
-            value = sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(cleaned))
-    if value <= 0:
-        raise ConfigError(
-            f"--since {text!r} is not a positive duration; use e.g. 90, 30s, 15m, 2h, 7d, 1h30m"
-        )
-    return value
 
 
 def window_start(store: Store, since: str | None) -> datetime | None:

@@ -11,7 +11,6 @@ table is an error that names the table and the command that fills it.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -57,7 +56,13 @@ from sits_observe.analytics.settings import (
 from sits_observe.analytics.timeline import load_pods, pod_timelines, summarize
 from sits_observe.errors import ConfigError, SitsError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import OutputFormat, err, print_rows, run_cli
+from sits_observe.surfaces.cli.common import (
+    OutputFormat,
+    err,
+    parse_duration_s,
+    print_rows,
+    run_cli,
+)
 
 _DB = typer.Option(..., "--db", help="DuckDB file to read")
 _FORMAT = typer.Option(OutputFormat.table, "--format", help="table, json or csv")
@@ -75,23 +80,6 @@ FILLED_BY = {
     "pods": "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)",
     "nodes": "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)",
 }
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration_s(text: str, flag: str = "--since") -> float:
-    """Seconds in ``90``, ``30s``, ``15m``, ``2h``, ``7d``, ``1w`` or sums like ``1h30m``."""
-    cleaned = text.strip().lower()
-    try:
-        value = float(cleaned)
-    except ValueError:
-        value = -1.0
-        if cleaned and _DURATION.sub("", cleaned) == "":
-            value = sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(cleaned))
-    if not value > 0:
-        raise ConfigError(f"{flag} {text!r} is not a positive duration; use e.g. 90s, 15m, 2h")
-    return value
 
 
 def parse_time(text: str, flag: str) -> datetime:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,10 +11,11 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from sits_observe.errors import SitsError
+from sits_observe.errors import ConfigError, SitsError
 
 #: Data goes to stdout, diagnostics to stderr.
 out = Console()
@@ -67,3 +69,40 @@ def print_rows(
     for row in rows:
         table.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
     out.print(table)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration_s(text: str, flag: str = "--since") -> float:
+    """Seconds in ``90``, ``30s``, ``15m``, ``2h``, ``7d``, ``1w`` or sums like ``1h30m``;
+    anything else (or a non-positive value) is a :class:`ConfigError` naming ``flag``."""
+    cleaned = text.strip().lower()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        value = -1.0
+        if cleaned and _DURATION.sub("", cleaned) == "":
+            value = sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(cleaned))
+    if not value > 0:
+        raise ConfigError(
+            f"{flag} {text!r} is not a positive duration; use e.g. 90, 30s, 15m, 2h, 7d, 1h30m"
+        )
+    return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def settings_from_flags(model: type[M], what: str, **values: object) -> M:
+    """``model`` validated from CLI values (None = the model's default); a bad value is a
+    :class:`ConfigError` that names the flag (``--field-name``) and what is allowed."""
+    try:
+        return model.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid {what} settings: {problems}") from exc

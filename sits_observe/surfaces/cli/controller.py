@@ -35,7 +35,6 @@ from typing import Any
 import typer
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
-from pydantic import ValidationError
 
 from sits_observe.control.apply import Applier
 from sits_observe.control.inputs import CurrentState, History
@@ -53,7 +52,13 @@ from sits_observe.control.store_signals import (
 )
 from sits_observe.errors import ConfigError, KubeApiError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
+from sits_observe.surfaces.cli.common import (
+    OutputFormat,
+    out,
+    print_rows,
+    run_cli,
+    settings_from_flags,
+)
 from sits_observe.surfaces.cli.ingest_k8s import build_api_client
 
 log = logging.getLogger(__name__)
@@ -87,14 +92,7 @@ def _help(name: str) -> str:
 
 def build_settings(**values: object) -> ControllerSettings:
     """Validated settings; a bad value becomes a :class:`ConfigError` naming the flag."""
-    try:
-        return ControllerSettings.model_validate({k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid controller settings: {problems}") from exc
+    return settings_from_flags(ControllerSettings, "controller", **values)
 
 
 def _mode(act: bool, annotate: bool) -> Mode:

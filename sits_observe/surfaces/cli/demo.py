@@ -12,12 +12,10 @@ from pathlib import Path
 from types import FrameType
 
 import typer
-from pydantic import ValidationError
 from rich.live import Live
 from rich.table import Table
 
-from sits_observe.errors import ConfigError
-from sits_observe.surfaces.cli.common import err, out, run_cli
+from sits_observe.surfaces.cli.common import err, out, run_cli, settings_from_flags
 
 
 def register(app: typer.Typer) -> None:
@@ -44,19 +42,17 @@ def demo(
     def go() -> None:
         from sits_observe.surfaces.demo import Demo, DemoSettings
 
-        try:
-            settings = DemoSettings(
-                duration_s=duration,
-                nodes=nodes,
-                gpus_per_node=gpus_per_node,
-                seed=seed,
-                db_path=db,
-                workdir=workdir,
-                interval_s=interval_s,
-            )
-        except ValidationError as exc:
-            problems = "; ".join(f"--{e['loc'][0]}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"invalid demo settings: {problems}") from exc
+        settings = settings_from_flags(
+            DemoSettings,
+            "demo",
+            duration_s=duration,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            seed=seed,
+            db_path=db,
+            workdir=workdir,
+            interval_s=interval_s,
+        )
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
 

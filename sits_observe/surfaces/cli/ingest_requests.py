@@ -25,7 +25,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import typer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.collectors.inference import ScrapingCollector
 from sits_observe.collectors.request_log import read_request_log
@@ -33,9 +33,16 @@ from sits_observe.collectors.triton import TritonCollector
 from sits_observe.collectors.vllm import VllmCollector
 from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, REQUESTS, SERVER_WINDOWS
-from sits_observe.errors import CollectorError, ConfigError
+from sits_observe.errors import CollectorError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import OutputFormat, err, out, print_rows, run_cli
+from sits_observe.surfaces.cli.common import (
+    OutputFormat,
+    err,
+    out,
+    print_rows,
+    run_cli,
+    settings_from_flags,
+)
 
 _HASH_CHUNK_BYTES = 1 << 20
 
@@ -225,14 +232,9 @@ def _help(field: str) -> str:
 
 
 def _settings(interval_s: float, windows: int, timeout_s: float) -> ScrapeSettings:
-    try:
-        return ScrapeSettings(interval_s=interval_s, windows=windows, timeout_s=timeout_s)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(problems) from exc
+    return settings_from_flags(
+        ScrapeSettings, "scrape", interval_s=interval_s, windows=windows, timeout_s=timeout_s
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.cli.common import run_cli
+from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 TOKEN_ENV = "SITS_TOKEN"
@@ -32,14 +31,7 @@ def _help(name: str) -> str:
 
 def build_settings(**values: object) -> ServiceSettings:
     """Validated settings; bad values become a :class:`ConfigError` naming the flag."""
-    try:
-        return ServiceSettings.model_validate(values)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid service settings: {problems}") from exc
+    return settings_from_flags(ServiceSettings, "service", **values)
 
 
 def configure_logging(level: str) -> None:
