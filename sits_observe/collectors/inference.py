@@ -37,33 +37,14 @@ def naive_utc(ts: datetime) -> datetime:
     return ts.astimezone(UTC).replace(tzinfo=None)
 
 
-def sum_by(
+def values_by(
     samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
-) -> dict[str, float]:
-    """Sum the values of metric ``name`` per value of ``key_label``.
+) -> dict[str, list[float]]:
+    """The values of metric ``name`` grouped by the value of ``key_label``.
 
     Samples without the label, or with a non-finite value, are dropped and counted in
     ``dropped``; a key whose every sample was dropped is absent from the result.
     """
-    totals: dict[str, float] = {}
-    for sample in samples:
-        if sample.name != name:
-            continue
-        key = sample.label(key_label)
-        if key is None:
-            dropped[f"{name}: no {key_label} label"] += 1
-            continue
-        if not math.isfinite(sample.value):
-            dropped[f"{name}: non-finite value"] += 1
-            continue
-        totals[key] = totals.get(key, 0.0) + sample.value
-    return totals
-
-
-def mean_by(
-    samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
-) -> dict[str, float]:
-    """Mean of the values of gauge ``name`` per value of ``key_label`` (see :func:`sum_by`)."""
     values: dict[str, list[float]] = defaultdict(list)
     for sample in samples:
         if sample.name != name:
@@ -76,7 +57,21 @@ def mean_by(
             dropped[f"{name}: non-finite value"] += 1
             continue
         values[key].append(sample.value)
-    return {key: sum(v) / len(v) for key, v in values.items()}
+    return values
+
+
+def sum_by(
+    samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
+) -> dict[str, float]:
+    """Sum of the values of metric ``name`` per value of ``key_label`` (see :func:`values_by`)."""
+    return {k: sum(v) for k, v in values_by(samples, name, key_label, dropped).items()}
+
+
+def mean_by(
+    samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
+) -> dict[str, float]:
+    """Mean of the values of gauge ``name`` per value of ``key_label`` (see :func:`values_by`)."""
+    return {k: sum(v) / len(v) for k, v in values_by(samples, name, key_label, dropped).items()}
 
 
 def histograms_by(
