@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import INGEST_PATH
 from sits_observe.store import Store, enforce_retention
+from sits_observe.surfaces.service.exporter import register_exporter  # derived signals
 from sits_observe.surfaces.service.extender import register_extender  # scheduler extender
 from sits_observe.surfaces.service.ingest import BearerAuth, IngestEndpoint, problem
 from sits_observe.surfaces.service.metrics import ServiceMetrics
@@ -89,6 +90,7 @@ def create_app(
     _add_reads(app, store, auth, settings)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see extender.py).
     register_extender(app, store, metrics.registry, clock=clock)
+    register_exporter(app, store, metrics.registry, clock=clock)  # derived signals on /metrics
     app.add_middleware(_TimingMiddleware, metrics=metrics)
     return app
 
