@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -106,3 +106,17 @@ def settings_from_flags(model: type[M], what: str, **values: object) -> M:
             for e in exc.errors()
         )
         raise ConfigError(f"invalid {what} settings: {problems}") from exc
+
+
+def print_rejected(
+    dropped: Mapping[str, int], *, title: str = "rejected, by reason", column: str = "count"
+) -> None:
+    """What an ingest command did not store, one row per reason (or "rejected: nothing")."""
+    if not dropped:
+        out.print("rejected: nothing")
+        return
+    print_rows(
+        [{"reason": r, column: dropped[r]} for r in sorted(dropped)],
+        OutputFormat.table,
+        title=title,
+    )

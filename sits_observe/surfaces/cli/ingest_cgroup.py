@@ -18,7 +18,7 @@ from sits_observe.collectors.cgroup import CgroupCollector
 from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, CONTAINER_SAMPLES
 from sits_observe.store import Store, utc_naive
-from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
+from sits_observe.surfaces.cli.common import OutputFormat, print_rejected, print_rows, run_cli
 
 
 def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> None:
@@ -38,15 +38,7 @@ def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> None:
         OutputFormat.table,
         title=f"stored in {db} (node {node})",
     )
-    if result.dropped:
-        rejected = [{"reason": r, "count": result.dropped[r]} for r in sorted(result.dropped)]
-        print_rows(
-            rejected,
-            OutputFormat.table,
-            title="rejected, by reason (row dropped or value left NULL)",
-        )
-    else:
-        out.print("rejected: nothing")
+    print_rejected(result.dropped, title="rejected, by reason (row dropped or value left NULL)")
 
 
 def register(app: typer.Typer) -> None:

@@ -21,7 +21,7 @@ from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
 from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, GPU_SAMPLES
 from sits_observe.store import Store, utc_naive
-from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
+from sits_observe.surfaces.cli.common import OutputFormat, out, print_rejected, print_rows, run_cli
 
 #: GPU rows printed one by one; a bigger body gets its totals only.
 MAX_GPU_LINES = 32
@@ -76,11 +76,7 @@ def ingest_dcgm_once(
         OutputFormat.table,
         title=f"stored in {db} ({len(nodes)} node(s))",
     )
-    if result.dropped:
-        rejected = [{"reason": r, "samples": result.dropped[r]} for r in sorted(result.dropped)]
-        print_rows(rejected, OutputFormat.table, title="rejected samples, by reason")
-    else:
-        out.print("rejected: nothing")
+    print_rejected(result.dropped, title="rejected samples, by reason", column="samples")
     if result.ignored:
         ignored = ", ".join(f"{r}: {n}" for r, n in sorted(result.ignored.items()))
         out.print(f"not stored (no column for them, not an error): {ignored}")

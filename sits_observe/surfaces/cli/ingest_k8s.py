@@ -23,7 +23,7 @@ from sits_observe.domain.tables import COLLECTOR_DROPS, NODES, PODS
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store, utc_naive
 from sits_observe.store.attribution import attribute_containers
-from sits_observe.surfaces.cli.common import OutputFormat, out, print_rows, run_cli
+from sits_observe.surfaces.cli.common import OutputFormat, print_rejected, print_rows, run_cli
 
 _DEFAULTS = KubeInventorySettings()
 
@@ -86,11 +86,7 @@ def ingest_k8s_once(
         OutputFormat.table,
         title=f"stored in {db} from {api.configuration.host}",
     )
-    if result.dropped:
-        rejected = [{"reason": r, "count": result.dropped[r]} for r in sorted(result.dropped)]
-        print_rows(rejected, OutputFormat.table, title="rejected, by reason")
-    else:
-        out.print("rejected: nothing")
+    print_rejected(result.dropped)
     return counts
 
 

@@ -39,6 +39,7 @@ from sits_observe.surfaces.cli.common import (
     OutputFormat,
     err,
     out,
+    print_rejected,
     print_rows,
     run_cli,
     settings_from_flags,
@@ -147,15 +148,7 @@ def ingest_requests_once(path: Path, db: Path, options: RequestLogOptions, now: 
         out.print(
             f"no --timestamp-column: every row is stamped with the import time {at.isoformat()}Z"
         )
-    _print_rejected(result.dropped)
-
-
-def _print_rejected(dropped: Counter[str]) -> None:
-    if dropped:
-        rejected = [{"reason": r, "count": dropped[r]} for r in sorted(dropped)]
-        print_rows(rejected, OutputFormat.table, title="rejected or nulled, by reason")
-    else:
-        out.print("rejected: nothing")
+    print_rejected(result.dropped, title="rejected or nulled, by reason")
 
 
 def scrape_windows(
@@ -195,7 +188,7 @@ def scrape_windows(
     if failures == settings.windows + 1:
         raise CollectorError(f"every scrape of {collector.url} failed; is the server up?")
     out.print(f"stored {stored} {SERVER_WINDOWS.name} rows in {db}")
-    _print_rejected(dropped)
+    print_rejected(dropped, title="rejected or nulled, by reason")
     return stored
 
 
