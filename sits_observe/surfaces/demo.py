@@ -9,7 +9,9 @@
    file, with its inventory loop reading the emulator through the official client;
 4. one agent per node (the same :class:`AgentLoop` as ``sits-observe agent``) scraping its
    node's endpoints, walking its cgroup tree and following its request log, shipping Arrow
-   batches over HTTP with a bearer token, spooling if the service is away.
+   batches over HTTP with a bearer token, spooling if the service is away;
+5. the controller in dry-run, recording its recommendations in the store;
+6. optionally (``ui_port``) the Streamlit app in a child process, reading through the service.
 
 Nothing here is a shortcut around the production path: the samples in the database travelled
 the same formats, parsers, wire and store as in a real cluster.
@@ -20,11 +22,13 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import uvicorn
 from pydantic import BaseModel, Field
 
@@ -95,6 +99,13 @@ class DemoSettings(BaseModel):
     controller_interval_s: float = Field(
         10.0, ge=1, le=3600, description="seconds between controller passes (dry-run)"
     )
+    ui_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="serve the Streamlit app on this loopback port, reading through the "
+        "service (none = no app)",
+    )
 
 
 @dataclass
@@ -146,6 +157,7 @@ class Demo:
         self.agents: list[tuple[AgentLoop, threading.Thread]] = []
         self._controller_stop = threading.Event()
         self._controller: threading.Thread | None = None
+        self.ui: subprocess.Popen[bytes] | None = None
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -168,10 +180,20 @@ class Demo:
         for node in self.cluster.nodes:
             self.agents.append(self._start_agent(node, self.service.url))
         self._controller = self._start_controller(self.store)
+        if s.ui_port is not None:
+            self.ui = self._start_ui(self.service.url, s.ui_port)
         return self
 
     def stop(self) -> None:
         """Stop every part in reverse order; the DuckDB file stays."""
+        if self.ui is not None:
+            self.ui.terminate()
+            try:
+                self.ui.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.ui.kill()
+                self.ui.wait()
+            self.ui = None
         self._controller_stop.set()
         if self._controller is not None:
             self._controller.join(timeout=30)
@@ -226,6 +248,52 @@ class Demo:
         )
         thread.start()
         return thread
+
+    def _start_ui(self, service_url: str, port: int) -> subprocess.Popen[bytes]:
+        """The Streamlit app in a child process, reading through the service with the token.
+
+        The service owns the DuckDB file while the demo runs, so the app fetches tables over
+        HTTP (docs/ui.md). Returns once the app answers its health check."""
+        from sits_observe.surfaces.cli.ui import DEFAULT_APP, streamlit_command
+
+        token_file = self.settings.workdir / "ui-token"
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        token_file.touch(mode=0o600)
+        token_file.chmod(0o600)
+        token_file.write_text(self.token, encoding="utf-8")
+        command = streamlit_command(
+            DEFAULT_APP,
+            port=port,
+            host="127.0.0.1",
+            db=None,
+            service=service_url,
+            token_file=token_file,
+        )
+        log_path = self.settings.workdir / "ui.log"
+        with log_path.open("ab") as log_file:
+            child = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        health = f"http://127.0.0.1:{port}/_stcore/health"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise RuntimeError(
+                    f"the Streamlit app exited with {child.returncode}; see {log_path}"
+                )
+            try:
+                if httpx.get(health, timeout=1.0).status_code == 200:
+                    return child
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        child.kill()
+        child.wait()
+        raise RuntimeError(f"the Streamlit app did not answer {health} within 60 s; see {log_path}")
+
+    @property
+    def ui_url(self) -> str:
+        """Where the Streamlit app listens ("" without one)."""
+        port = self.settings.ui_port
+        return f"http://127.0.0.1:{port}" if self.ui is not None and port else ""
 
     def _collectors(self, node: str) -> list[Collector]:
         assert self.runtime is not None

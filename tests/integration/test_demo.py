@@ -98,3 +98,35 @@ def test_demo_database_answers_the_analysis_commands(tmp_path: Path) -> None:
     (model,) = json.loads(latency.stdout)
     assert model["model"] == "llama2-70b" and model["count"] > 0
     assert 0 < model["p50_s"] <= model["p95_s"] <= model["p99_s"]
+
+
+def test_demo_serves_the_streamlit_app_and_stops_it(tmp_path: Path) -> None:
+    """With ui_port the demo starts the app (reading through the service) and ends it."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = DemoSettings(
+        nodes=1,
+        gpus_per_node=2,
+        db_path=tmp_path / "demo.duckdb",
+        workdir=tmp_path,
+        seed=2,
+        ui_port=port,
+    )
+    with Demo(settings) as demo:
+        assert demo.ui_url == f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{demo.ui_url}/_stcore/health", timeout=5).text == "ok"
+        child = demo.ui
+        assert child is not None and child.poll() is None
+        # The app was pointed at the service with the demo's token, never at the file.
+        args = list(child.args)
+        assert args[args.index("--service") + 1] == demo.service_url and "--db" not in args
+        token_file = tmp_path / "ui-token"
+        assert token_file.read_text(encoding="utf-8") == demo.token
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert child.poll() is not None
+    assert demo.ui is None

@@ -36,6 +36,10 @@ def demo(
     ),
     seed: int = typer.Option(7, "--seed", help="seed: the same seed gives the same cluster"),
     interval_s: float = typer.Option(1.0, "--interval-s", help="agent collection interval"),
+    ui_port: int = typer.Option(
+        8501, "--ui-port", help="loopback port of the Streamlit app (see docs/ui.md)"
+    ),
+    ui: bool = typer.Option(True, "--ui/--no-ui", help="also serve the Streamlit app"),
 ) -> None:
     """Start a simulated GPU cluster and the real pipeline against it (Ctrl-C to stop)."""
 
@@ -52,6 +56,7 @@ def demo(
             db_path=db,
             workdir=workdir,
             interval_s=interval_s,
+            ui_port=ui_port if ui else None,
         )
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
@@ -71,6 +76,8 @@ def demo(
             err.print(
                 f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)"
             )
+            if the_demo.ui_url:
+                err.print(f"Streamlit app on {the_demo.ui_url}")
             with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
                 while not stop.wait(1.0):
                     elapsed = time.monotonic() - started
