@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from polars.exceptions import PanicException
+
 from sits_observe.control.apply import Applier
 from sits_observe.control.inputs import CurrentState, History, Signals
 from sits_observe.control.leader import LeaderElector
@@ -112,7 +114,8 @@ class ControllerLoop:
             self.last_plan = plan
             self.applier.may_write = self._is_leader
             outcomes = self.applier.apply(plan)
-        except Exception as exc:  # a pass must never kill the loop
+        except (Exception, PanicException) as exc:  # a pass must never kill the loop
+            # (polars reports its internal bugs as PanicException, a BaseException.)
             log.exception("controller pass failed")
             self.recorder.count_error("pass")
             return PassReport(at, leader=True, error=f"{type(exc).__name__}: {exc}")

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action
+from sits_observe.control.model import ACTIONS, ENGINE, QUOTA_ACTIONS, Action
 from sits_observe.control.rules import empty, finish, floats, fmt
 from sits_observe.control.safety import above_with_hysteresis
 from sits_observe.control.settings import ControllerSettings
@@ -73,7 +73,7 @@ def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame
             ).alias("_lower")
         )
         .filter(pl.col("_base_mem").is_not_null())
-        .collect()
+        .collect(engine=ENGINE)
     )
     if frame.height == 0:
         return empty()
