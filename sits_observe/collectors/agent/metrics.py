@@ -2,6 +2,8 @@
 
 Names follow the project rules: ``sits_agent_`` prefix, base units, ``_total`` counters.
 The loop updates them; the CLI serves :attr:`AgentMetrics.registry` on ``--metrics-port``.
+The same registry serves the latest GPU samples under dcgm-exporter's names
+(:mod:`.latest`), so an existing Prometheus can scrape the agents (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from sits_observe.collectors.agent.latest import LatestSamples
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...], reg: CollectorRegistry) -> Counter:
@@ -71,3 +75,12 @@ class AgentMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=reg,
         )
+        self.metrics_errors = _counter(
+            "sits_agent_metrics_errors_total",
+            "failures building the sample families served on /metrics, by table",
+            ("table",),
+            reg,
+        )
+        #: The latest samples of each tick, served on /metrics (see :mod:`.latest`).
+        self.latest = LatestSamples(self.metrics_errors)
+        reg.register(self.latest)

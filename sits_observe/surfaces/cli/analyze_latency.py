@@ -42,8 +42,10 @@ from sits_observe.analytics.latency import (
     groups_with_only_estimates,
     known_values,
 )
+from sits_observe.analytics.source import SnapshotServerWindows, estimate_windows_from
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
+from sits_observe.store.promql_source import PromQLServerSource
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
     err,
@@ -51,6 +53,14 @@ from sits_observe.surfaces.cli.common import (
     parse_duration_s,
     print_rows,
     run_cli,
+)
+from sits_observe.surfaces.cli.promql import (
+    PROMQL_MATCHERS,
+    PROMQL_STEP_S,
+    PROMQL_URL,
+    check_db_or_url,
+    open_promql,
+    promql_window,
 )
 
 _MAX_GRID_COLUMNS = 30
@@ -172,6 +182,34 @@ def latency_rows(
         )
     rows: list[dict[str, Any]] = table.to_pylist()
     return rows
+
+
+def promql_estimate_rows(
+    url: str,
+    *,
+    by: GroupBy,
+    selection: RequestSelection,
+    source: Source,
+    since: str | None,
+    step_s: float | None,
+    matchers: str,
+) -> list[dict[str, Any]]:
+    """``latency --source estimate`` rows from vLLM histograms in a PromQL store."""
+    if source is not Source.estimate:
+        raise ConfigError(
+            "--promql-url has histogram estimates only (exact latencies live in the DuckDB "
+            "requests table): add --source estimate"
+        )
+    if by not in ESTIMATE_GROUPS:
+        raise ConfigError(f"histogram estimates group by {', '.join(ESTIMATE_GROUPS)} only")
+    lo, hi = promql_window(since)
+    with open_promql(url) as client:
+        snapshots = PromQLServerSource(client, matchers=matchers)
+        windows = SnapshotServerWindows(snapshots, step_s=step_s).server_windows(lo, hi)
+    table = estimate_windows_from(windows, by=by, selection=selection)
+    if table.num_rows == 0:
+        raise ConfigError("no vLLM histogram windows in the PromQL store for the selection")
+    return [{**row, "window_end": iso_utc(row["window_end"])} for row in table.to_pylist()]
 
 
 def _print_latency(rows: list[dict[str, Any]], fmt: OutputFormat, title: str, by: GroupBy) -> None:
@@ -368,7 +406,10 @@ def register(app: typer.Typer) -> None:
     @app.command("latency")
     def latency(
         *,
-        db: Path = typer.Option(..., "--db", help="DuckDB file"),
+        db: Path | None = typer.Option(None, "--db", help="DuckDB file (or --promql-url)"),
+        promql_url: str | None = PROMQL_URL,
+        promql_step_s: float | None = PROMQL_STEP_S,
+        promql_matchers: str = PROMQL_MATCHERS,
         by: GroupKey = typer.Option(GroupKey.model, "--by", help="group requests by"),
         model: str | None = typer.Option(None, "--model", help="only this model"),
         since: str | None = typer.Option(
@@ -391,6 +432,21 @@ def register(app: typer.Typer) -> None:
 
         def go() -> None:
             selection = _selection(model, since, include_failed, datetime.now(UTC))
+            check_db_or_url(db, promql_url)
+            if promql_url is not None:
+                rows = promql_estimate_rows(
+                    promql_url,
+                    by=_GROUPS[by],
+                    selection=selection,
+                    source=source,
+                    since=since,
+                    step_s=promql_step_s,
+                    matchers=promql_matchers,
+                )
+                title = "latency ESTIMATES from histogram buckets (PromQL), per window, s"
+                _print_latency(rows, fmt, title, _GROUPS[by])
+                return
+            assert db is not None
             with _open(db) as store:
                 rows = latency_rows(
                     store,

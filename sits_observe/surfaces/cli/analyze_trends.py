@@ -26,16 +26,26 @@ from sits_observe.analytics.smf import (
     read_smf_inputs,
     summarize_smf,
 )
+from sits_observe.analytics.source import OCCUPANCY_COLUMNS, occupancy_from_samples
 from sits_observe.analytics.trends import TrendClusters, TrendSettings, cluster_trends
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
+from sits_observe.store.promql_source import PromQLGpuSource
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
     err,
     parse_duration_s,
     print_rows,
     run_cli,
+)
+from sits_observe.surfaces.cli.promql import (
+    PROMQL_MATCHERS,
+    PROMQL_STEP_S,
+    PROMQL_URL,
+    check_db_or_url,
+    open_promql,
+    promql_window,
 )
 
 _NEWEST = """
@@ -281,7 +291,10 @@ def register(app: typer.Typer) -> None:
     @app.command("trends")
     def trends(
         *,
-        db: Path = typer.Option(..., "--db", help="DuckDB file"),
+        db: Path | None = typer.Option(None, "--db", help="DuckDB file (or --promql-url)"),
+        promql_url: str | None = PROMQL_URL,
+        promql_step_s: float | None = PROMQL_STEP_S,
+        promql_matchers: str = PROMQL_MATCHERS,
         since: str | None = typer.Option(
             None, "--since", help="only the last DUR before the newest sample, e.g. 15m, 2h, 7d"
         ),
@@ -308,6 +321,17 @@ def register(app: typer.Typer) -> None:
                 settings = TrendSettings(eps=eps, min_samples=min_samples)
             except ValueError as exc:
                 raise ConfigError(f"invalid clustering option: {exc}") from exc
+            check_db_or_url(db, promql_url)
+            if promql_url is not None:
+                lo, hi = promql_window(since)
+                with open_promql(promql_url) as client:
+                    samples = PromQLGpuSource(client, matchers=promql_matchers).gpu_samples(
+                        lo, hi, step_s=promql_step_s, columns=list(OCCUPANCY_COLUMNS)
+                    )
+                series = occupancy_from_samples(samples, level=level, bucket_s=bucket_s)
+                _print_trends(cluster_trends(series, settings), fmt)
+                return
+            assert db is not None
             with Store.open(db, read_only=True) as store:
                 start = window_start(store, since)
                 series = read_occupancy_series(store, since=start, level=level, bucket_s=bucket_s)

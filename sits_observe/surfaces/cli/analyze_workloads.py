@@ -44,7 +44,11 @@ from sits_observe.analytics.classes import (
     tier_quota,
 )
 from sits_observe.analytics.heatmap import heatmap_settings
-from sits_observe.analytics.interference import interference_report, load_gpu_samples
+from sits_observe.analytics.interference import (
+    SAMPLE_COLUMNS,
+    interference_report,
+    load_gpu_samples,
+)
 from sits_observe.analytics.settings import (
     BaselineSettings,
     ClassSettings,
@@ -56,12 +60,21 @@ from sits_observe.analytics.settings import (
 from sits_observe.analytics.timeline import load_pods, pod_timelines, summarize
 from sits_observe.errors import ConfigError, SitsError
 from sits_observe.store import Store
+from sits_observe.store.promql_source import PromQLGpuSource
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
     err,
     parse_duration_s,
     print_rows,
     run_cli,
+)
+from sits_observe.surfaces.cli.promql import (
+    PROMQL_MATCHERS,
+    PROMQL_STEP_S,
+    PROMQL_URL,
+    check_db_or_url,
+    open_promql,
+    promql_window,
 )
 
 _DB = typer.Option(..., "--db", help="DuckDB file to read")
@@ -221,7 +234,10 @@ def _register_interference(app: typer.Typer) -> None:
     @app.command("interference")
     def interference(
         *,
-        db: Path = _DB,
+        db: Path | None = typer.Option(None, "--db", help="DuckDB file (or --promql-url)"),
+        promql_url: str | None = PROMQL_URL,
+        promql_step_s: float | None = PROMQL_STEP_S,
+        promql_matchers: str = PROMQL_MATCHERS,
         since: str | None = _SINCE,
         node: str | None = typer.Option(None, "--node", help="one node only"),
         numa_miss: list[str] = typer.Option(
@@ -261,10 +277,15 @@ def _register_interference(app: typer.Typer) -> None:
                 k: [_float(x, "--sync-delays") / 1000 for x in v.split(",") if x.strip()]
                 for k, v in _key_values(sync_delays, "--sync-delays").items()
             }
-            with Store.open(db, read_only=True) as store:
-                require_rows(store, "gpu_samples")
-                start = window_start(store, "gpu_samples", since)
-                samples = load_gpu_samples(store, start, node=node)
+            check_db_or_url(db, promql_url)
+            if promql_url is not None:
+                samples = _promql_samples(promql_url, since, promql_step_s, promql_matchers, node)
+            else:
+                assert db is not None
+                with Store.open(db, read_only=True) as store:
+                    require_rows(store, "gpu_samples")
+                    start = window_start(store, "gpu_samples", since)
+                    samples = load_gpu_samples(store, start, node=node)
             if samples.height == 0:
                 raise SitsError(f"no gpu_samples rows for node {node!r} in the window")
             report = interference_report(
@@ -281,6 +302,19 @@ def _register_interference(app: typer.Typer) -> None:
                 _print(gpus, fmt, "interference per GPU", _GPU_COLUMNS)
 
         run_cli(go)
+
+
+def _promql_samples(
+    url: str, since: str | None, step_s: float | None, matchers: str, node: str | None
+) -> pl.DataFrame:
+    """The interference report's :data:`SAMPLE_COLUMNS` read through PromQL."""
+    lo, hi = promql_window(since)
+    with open_promql(url) as client:
+        table = PromQLGpuSource(client, matchers=matchers).gpu_samples(
+            lo, hi, step_s=step_s, columns=list(SAMPLE_COLUMNS[1:])
+        )
+    frame = pl.DataFrame(table.select(list(SAMPLE_COLUMNS)))
+    return frame if node is None else frame.filter(pl.col("node") == node)
 
 
 _SCORE_COLUMNS = ("score", "bandwidth_util_ratio", "nvlink_conflict_ratio", "numa_miss_ratio")
