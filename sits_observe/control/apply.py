@@ -52,6 +52,7 @@ from sits_observe.control.plan import actuable
 from sits_observe.control.safety import TokenBucket
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.errors import KubeApiError
+from sits_observe.tracing import span
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,10 @@ class Applier:
 
     def apply(self, plan: Plan) -> list[Outcome]:
         """Apply every decision of ``plan``; record and return the outcomes."""
+        with span("sits.apply", task_type="apply", queue_depth=len(plan)):
+            return self._apply(plan)
+
+    def _apply(self, plan: Plan) -> list[Outcome]:
         outcomes = []
         for decision in plan.decisions():
             try:

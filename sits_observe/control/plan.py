@@ -28,10 +28,11 @@ import polars as pl
 
 from sits_observe.control import rules, rules_quotas
 from sits_observe.control.inputs import CurrentState, History, Signals
-from sits_observe.control.model import ACTIONS, PLAN_SCHEMA, QUOTA_ACTIONS, Action, Plan
+from sits_observe.control.model import ACTIONS, ENGINE, PLAN_SCHEMA, QUOTA_ACTIONS, Action, Plan
 from sits_observe.control.safety import below_threshold, clamp, limit_step
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.store.duck import utc_naive
+from sits_observe.tracing import note_queue_depth, traced
 
 KEYS = ["kind", "namespace", "name", "action"]
 _EMPTY_VALUES = pl.LazyFrame(
@@ -102,7 +103,9 @@ def _with_state(
     joined = frame.lazy().join(renamed, on=keys, how="left", nulls_equal=True)
     if current_override is not None:
         joined = joined.with_columns(current_override.alias("current"))
-    return joined.with_columns(pl.coalesce("recommended", "current").alias("state")).collect()
+    return joined.with_columns(pl.coalesce("recommended", "current").alias("state")).collect(
+        engine=ENGINE
+    )
 
 
 def _by_key(values: pl.DataFrame) -> dict[tuple[str, str], pl.LazyFrame]:
@@ -165,7 +168,11 @@ def _quota_targets(
         "recommended",
     )
     on = ["quota_kind", "_ns", "quota_name", "_action"]
-    return frame.join(known, on=on, how="left", nulls_equal=True).drop("_ns", "_action").collect()
+    return (
+        frame.join(known, on=on, how="left", nulls_equal=True)
+        .drop("_ns", "_action")
+        .collect(engine=ENGINE)
+    )
 
 
 def propose(
@@ -216,7 +223,7 @@ def propose(
                 on=["namespace", "pod"],
                 how="left",
             )
-            .collect(),
+            .collect(engine=ENGINE),
             settings,
         ),
         rules.priority_class(
@@ -238,7 +245,9 @@ def propose(
             .otherwise(pl.col("current"))
             .alias("current")
         )
-    return joined.with_columns(pl.coalesce("current", "default_current").alias("current")).collect()
+    return joined.with_columns(pl.coalesce("current", "default_current").alias("current")).collect(
+        engine=ENGINE
+    )
 
 
 def _numeric(frame: pl.DataFrame, settings: ControllerSettings) -> pl.DataFrame:
@@ -287,6 +296,7 @@ def _numeric(frame: pl.DataFrame, settings: ControllerSettings) -> pl.DataFrame:
     return pl.concat([other, numeric], how="vertical_relaxed")
 
 
+@traced("sits.plan", task_type="plan")
 def plan(
     signals: Signals,
     current: CurrentState,
@@ -328,7 +338,7 @@ def plan(
         pl.col("reason").fill_null("current value outside the hard bounds: clamped"),
         pl.col("evidence").fill_null("{}"),
     )
-    flagged = lazy.collect()
+    flagged = lazy.collect(engine=ENGINE)
     drops = flagged.get_column("_drop")
     suppressed = {str(k): int(v) for k, v in drops.drop_nulls().value_counts().iter_rows() if v}
     # Only the few rows that would change something meet the joins below.
@@ -344,7 +354,7 @@ def plan(
     done = (
         rest.join(repeat, on=KEYS, how="left", nulls_equal=True)
         .with_columns(is_repeat.alias("_repeat"))
-        .collect()
+        .collect(engine=ENGINE)
     )
     repeats = int(done.get_column("_repeat").sum())
     if repeats:
@@ -355,8 +365,9 @@ def plan(
         .select(list(PLAN_SCHEMA))
         .cast(PLAN_SCHEMA)  # type: ignore[arg-type]
         .sort(["action", "kind", "namespace", "name"], nulls_last=False)
-        .collect()
+        .collect(engine=ENGINE)
     )
+    note_queue_depth(out.height)  # decisions pending application
     return Plan(at, out, suppressed)
 
 

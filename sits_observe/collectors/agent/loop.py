@@ -16,6 +16,9 @@ Each tick:
 4. The new batch is shipped; if the service cannot take it, it is spooled. A batch the
    service rejects (4xx) goes to the dead-letter spool and is never retried.
 
+Between 2 and 3 the tick's tables are handed to ``metrics.latest`` (one reference swap) so
+``/metrics`` serves the newest GPU samples under dcgm-exporter's names (:mod:`.latest`).
+
 The loop never raises out of :meth:`AgentLoop.run`; it waits on a :class:`threading.Event`
 between ticks so :meth:`AgentLoop.stop` (SIGTERM in the CLI) ends it within one tick. Missed
 ticks (a slow tick, a suspended process) are skipped, not replayed in a burst.
@@ -42,8 +45,12 @@ from sits_observe.collectors.agent.wire import batch_rows, encode_batch
 from sits_observe.domain.collect import Collector, CollectResult, drops_table
 from sits_observe.domain.tables import conform, find_table
 from sits_observe.errors import CollectorError, DriverUnavailable
+from sits_observe.tracing import span
 
 log = logging.getLogger(__name__)
+
+#: Span attribute naming the collector a ``sits.scrape`` span ran.
+COLLECTOR_ATTR = "sits.collector.name"
 
 
 class BatchShipper(Protocol):
@@ -159,6 +166,7 @@ class AgentLoop:
         now = self._clock()
         collected, errors = self._collect(now)
         tables = dict(collected.tables)
+        self._publish(tables)
         drops = self._drop_rows(collected.dropped_by_collector, now)
         if drops is not None:
             tables["collector_drops"] = drops
@@ -187,8 +195,14 @@ class AgentLoop:
             if index in self._disabled:
                 continue
             try:
-                result = collector.collect(now)
-                tables = {t: _conformed(t, data) for t, data in result.tables.items()}
+                with span(
+                    "sits.scrape",
+                    task_type="scrape",
+                    queue_depth=len(self._spool),  # batches waiting: the agent's queue
+                    attributes={COLLECTOR_ATTR: name},
+                ):
+                    result = collector.collect(now)
+                    tables = {t: _conformed(t, data) for t, data in result.tables.items()}
             except DriverUnavailable as exc:
                 errors += 1
                 self.metrics.collector_errors.labels(name).inc()
@@ -222,6 +236,14 @@ class AgentLoop:
             # every second; the error counter still counts every call.
             log.warning("collector %s failed: %s", name, message, exc_info=exc)
             self._failing[index] = message
+
+    def _publish(self, tables: dict[str, pa.Table]) -> None:
+        # Serving samples on /metrics is a side show: it must never cost a batch.
+        try:
+            self.metrics.latest.publish(tables)
+        except Exception:
+            log.exception("publishing samples to /metrics failed")
+            self.metrics.metrics_errors.labels("publish").inc()
 
     def _drop_rows(self, dropped: dict[str, Counter[str]], now: datetime) -> pa.Table | None:
         ts = now.astimezone(UTC).replace(tzinfo=None)

@@ -30,6 +30,7 @@ from sits_observe.collectors.agent.settings import AgentSettings
 from sits_observe.domain.collect import Collector
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
+from sits_observe.surfaces.tracing import AGENT_SERVICE_NAME, OTLP_ENDPOINT_HELP, configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ def agent(
         "127.0.0.1", help="address of the agent's /metrics (0.0.0.0 in a DaemonSet)"
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
+    otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help=OTLP_ENDPOINT_HELP),
 ) -> None:
     """Run the node agent: collect every interval, ship batches, spool while the service is down."""
 
@@ -94,6 +96,7 @@ def agent(
         logging.basicConfig(
             level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        configure_tracing(AGENT_SERVICE_NAME, otlp_endpoint, attributes={"k8s.node.name": node})
         settings = _settings(
             interval_s=interval_s,
             cgroup_slow_every=cgroup_slow_every,

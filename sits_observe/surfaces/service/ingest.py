@@ -30,6 +30,7 @@ from sits_observe.collectors.agent.wire import (
 from sits_observe.errors import ParseError, SchemaError, StoreError
 from sits_observe.store import BatchReceipt, Store
 from sits_observe.surfaces.service.metrics import ServiceMetrics
+from sits_observe.tracing import note, traced
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class IngestEndpoint:
         self._metrics = metrics
         self._max_body_bytes = max_body_bytes
 
+    @traced("sits.ingest", task_type="ingest")
     async def handle(self, request: Request) -> JSONResponse:
         """Handle one ``POST /api/v1/ingest``."""
         refusal = self._auth.check(request) or self._check_headers(request)
@@ -148,9 +150,11 @@ class IngestEndpoint:
             for name, table in tables.items():
                 self._metrics.rows.labels(name).inc(table.num_rows)
         rows = receipt.rows if receipt.duplicate else batch_rows(tables)
+        note({"sits.ingest.rows": rows, "sits.ingest.duplicate": receipt.duplicate})
         return JSONResponse({"batch_id": batch_id, "rows": rows, "duplicate": receipt.duplicate})
 
     def _refused(self, refusal: Refusal) -> JSONResponse:
+        note({"sits.ingest.refused": refusal.reason})
         self._metrics.rejected.labels(refusal.reason).inc()
         self._metrics.batches.labels("rejected").inc()
         return refusal.response()

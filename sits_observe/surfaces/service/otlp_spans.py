@@ -1,0 +1,295 @@
+"""OTLP trace exports from inference servers, decoded and turned into ``requests`` rows.
+
+An export (``ExportTraceServiceRequest``) arrives as protobuf or as OTLP/JSON (the proto3
+JSON mapping, except that trace and span ids are hex strings, not base64). Each span is
+classified:
+
+- a **request span** is a span that names a model (:data:`MODEL_KEYS`) and is either of kind
+  ``SERVER`` (vLLM's ``llm_request`` span is one) or a root span of kind ``INTERNAL`` /
+  ``UNSPECIFIED``. It becomes one row: ``ts`` = end time, ``latency_s`` = end - start
+  (exact, nanoseconds in the wire format, microseconds in the row's ``ts``);
+- any other span is *ignored* and counted by reason: ``client`` (kinds ``CLIENT``,
+  ``PRODUCER``, ``CONSUMER``: the caller's view, which would count a request twice),
+  ``no_model``, ``nested`` (an internal span under another span);
+- a request span whose times are missing or run backwards is *rejected* (``bad_time``) and
+  reported in the response's ``partial_success``.
+
+Attribute names are OpenTelemetry's GenAI semantic conventions first, then the names vLLM
+and OpenLLMetry used before them; the first one present wins (docs/tracing.md has the table).
+Optional values that are not finite or are negative are dropped (NULL) and counted. Only
+this module knows the OTLP and GenAI names; past it the ``requests`` columns rule.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from sits_observe.domain.tables import find_table
+from sits_observe.errors import ParseError
+
+MEDIA_PROTOBUF = "application/x-protobuf"
+MEDIA_JSON = "application/json"
+SOURCE = "otlp"
+
+#: Model name: the model that served the request, else the one asked for.
+MODEL_KEYS = (
+    "gen_ai.response.model",
+    "gen_ai.request.model",
+    "llm.response.model",
+    "llm.request.model",
+)
+INPUT_TOKEN_KEYS = (
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.prompt_tokens",
+    "llm.usage.prompt_tokens",
+)
+OUTPUT_TOKEN_KEYS = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.usage.completion_tokens",
+)
+#: Time to first token in seconds, as an attribute (the second is vLLM's name).
+TTFT_KEYS = ("gen_ai.server.time_to_first_token", "gen_ai.latency.time_to_first_token")
+#: ... or as a span event: TTFT = event time - span start.
+FIRST_TOKEN_EVENTS = frozenset({"gen_ai.first_token", "first_token"})
+INTER_TOKEN_KEYS = ("gen_ai.server.time_per_output_token",)
+HTTP_STATUS_KEYS = ("http.response.status_code", "http.status_code")
+NODE_KEY = "k8s.node.name"
+POD_KEY = "k8s.pod.name"
+NAMESPACE_KEY = "k8s.namespace.name"
+
+_ROOT_KINDS = frozenset({Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_UNSPECIFIED})
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+_COLUMNS = find_table("requests").schema
+
+
+@dataclass(frozen=True)
+class SpanRows:
+    """What an export became: ``requests`` rows and the spans that did not."""
+
+    table: pa.Table
+    spans: int
+    ignored: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+    #: Optional values dropped to NULL (non-finite, negative), by column.
+    dropped_values: Counter[str] = field(default_factory=Counter)
+
+
+def decode_export(body: bytes, media: str) -> ExportTraceServiceRequest:
+    """The export in ``body`` (``media`` is :data:`MEDIA_PROTOBUF` or :data:`MEDIA_JSON`).
+
+    Raises :class:`ParseError` saying what is wrong.
+    """
+    export = ExportTraceServiceRequest()
+    if media == MEDIA_JSON:
+        try:
+            document = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ParseError(f"OTLP/JSON body is not JSON: {exc}") from exc
+        if not isinstance(document, dict):
+            raise ParseError("OTLP/JSON body must be an object with 'resourceSpans'")
+        try:
+            json_format.ParseDict(_ids_to_base64(document), export, ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise ParseError(f"OTLP/JSON body is not an ExportTraceServiceRequest: {exc}") from exc
+        return export
+    try:
+        export.ParseFromString(body)
+    except DecodeError as exc:
+        raise ParseError(
+            f"protobuf body is not an ExportTraceServiceRequest ({len(body)} bytes): {exc}"
+        ) from exc
+    return export
+
+
+def _ids_to_base64(document: dict[str, object]) -> dict[str, object]:
+    """OTLP/JSON carries ids as hex; the proto3 JSON parser wants bytes as base64."""
+    for resource_spans in _objects(document.get("resourceSpans")):
+        for scope_spans in _objects(resource_spans.get("scopeSpans")):
+            for span in _objects(scope_spans.get("spans")):
+                _convert_ids(span)
+                for link in _objects(span.get("links")):
+                    _convert_ids(link)
+    return document
+
+
+def _convert_ids(obj: dict[str, object]) -> None:
+    for key in _ID_FIELDS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            try:
+                obj[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+            except ValueError as exc:
+                raise ParseError(f"{key} {value!r} is not a hex string") from exc
+
+
+def _objects(value: object) -> Iterable[dict[str, object]]:
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, dict)]
+    return []
+
+
+def request_rows(export: ExportTraceServiceRequest) -> SpanRows:
+    """The ``requests`` rows of the request spans in ``export`` (see the module docstring)."""
+    columns: dict[str, list[object]] = {name: [] for name in _COLUMNS.names}
+    ignored: Counter[str] = Counter()
+    rejected: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+    spans = 0
+    for resource_spans in export.resource_spans:
+        where = _strings(resource_spans.resource.attributes, (NODE_KEY, POD_KEY, NAMESPACE_KEY))
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans += 1
+                attributes = _values(span.attributes)
+                why = _not_a_request(span, attributes)
+                if why is not None:
+                    ignored[why] += 1
+                    continue
+                if span.start_time_unix_nano == 0 or span.end_time_unix_nano < (
+                    span.start_time_unix_nano
+                ):
+                    rejected["bad_time"] += 1
+                    continue
+                _add_row(columns, span, attributes, where, dropped)
+    table = pa.table(columns, schema=_COLUMNS)
+    return SpanRows(table, spans, ignored, rejected, dropped)
+
+
+def _not_a_request(span: Span, attributes: Mapping[str, object]) -> str | None:
+    if span.kind not in _ROOT_KINDS and span.kind != Span.SPAN_KIND_SERVER:
+        return "client"
+    if _first_string(attributes, MODEL_KEYS) is None:
+        return "no_model"
+    if span.kind in _ROOT_KINDS and span.parent_span_id:
+        return "nested"
+    return None
+
+
+def _add_row(
+    columns: dict[str, list[object]],
+    span: Span,
+    attributes: Mapping[str, object],
+    where: Mapping[str, str],
+    dropped: Counter[str],
+) -> None:
+    start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
+    ttft_s = _seconds(attributes, TTFT_KEYS, "ttft_s", dropped)
+    if ttft_s is None:
+        ttft_s = _first_event_s(span, dropped)
+    http_status = _first_int(attributes, HTTP_STATUS_KEYS)
+    failed = span.status.code == Status.STATUS_CODE_ERROR or (
+        http_status is not None and http_status >= 400
+    )
+    status = str(http_status) if http_status is not None else ("error" if failed else "ok")
+    row: dict[str, object] = {
+        "ts": end_ns // 1000,
+        "model": _first_string(attributes, MODEL_KEYS),
+        "latency_s": (end_ns - start_ns) / 1e9,
+        "ttft_s": ttft_s,
+        "inter_token_s": _seconds(attributes, INTER_TOKEN_KEYS, "inter_token_s", dropped),
+        "prompt_tokens": _count(attributes, INPUT_TOKEN_KEYS, "prompt_tokens", dropped),
+        "output_tokens": _count(attributes, OUTPUT_TOKEN_KEYS, "output_tokens", dropped),
+        "ok": not failed,
+        "status": status,
+        "namespace": where.get(NAMESPACE_KEY),
+        "pod": where.get(POD_KEY),
+        "node": where.get(NODE_KEY),
+        "gpu_uuid": None,
+        "source": SOURCE,
+    }
+    for name, column in columns.items():
+        column.append(row[name])
+
+
+def _first_event_s(span: Span, dropped: Counter[str]) -> float | None:
+    times = [int(e.time_unix_nano) for e in span.events if e.name in FIRST_TOKEN_EVENTS]
+    if not times:
+        return None
+    at_ns, start_ns = min(times), int(span.start_time_unix_nano)
+    if at_ns < start_ns or at_ns > span.end_time_unix_nano:
+        dropped["ttft_s"] += 1
+        return None
+    return (at_ns - start_ns) / 1e9
+
+
+def _values(attributes: Iterable[KeyValue]) -> dict[str, object]:
+    return {kv.key: _scalar(kv.value) for kv in attributes}
+
+
+def _scalar(value: AnyValue) -> object:
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "bool_value":
+        return value.bool_value
+    return None  # arrays, maps and bytes carry nothing the requests table holds
+
+
+def _strings(attributes: Iterable[KeyValue], keys: tuple[str, ...]) -> dict[str, str]:
+    values = _values(attributes)
+    return {k: v for k in keys if isinstance(v := values.get(k), str) and v}
+
+
+def _first_string(attributes: Mapping[str, object], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _first_int(attributes: Mapping[str, object], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+    return None
+
+
+def _first_number(attributes: Mapping[str, object], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _seconds(
+    attributes: Mapping[str, object], keys: tuple[str, ...], column: str, dropped: Counter[str]
+) -> float | None:
+    value = _first_number(attributes, keys)
+    if value is not None and (not math.isfinite(value) or value < 0):
+        dropped[column] += 1
+        return None
+    return value
+
+
+def _count(
+    attributes: Mapping[str, object], keys: tuple[str, ...], column: str, dropped: Counter[str]
+) -> int | None:
+    value = _first_number(attributes, keys)
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        dropped[column] += 1
+        return None
+    return int(value)

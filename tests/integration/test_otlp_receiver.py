@@ -1,0 +1,410 @@
+"""Spans in: the OpenTelemetry SDK's own OTLP/HTTP exporter against the running service.
+
+The service runs under uvicorn on loopback with a real DuckDB file; spans are made by a real
+SDK ``TracerProvider`` (explicit start and end times, so the expected latency is known to the
+nanosecond) and shipped by ``OTLPSpanExporter`` (protobuf, optionally gzip). JSON, malformed
+bodies, a wrong token and the body limit are sent with httpx.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from google.rpc.status_pb2 import Status
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
+from opentelemetry.trace import Status as SpanStatus
+
+from sits_observe.store import Store
+from sits_observe.surfaces.service.app import create_app
+from sits_observe.surfaces.service.settings import ServiceSettings
+
+TOKEN = "otlp-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+T0_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+RESOURCE = {
+    "service.name": "vllm",
+    "k8s.node.name": "gpu-node-1",
+    "k8s.pod.name": "llama-7b-0",
+    "k8s.namespace.name": "serving",
+}
+COLUMNS = (
+    "ts, model, latency_s, ttft_s, inter_token_s, prompt_tokens, output_tokens, ok, status, "
+    "namespace, pod, node, gpu_uuid, source"
+)
+
+
+class Collected(SpanExporter):
+    """Keeps finished spans so the test can hand the same ones to OTLPSpanExporter."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+class ServedApp:
+    """The service app under uvicorn on 127.0.0.1 (port chosen by the OS), in a thread."""
+
+    def __init__(self, store: Store, *, max_body_bytes: int = 8 * 1024 * 1024) -> None:
+        settings = ServiceSettings(  # type: ignore[call-arg]
+            token=TOKEN, retention_interval_s=0, max_body_bytes=max_body_bytes
+        )
+        self.app = create_app(settings, store)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> ServedApp:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise AssertionError("uvicorn did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.app.state.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "otlp.duckdb") as s:
+        yield s
+
+
+@pytest.fixture
+def served(store: Store) -> Iterator[ServedApp]:
+    with ServedApp(store) as app:
+        yield app
+
+
+def inference_spans() -> list[ReadableSpan]:
+    """Three request spans and three that are not, as an inference server would send them."""
+    collected = Collected()
+    provider = TracerProvider(resource=Resource.create(RESOURCE))
+    provider.add_span_processor(SimpleSpanProcessor(collected))
+    tracer = provider.get_tracer("vllm")
+    # vLLM's own span: SERVER kind, its pre-semconv attribute names, TTFT as an attribute.
+    vllm = tracer.start_span(
+        "llm_request",
+        kind=SpanKind.SERVER,
+        start_time=T0_NS,
+        attributes={
+            "gen_ai.response.model": "llama-7b",
+            "gen_ai.usage.prompt_tokens": 512,
+            "gen_ai.usage.completion_tokens": 128,
+            "gen_ai.latency.time_to_first_token": 0.042,
+        },
+    )
+    # An internal child without a model: not a request.
+    child = tracer.start_span(
+        "scheduler.step", context=set_span_in_context(vllm), start_time=T0_NS + 1_000
+    )
+    child.end(end_time=T0_NS + 2_000)
+    vllm.end(end_time=T0_NS + 1_234_567_891)
+    # GenAI semantic conventions: request model, input/output tokens, a first-token event.
+    semconv = tracer.start_span(
+        "chat llama-7b",
+        kind=SpanKind.SERVER,
+        start_time=T0_NS + 5_000_000_000,
+        attributes={
+            "gen_ai.request.model": "llama-7b",
+            "gen_ai.usage.input_tokens": 20,
+            "gen_ai.usage.output_tokens": 7,
+            "http.response.status_code": 200,
+        },
+    )
+    semconv.add_event("gen_ai.first_token", timestamp=T0_NS + 5_000_000_000 + 80_000_000)
+    semconv.end(end_time=T0_NS + 5_000_000_000 + 333_333_333)
+    # A failed request (root span, INTERNAL kind, status ERROR), OpenLLMetry's model name.
+    failed = tracer.start_span(
+        "generate",
+        start_time=T0_NS + 9_000_000_000,
+        attributes={"llm.request.model": "mistral-7b"},
+    )
+    failed.set_status(SpanStatus(StatusCode.ERROR, "CUDA out of memory"))
+    failed.end(end_time=T0_NS + 9_000_000_000 + 7_000)
+    # The caller's view of a request (CLIENT): would count the request twice.
+    client = tracer.start_span(
+        "openai.chat",
+        kind=SpanKind.CLIENT,
+        start_time=T0_NS,
+        attributes={"gen_ai.request.model": "llama-7b"},
+    )
+    client.end(end_time=T0_NS + 2_000_000_000)
+    # A plain HTTP server span without a model.
+    health = tracer.start_span("GET /health", kind=SpanKind.SERVER, start_time=T0_NS)
+    health.end(end_time=T0_NS + 1_000)
+    return collected.spans
+
+
+def expected_rows() -> list[tuple[Any, ...]]:
+    where = ("serving", "llama-7b-0", "gpu-node-1", None, "otlp")
+    return [
+        (
+            datetime(2026, 1, 1, 0, 0, 1, 234567),
+            "llama-7b",
+            1.234567891,
+            0.042,
+            None,
+            512,
+            128,
+            True,
+            "ok",
+            *where,
+        ),
+        (
+            datetime(2026, 1, 1, 0, 0, 5, 333333),
+            "llama-7b",
+            0.333333333,
+            0.08,
+            None,
+            20,
+            7,
+            True,
+            "200",
+            *where,
+        ),
+        (
+            datetime(2026, 1, 1, 0, 0, 9, 7),
+            "mistral-7b",
+            7e-06,
+            None,
+            None,
+            None,
+            None,
+            False,
+            "error",
+            *where,
+        ),
+    ]
+
+
+def stored_rows(store: Store) -> list[tuple[Any, ...]]:
+    table = store.query(f"SELECT {COLUMNS} FROM requests ORDER BY ts")
+    return [tuple(row.values()) for row in table.to_pylist()]
+
+
+def exporter(url: str, *, token: str = TOKEN, gzip_body: bool = False) -> OTLPSpanExporter:
+    return OTLPSpanExporter(
+        endpoint=url + "/v1/traces",
+        headers={"Authorization": f"Bearer {token}"},
+        compression=Compression.Gzip if gzip_body else Compression.NoCompression,
+        timeout=10,
+    )
+
+
+@pytest.mark.parametrize("gzip_body", [False, True], ids=["protobuf", "protobuf-gzip"])
+def test_sdk_exporter_spans_become_exact_request_rows(
+    served: ServedApp, store: Store, gzip_body: bool
+) -> None:
+    spans = inference_spans()
+    result = exporter(served.url, gzip_body=gzip_body).export(spans)
+    assert result is SpanExportResult.SUCCESS
+    rows = stored_rows(store)
+    assert rows == expected_rows()
+    # The latency is end - start of the exported span, exactly.
+    vllm = next(s for s in spans if s.name == "llm_request")
+    assert vllm.end_time is not None and vllm.start_time is not None
+    assert rows[0][2] == (vllm.end_time - vllm.start_time) / 1e9
+    assert served.metric("sits_otlp_spans_total", result="stored", reason="") == 3
+    assert served.metric("sits_otlp_spans_total", result="ignored", reason="client") == 1
+    assert served.metric("sits_otlp_spans_total", result="ignored", reason="no_model") == 2
+    assert served.metric("sits_otlp_exports_total", result="stored") == 1
+    assert served.metric("sits_ingest_rows_total", table="requests") == 3
+
+
+def test_a_retried_export_is_stored_once(served: ServedApp, store: Store) -> None:
+    spans = inference_spans()
+    sdk = exporter(served.url)
+    assert sdk.export(spans) is SpanExportResult.SUCCESS
+    assert sdk.export(spans) is SpanExportResult.SUCCESS
+    assert store.count("requests") == 3
+    assert served.metric("sits_otlp_exports_total", result="duplicate") == 1
+
+
+def hex_ids(trace: int, span: int) -> dict[str, str]:
+    return {"traceId": f"{trace:032x}", "spanId": f"{span:016x}"}
+
+
+def json_export(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    resource = [{"key": k, "value": {"stringValue": v}} for k, v in RESOURCE.items()]
+    return {
+        "resourceSpans": [{"resource": {"attributes": resource}, "scopeSpans": [{"spans": spans}]}]
+    }
+
+
+def json_span(name: str, start_ns: int, end_ns: int, **attrs: Any) -> dict[str, Any]:
+    values = []
+    for key, value in attrs.items():
+        if isinstance(value, str):
+            values.append({"key": key, "value": {"stringValue": value}})
+        else:  # OTLP/JSON writes int64 as a decimal string
+            values.append({"key": key, "value": {"intValue": str(value)}})
+    return {
+        **hex_ids(0xABC, start_ns % 2**63 + 1),
+        "name": name,
+        "kind": 2,  # SPAN_KIND_SERVER, as an integer per the OTLP/JSON mapping
+        "startTimeUnixNano": str(start_ns),
+        "endTimeUnixNano": str(end_ns),
+        "attributes": values,
+    }
+
+
+@pytest.mark.parametrize("gzip_body", [False, True], ids=["json", "json-gzip"])
+def test_otlp_json_export_with_partial_success(
+    served: ServedApp, store: Store, gzip_body: bool
+) -> None:
+    document = json_export(
+        [
+            json_span(
+                "llm_request",
+                T0_NS,
+                T0_NS + 250_000_001,
+                **{"gen_ai.request.model": "qwen-14b", "gen_ai.usage.output_tokens": 9},
+            ),
+            # Ends before it starts: a request span that cannot be a row.
+            json_span("llm_request", T0_NS + 10, T0_NS, **{"gen_ai.request.model": "qwen-14b"}),
+        ]
+    )
+    body = json.dumps(document).encode()
+    headers = {**AUTH, "Content-Type": "application/json"}
+    if gzip_body:
+        body = gzip.compress(body)
+        headers["Content-Encoding"] = "gzip"
+    answer = httpx.post(served.url + "/v1/traces", content=body, headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("application/json")
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1"
+    assert "bad_time" in partial["errorMessage"]
+    rows = store.query("SELECT model, latency_s, output_tokens, ok, source FROM requests")
+    assert rows.to_pylist() == [
+        {
+            "model": "qwen-14b",
+            "latency_s": 0.250000001,
+            "output_tokens": 9,
+            "ok": True,
+            "source": "otlp",
+        }
+    ]
+    assert served.metric("sits_otlp_spans_total", result="rejected", reason="bad_time") == 1
+
+
+def test_protobuf_answer_is_an_export_response(served: ServedApp) -> None:
+    # An empty export is valid: nothing to store, an empty ExportTraceServiceResponse.
+    answer = httpx.post(
+        served.url + "/v1/traces",
+        content=b"",
+        headers={**AUTH, "Content-Type": "application/x-protobuf"},
+    )
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/x-protobuf"
+    parsed = ExportTraceServiceResponse()
+    parsed.ParseFromString(answer.content)
+    assert not parsed.HasField("partial_success")
+    assert served.metric("sits_otlp_exports_total", result="empty") == 1
+
+
+def test_wrong_token_is_refused(served: ServedApp, store: Store) -> None:
+    assert exporter(served.url, token="wrong").export(inference_spans()) is (
+        SpanExportResult.FAILURE
+    )
+    answer = httpx.post(
+        served.url + "/v1/traces",
+        content=b"",
+        headers={"Content-Type": "application/x-protobuf"},
+    )
+    assert answer.status_code == 401
+    status = Status()
+    status.ParseFromString(answer.content)
+    assert "Authorization" in status.message and status.code == 16
+    assert store.count("requests") == 0
+    assert served.metric("sits_otlp_rejected_total", reason="unauthorized") == 2
+
+
+@pytest.mark.parametrize(
+    ("media", "encoding", "body", "message"),
+    [
+        ("application/x-protobuf", None, b"\xff\xff\xff\xff", "not an ExportTraceServiceRequest"),
+        ("application/json", None, b"{not json", "not JSON"),
+        ("application/json", None, b'{"resourceSpans": 3}', "not an ExportTraceServiceRequest"),
+        (
+            "application/json",
+            None,
+            json.dumps(json_export([{"traceId": "zz", "spanId": "01"}])).encode(),
+            "not a hex string",
+        ),
+        ("application/x-protobuf", "gzip", b"not gzip at all", "not valid gzip"),
+    ],
+    ids=["protobuf", "json-syntax", "json-shape", "json-ids", "gzip"],
+)
+def test_malformed_exports_get_400_with_a_clear_message(
+    served: ServedApp, media: str, encoding: str | None, body: bytes, message: str
+) -> None:
+    headers = {**AUTH, "Content-Type": media}
+    if encoding:
+        headers["Content-Encoding"] = encoding
+    answer = httpx.post(served.url + "/v1/traces", content=body, headers=headers)
+    assert answer.status_code == 400
+    if media == "application/json":
+        text = answer.json()["message"]
+    else:
+        status = Status()
+        status.ParseFromString(answer.content)
+        text = status.message
+    assert message in text
+    assert served.metric("sits_otlp_rejected_total", reason="malformed") == 1
+
+
+def test_media_type_and_body_limit(store: Store) -> None:
+    with ServedApp(store, max_body_bytes=1024) as served:
+        url = served.url + "/v1/traces"
+        plain = httpx.post(url, content=b"x", headers={**AUTH, "Content-Type": "text/plain"})
+        assert plain.status_code == 415
+        big = httpx.post(
+            url, content=b"\0" * 2048, headers={**AUTH, "Content-Type": "application/x-protobuf"}
+        )
+        assert big.status_code == 413
+        bomb = httpx.post(
+            url,
+            content=gzip.compress(b"\0" * 100_000),
+            headers={
+                **AUTH,
+                "Content-Type": "application/x-protobuf",
+                "Content-Encoding": "gzip",
+            },
+        )
+        assert bomb.status_code == 413
+        assert "once gunzipped" in Status.FromString(bomb.content).message
+        assert served.metric("sits_otlp_rejected_total", reason="too_large") == 2
