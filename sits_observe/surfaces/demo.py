@@ -32,6 +32,7 @@ import httpx
 import uvicorn
 from pydantic import BaseModel, Field
 
+from sits_observe.analytics.heatmap import HeatmapSettings
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
 from sits_observe.collectors.cgroup import CgroupCollector
 from sits_observe.collectors.dcgm import DcgmCollector
@@ -50,6 +51,7 @@ from sits_observe.simulator.kube_publish import KubePublisher
 from sits_observe.simulator.runtime import SimulationRuntime
 from sits_observe.store import Store
 from sits_observe.surfaces.service.app import create_app
+from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.inventory import InventoryLoop
 from sits_observe.surfaces.service.settings import ServiceSettings
 
@@ -78,6 +80,18 @@ SHOWN_TABLES = (
     "server_windows",
     "pods",
     "decisions",
+)
+
+
+#: The exporter sized for the demo's traffic: a few requests per second at P95 of several
+#: seconds (the simulated llama2-70b), so 1 rps throughput bins with 5 requests each, the 15 s
+#: SLO the README's heatmap example uses, and a slow pass every 20 s rather than 5 min so the
+#: knee and trend panels fill within a minute or two.
+DEMO_EXPORTER = ExporterSettings(
+    cache_s=5.0,
+    slow_cache_s=20.0,
+    latency_slo_s=15.0,
+    heatmap=HeatmapSettings(throughput_bin_rps=1.0, min_bin_requests=5),
 )
 
 
@@ -222,7 +236,7 @@ class Demo:
 
     def _start_service(self, store: Store) -> _Server:
         settings = ServiceSettings(db_path=self.settings.db_path, token=self.token, port=0)
-        app = create_app(settings, store)
+        app = create_app(settings, store, exporter=DEMO_EXPORTER)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
         sock = socket.create_server(("127.0.0.1", 0))
         server = _Server(uvicorn.Server(config), sock)

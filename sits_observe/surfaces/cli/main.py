@@ -16,10 +16,12 @@ from sits_observe.surfaces.cli import (
     analyze_workloads,
     controller,
     demo,
+    grafana,
     ingest,
     serve,
     simulate,
     store_cmds,
+    ui,
 )
 
 app = typer.Typer(
@@ -42,6 +44,8 @@ analyze_trends.register(app)
 analyze_workloads.register(app)
 controller.register(app)
 simulate.register(app)
+grafana.register(app)
+ui.register(app)
 
 
 def main() -> None:

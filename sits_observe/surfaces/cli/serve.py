@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,11 @@ from typing import Any
 import typer
 
 from sits_observe.errors import ConfigError
+from sits_observe.surfaces.alerts.settings import AlertingSettings, alerting_from_flags, flag_help
 from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
+from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.settings import ServiceSettings
+from sits_observe.surfaces.tracing import OTLP_ENDPOINT_HELP, SERVE_SERVICE_NAME, configure_tracing
 
 TOKEN_ENV = "SITS_TOKEN"
 _FIELDS = ServiceSettings.model_fields
@@ -27,6 +32,11 @@ _DEFAULTS = ServiceSettings()
 
 def _help(name: str) -> str:
     return _FIELDS[name].description or name
+
+
+def _exporter_help(name: str) -> str:
+    field = ExporterSettings.model_fields[name]
+    return f"{field.description} [default: {field.default:g}]"
 
 
 def build_settings(**values: object) -> ServiceSettings:
@@ -58,6 +68,7 @@ def register(app: typer.Typer) -> None:
             _DEFAULTS.retention_interval_s, help=_help("retention_interval_s")
         ),
         log_level: str = typer.Option("info", help="debug, info, warning or error"),
+        otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help=OTLP_ENDPOINT_HELP),
         kubeconfig: Path | None = typer.Option(
             None, "--kubeconfig", help="snapshot the Kubernetes inventory with this kubeconfig"
         ),
@@ -76,11 +87,39 @@ def register(app: typer.Typer) -> None:
             min=1.0,
             help="seconds between inventory snapshots (with --kubeconfig / --in-cluster)",
         ),
+        alertmanager_url: str | None = typer.Option(
+            None, "--alertmanager-url", help=flag_help("alertmanager_url")
+        ),
+        alert_webhook_url: list[str] | None = typer.Option(
+            None, "--alert-webhook-url", help=flag_help("webhook_urls") + " (repeatable)"
+        ),
+        alert_webhook_secret_file: Path | None = typer.Option(
+            None, "--alert-webhook-secret-file", help=flag_help("webhook_secret_file")
+        ),
+        alert_eval_interval_s: float | None = typer.Option(
+            None, "--alert-eval-interval-s", help=flag_help("eval_interval_s") + " [default: 15]"
+        ),
+        exporter_cache_s: float | None = typer.Option(
+            None, "--exporter-cache-s", help=_exporter_help("cache_s")
+        ),
+        exporter_slow_cache_s: float | None = typer.Option(
+            None, "--exporter-slow-cache-s", help=_exporter_help("slow_cache_s")
+        ),
+        exporter_window_s: float | None = typer.Option(
+            None, "--exporter-window-s", help=_exporter_help("window_s")
+        ),
+        latency_slo_s: float | None = typer.Option(
+            None, "--latency-slo-s", help=_exporter_help("latency_slo_s")
+        ),
+        no_exporter: bool = typer.Option(
+            False, "--no-exporter", help="do not export the derived signals on /metrics"
+        ),
     ) -> None:
         """Run the central service: ingest from agents, reads, /healthz, /readyz, /metrics."""
 
         def go() -> None:
             configure_logging(log_level)
+            configure_tracing(SERVE_SERVICE_NAME, otlp_endpoint)  # spans out over OTLP/HTTP
             env_token = (os.environ.get(TOKEN_ENV) or None) if token_file is None else None
             settings = build_settings(
                 host=host,
@@ -105,6 +144,22 @@ def register(app: typer.Typer) -> None:
                 kube_api=api,
                 inventory_interval_s=inventory_interval_s,
                 controller=controller,
+                alerting=alerting_from_flags(  # None (off) without --alertmanager-url / webhooks
+                    alertmanager_url=alertmanager_url,
+                    webhook_urls=alert_webhook_url,
+                    webhook_secret_file=alert_webhook_secret_file,
+                    eval_interval_s=alert_eval_interval_s,
+                    external_url=f"http://{host}:{port}",
+                ),
+                exporter=settings_from_flags(  # docs/metrics.md
+                    ExporterSettings,
+                    "exporter",
+                    enabled=not no_exporter,
+                    cache_s=exporter_cache_s,
+                    slow_cache_s=exporter_slow_cache_s,
+                    window_s=exporter_window_s,
+                    latency_slo_s=latency_slo_s,
+                ),
             )
 
         run_cli(go)
@@ -117,6 +172,8 @@ def run_service(
     kube_api: Any = None,
     inventory_interval_s: float = 30.0,
     controller: bool = False,
+    alerting: AlertingSettings | None = None,
+    exporter: ExporterSettings | None = None,
 ) -> None:
     """Open the store, serve until a signal, then close the store (checkpoint).
 
@@ -159,7 +216,11 @@ def run_service(
         )
         controller_thread.start()
     try:
-        app = create_app(settings, store)
+        if threading.current_thread() is threading.main_thread():
+            # uvicorn re-raises SIGTERM once drained, which killed the process before this
+            # finally and the atexit hooks (span export) ran; exit through Python instead.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        app = create_app(settings, store, alerting=alerting, exporter=exporter)
         uvicorn.run(
             app,
             host=settings.host,

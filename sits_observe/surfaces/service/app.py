@@ -6,6 +6,8 @@ opens the store and runs uvicorn. Endpoints (see docs/api.md):
 
 - ``POST /api/v1/ingest``: one wire-format batch (see :mod:`.ingest`); bearer token.
 - ``GET /api/v1/tables``, ``GET /api/v1/tables/{table}``: reads; bearer token.
+- ``POST /v1/traces``: OTLP/HTTP trace export; request spans become ``requests`` rows
+  (see :mod:`.otlp`); bearer token.
 - ``GET /healthz``: the process answers. ``GET /readyz``: the store is open and writable
   and the service is not shutting down. ``GET /metrics``: Prometheus text, no token (the
   usual scrape set-up; it carries no sample data).
@@ -32,10 +34,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import INGEST_PATH
 from sits_observe.store import Store, enforce_retention
-from sits_observe.surfaces.service.exporter import register_exporter  # derived signals
+from sits_observe.surfaces.alerts import AlertingSettings, start_alerting  # alert rules
+from sits_observe.surfaces.service.exporter import ExporterSettings, register_exporter
 from sits_observe.surfaces.service.extender import register_extender  # scheduler extender
 from sits_observe.surfaces.service.ingest import BearerAuth, IngestEndpoint, problem
 from sits_observe.surfaces.service.metrics import ServiceMetrics
+from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
 from sits_observe.surfaces.service.settings import ServiceSettings
 
@@ -55,6 +59,8 @@ def create_app(
     *,
     clock: Clock = utc_now,
     metrics: ServiceMetrics | None = None,
+    exporter: ExporterSettings | None = None,
+    alerting: AlertingSettings | None = None,
 ) -> FastAPI:
     """The service app over ``store``; raises :class:`ConfigError` without a token."""
     auth = BearerAuth(settings.resolved_token())
@@ -66,15 +72,23 @@ def create_app(
         task = None
         if settings.retention_interval_s > 0:
             task = asyncio.create_task(_retention_loop(store, settings, metrics, clock))
+        alerts = None  # in-process alert rules -> Alertmanager / webhooks (docs/alerts.md)
+        if alerting is not None and alerting.notify.enabled:
+            alerts = start_alerting(alerting, metrics.registry, clock=clock)
         state.accepting = True
         try:
             yield
         finally:
             state.accepting = False
+            if alerts is not None:
+                await run_in_threadpool(alerts.stop)
             if task is not None:
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
+            derived = getattr(app.state, "exporter", None)
+            if derived is not None:  # the store must not close under a slow-signal pass
+                await run_in_threadpool(derived.close)
 
     app = FastAPI(
         title="sits_observe",
@@ -90,7 +104,9 @@ def create_app(
     _add_reads(app, store, auth, settings)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see extender.py).
     register_extender(app, store, metrics.registry, clock=clock)
-    register_exporter(app, store, metrics.registry, clock=clock)  # derived signals on /metrics
+    # Derived signals on /metrics (docs/metrics.md).
+    register_exporter(app, store, metrics.registry, clock=clock, settings=exporter)
+    register_otlp(app, store, auth, metrics, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(_TimingMiddleware, metrics=metrics)
     return app
 

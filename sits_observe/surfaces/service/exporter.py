@@ -1,16 +1,23 @@
 """The derived-signal exporter: analytics results as Prometheus metrics on ``/metrics``.
 
 A prometheus-client custom collector registered on the service's explicit registry. Each
-scrape yields the families computed by the latest *pass*; a pass reads the store through the
-analytics functions and runs at most once every ``cache_s`` seconds (a scrape within that
-time returns the cached families), so Prometheus replicas or a short scrape interval never
-multiply the work.
+scrape yields the families of the latest *passes*:
 
-Every signal (latency, throughput, fragmentation, interference, collector drops, controller
-decisions) is computed in isolation: a signal that fails (no inventory yet, a missing table,
-a bug) is logged, counted in ``sits_exporter_errors_total{signal}`` and left out of that
-pass, never breaking the scrape or the other signals. Metric names, labels and cardinality
-bounds are documented in docs/metrics.md.
+- the fast pass (latency, throughput, fragmentation, SMF, quotas, collector and controller
+  health ...) runs in the scrape at most once every ``cache_s`` seconds; a scrape within that
+  time returns the cached families, so Prometheus replicas or a short scrape interval never
+  multiply the work;
+- the slow pass (heatmap knee and safe maximum, memory classes, DBSCAN trend clusters) runs in
+  the background (``spawn``, a daemon thread by default) at most once every ``slow_cache_s``;
+  a scrape never waits for it and serves its latest result (nothing before the first one
+  finished). While a slow signal has nothing to export (no data yet) or failed, it is retried
+  at the fast cadence, so a fresh service does not wait ``slow_cache_s`` for its first data.
+
+Every signal (:data:`SIGNALS`) is computed in isolation: a signal that fails (a missing
+table, a bug) is logged, counted in ``sits_exporter_errors_total{signal}`` once per pass, and
+left out of that pass, never breaking the scrape or the other signals. "No inventory yet" is
+not a failure: the signals that need one export nothing. The builders live in
+``exporter_signals*.py``; names, labels and cardinality bounds are in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -20,91 +27,137 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.fgd import fragmentation
-from sits_observe.analytics.fgd_live import live_cluster
-from sits_observe.analytics.fgd_workload import typical_pods
-from sits_observe.analytics.interference import interference_report, load_gpu_samples
-from sits_observe.analytics.latency import RequestSelection, exact_quantiles, quantile_column
-from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.store import Store
+from sits_observe.surfaces.service import exporter_signals as fast
+from sits_observe.surfaces.service import exporter_signals_cluster as cluster
+from sits_observe.surfaces.service import exporter_signals_slow as slow
+from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.exporter_signals import QUANTILES, UNKNOWN, PassInputs
+from sits_observe.tracing import traced
+
+__all__ = [
+    "QUANTILES",
+    "SIGNALS",
+    "UNKNOWN",
+    "DerivedSignals",
+    "ExporterSettings",
+    "Signal",
+    "register_exporter",
+    "utc_now",
+]
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 Monotonic = Callable[[], float]
+#: Runs a job without blocking the caller (default: a daemon thread); tests run it inline.
+Spawn = Callable[[Callable[[], None]], None]
+Builder = Callable[[PassInputs], list[Metric]]
 
-#: The latency quantiles exported (label ``quantile``), as in the ``latency`` command.
-QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
-#: Label value for a group the store has no name for (NULL model or node).
-UNKNOWN = "unknown"
 
-#: Every signal name used in ``sits_exporter_errors_total{signal}`` (a bounded label set).
-SIGNALS: tuple[str, ...] = (
-    "latency",
-    "throughput",
-    "fragmentation",
-    "interference",
-    "collector_drops",
-    "controller_decisions",
+@dataclass(frozen=True)
+class Signal:
+    """One isolated unit of the exporter: its error-label name, builder, families and pass."""
+
+    name: str
+    build: Builder
+    families: tuple[tuple[str, Callable[[str, str], Metric]], ...]
+    slow: bool = False
+
+
+_G, _C, _H = GaugeMetricFamily, CounterMetricFamily, GaugeHistogramMetricFamily
+
+#: Every signal, in pass order; ``name`` is the bounded ``signal`` label of
+#: ``sits_exporter_errors_total``.
+REGISTRY: tuple[Signal, ...] = (
+    Signal("latency", fast.latency, (("sits_latency_seconds", _G),)),
+    Signal("throughput", fast.throughput, (("sits_requests_per_second", _G),)),
+    Signal("latency_estimate", fast.latency_estimate, (("sits_latency_estimate_seconds", _G),)),
+    Signal("latency_slo", fast.latency_slo, (("sits_latency_slo_seconds", _G),)),
+    Signal(
+        "latency_histogram",
+        fast.request_latency_histogram,
+        (("sits_request_latency_window_seconds", _H),),
+    ),
+    Signal(
+        "fragmentation",
+        cluster.fragmentation,
+        (
+            ("sits_fgd_fragmentation_ratio", _G),
+            ("sits_fgd_fragmentation_amount_ratio", _G),
+            ("sits_fgd_node_fragmentation_gpus", _G),
+        ),
+    ),
+    Signal("interference", cluster.interference, (("sits_interference_score_ratio", _G),)),
+    Signal(
+        "smf",
+        cluster.smf,
+        (("sits_smf_ratio", _G), ("sits_smf_node_ratio", _G), ("sits_smf_namespace_ratio", _G)),
+    ),
+    Signal("framebuffer", cluster.framebuffer, (("sits_gpu_framebuffer_used_ratio", _G),)),
+    Signal(
+        "gpu_attribution",
+        cluster.gpu_attribution,
+        (("sits_gpu_framebuffer_used_bytes", _G), ("sits_gpu_shared_pods", _G)),
+    ),
+    Signal("quotas", cluster.quotas, (("sits_quota", _G),)),
+    Signal("pod_start", cluster.pod_start, (("sits_pod_start_seconds", _G),)),
+    Signal("collector_drops", fast.collector_drops, (("sits_collector_drops", _C),)),
+    Signal(
+        "collector_last_seen",
+        fast.collector_last_seen,
+        (("sits_collector_last_seen_timestamp_seconds", _G),),
+    ),
+    Signal("controller_decisions", fast.controller_decisions, (("sits_controller_decisions", _C),)),
+    Signal(
+        "controller_errors",
+        fast.controller_errors,
+        (("sits_controller_errors", _C), ("sits_controller_last_decision_timestamp_seconds", _G)),
+    ),
+    Signal(
+        "heatmap",
+        slow.heatmap,
+        (("sits_knee_requests_per_second", _G), ("sits_safe_max_requests_per_second", _G)),
+        slow=True,
+    ),
+    Signal(
+        "memory_classes", slow.memory_classes, (("sits_memory_class_workloads", _G),), slow=True
+    ),
+    Signal("gpu_trends", slow.gpu_trends, (("sits_gpu_trend_cluster", _G),), slow=True),
 )
 
-
-class ExporterSettings(BaseModel):
-    """How often the derived signals are recomputed and over what window."""
-
-    model_config = ConfigDict(frozen=True)
-
-    enabled: bool = Field(True, description="export the derived signals on /metrics")
-    cache_s: float = Field(
-        15.0,
-        ge=0,
-        le=3600,
-        description="seconds a computed set of signals is served before the next scrape "
-        "recomputes it (0 = every scrape)",
-    )
-    window_s: float = Field(
-        300.0,
-        gt=0,
-        le=7 * 86400,
-        description="seconds of requests and GPU samples (up to now) behind latency, "
-        "throughput and interference",
-    )
-    fgd_since_s: float = Field(
-        86400.0,
-        gt=0,
-        le=30 * 86400,
-        description="seconds of pod snapshots before the latest one that form the FGD workload",
-    )
-    max_models: int = Field(
-        100,
-        ge=1,
-        le=10_000,
-        description="most model label values exported (the busiest models in the window)",
-    )
-    interference: InterferenceSettings = Field(
-        default_factory=InterferenceSettings, description="interference score settings"
-    )
+#: Every signal name used in ``sits_exporter_errors_total{signal}`` (a bounded label set).
+SIGNALS: tuple[str, ...] = tuple(s.name for s in REGISTRY)
 
 
 @dataclass(frozen=True)
 class _Pass:
-    """One computation: its families and when (monotonic seconds) it ran."""
+    """One computation: its families, when (monotonic seconds) it started, and whether a
+    signal of it had nothing to export or failed (then it is retried sooner)."""
 
     families: tuple[Metric, ...]
     at_s: float
+    incomplete: bool = False
+
+
+def _thread(job: Callable[[], None]) -> None:
+    threading.Thread(target=job, name="exporter-slow-signals", daemon=True).start()
 
 
 class DerivedSignals(Collector):
-    """The custom collector; ``computations`` counts passes (for tests and debugging)."""
+    """The custom collector; ``computations`` / ``slow_computations`` count passes."""
 
     def __init__(
         self,
@@ -113,183 +166,134 @@ class DerivedSignals(Collector):
         *,
         clock: Clock,
         monotonic: Monotonic = time.monotonic,
+        spawn: Spawn = _thread,
     ) -> None:
         self._store = store
         self._settings = settings or ExporterSettings()
         self._clock = clock
         self._monotonic = monotonic
+        self._spawn = spawn
         self._lock = threading.Lock()
-        self._last: _Pass | None = None
+        self._fast: _Pass | None = None
+        self._slow: _Pass | None = None
+        self._slow_idle = threading.Event()  # set while no slow pass runs
+        self._slow_idle.set()
+        self._closed = False
+        self._errors_lock = threading.Lock()
         self._errors: dict[str, int] = dict.fromkeys(SIGNALS, 0)
         self._last_error: dict[str, str] = {}
         self.computations = 0
+        self.slow_computations = 0
 
     def describe(self) -> Iterable[Metric]:
         """The family names (no samples), so the registry detects clashes without a pass."""
-        return [
-            GaugeMetricFamily("sits_latency_seconds", ""),
-            GaugeMetricFamily("sits_requests_per_second", ""),
-            GaugeMetricFamily("sits_fgd_fragmentation_ratio", ""),
-            GaugeMetricFamily("sits_fgd_fragmentation_amount_ratio", ""),
-            GaugeMetricFamily("sits_interference_score_ratio", ""),
-            CounterMetricFamily("sits_collector_drops", ""),
-            CounterMetricFamily("sits_controller_decisions", ""),
-            CounterMetricFamily("sits_exporter_errors", ""),
-        ]
+        families: list[Metric] = [kind(name, "") for s in REGISTRY for name, kind in s.families]
+        families.append(CounterMetricFamily("sits_exporter_errors", ""))
+        return families
 
     def collect(self) -> Iterator[Metric]:
-        """The cached families (recomputed when older than ``cache_s``) and the error counts."""
+        """The cached families (fast ones recomputed when older than ``cache_s``; slow ones
+        refreshed in the background) and the error counts."""
         with self._lock:
             now_s = self._monotonic()
-            last = self._last
+            last = self._fast
             if last is None or now_s - last.at_s >= self._settings.cache_s:
-                last = _Pass(self._compute(), now_s)
-                self._last = last
-            errors = CounterMetricFamily(
-                "sits_exporter_errors",
-                "derived-signal computations that failed, by signal",
-                labels=("signal",),
-            )
+                families, incomplete = self._run(slow=False)
+                last = _Pass(families, now_s, incomplete)
+                self._fast = last
+            job = self._slow_job(now_s)
+        if job is not None:
+            self._launch(job)
+        with self._lock:
+            slow_pass = self._slow
+        yield from last.families
+        if slow_pass is not None:
+            yield from slow_pass.families
+        errors = CounterMetricFamily(
+            "sits_exporter_errors",
+            "derived-signal computations that failed, by signal",
+            labels=("signal",),
+        )
+        with self._errors_lock:
             for signal, count in self._errors.items():
                 errors.add_metric((signal,), count)
-        yield from last.families
         yield errors
 
-    # -- one pass -----------------------------------------------------------------------------
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Start no more slow passes and wait up to ``timeout_s`` for a running one (the
+        store must not close under it); False when it is still running."""
+        with self._lock:
+            self._closed = True
+        return self._slow_idle.wait(timeout_s)
 
-    def _compute(self) -> tuple[Metric, ...]:
-        self.computations += 1
-        now = self._clock()
-        since = now - timedelta(seconds=self._settings.window_s)
-        steps: tuple[tuple[str, Callable[[], list[Metric]]], ...] = (
-            ("latency", lambda: self._latency(since)),
-            ("throughput", lambda: self._throughput(since)),
-            ("fragmentation", self._fragmentation),
-            ("interference", lambda: self._interference(since)),
-            ("collector_drops", self._collector_drops),
-            ("controller_decisions", self._controller_decisions),
-        )
-        families: list[Metric] = []
-        for signal, step in steps:
+    # -- passes ---------------------------------------------------------------------------
+
+    def _slow_job(self, now_s: float) -> Callable[[], None] | None:
+        """The slow pass to start now, or None when none is due (caller holds the lock)."""
+        if self._closed or not self._slow_idle.is_set():
+            return None
+        done = self._slow
+        if done is not None:
+            due_s = self._settings.cache_s if done.incomplete else self._settings.slow_cache_s
+            if now_s - done.at_s < min(due_s, self._settings.slow_cache_s):
+                return None
+        self._slow_idle.clear()
+
+        def job() -> None:
             try:
-                families.extend(step())
+                families, incomplete = self._run(slow=True)
+                finished = _Pass(families, now_s, incomplete)
+            except Exception:  # _run isolates each signal; this guards the bookkeeping
+                log.exception("slow derived-signal pass failed")
+                finished = _Pass((), now_s, True)
+            with self._lock:
+                self._slow = finished
+            self._slow_idle.set()
+
+        return job
+
+    def _launch(self, job: Callable[[], None]) -> None:
+        try:
+            self._spawn(job)
+        except Exception:
+            log.exception("cannot start the slow derived-signal pass")
+            self._slow_idle.set()
+
+    @traced("sits.analyse", task_type="analyse")
+    def _run(self, *, slow: bool) -> tuple[tuple[Metric, ...], bool]:
+        """One pass over the signals of one speed: their families, and whether any of them
+        failed or had no sample."""
+        if slow:
+            self.slow_computations += 1
+        else:
+            self.computations += 1
+        inputs = PassInputs(self._store, self._settings, self._clock())
+        families: list[Metric] = []
+        incomplete = False
+        for signal in REGISTRY:
+            if signal.slow is not slow:
+                continue
+            try:
+                built = signal.build(inputs)
             except Exception as exc:
                 # One signal never breaks the scrape: count it, log it, serve the others.
-                self._errors[signal] += 1
-                message = f"{type(exc).__name__}: {exc}"
-                if self._last_error.get(signal) != message:
-                    log.warning("derived signal %s not exported: %s", signal, message)
-                else:
-                    log.debug("derived signal %s not exported: %s", signal, message)
-                self._last_error[signal] = message
+                self._count_error(signal.name, exc)
+                incomplete = True
                 continue
-            self._last_error.pop(signal, None)
-        return tuple(families)
+            self._last_error.pop(signal.name, None)
+            incomplete = incomplete or not any(f.samples for f in built)
+            families.extend(built)
+        return tuple(families), incomplete
 
-    def _busiest(self, since: datetime) -> list[dict[str, Any]]:
-        """Rows of the exact quantiles per model in the window, busiest ``max_models`` first."""
-        table = exact_quantiles(
-            self._store,
-            by="model",
-            selection=RequestSelection(since=since),
-            quantiles=QUANTILES,
-        )
-        rows = sorted(table.to_pylist(), key=lambda r: (-int(r["count"]), str(r["model"])))
-        return rows[: self._settings.max_models]
-
-    def _latency(self, since: datetime) -> list[Metric]:
-        family = GaugeMetricFamily(
-            "sits_latency_seconds",
-            f"exact end-to-end request latency quantiles per model over the last "
-            f"{self._settings.window_s:g} s (successful requests)",
-            labels=("model", "quantile"),
-        )
-        for row in self._busiest(since):
-            for q in QUANTILES:
-                value = row[quantile_column(q)]
-                if value is not None:
-                    family.add_metric((_name(row["model"]), f"{q:g}"), float(value))
-        return [family]
-
-    def _throughput(self, since: datetime) -> list[Metric]:
-        window_s = self._settings.window_s
-        family = GaugeMetricFamily(
-            "sits_requests_per_second",
-            f"successful requests completed per second per model, mean over the last "
-            f"{window_s:g} s",
-            labels=("model",),
-        )
-        for row in self._busiest(since):
-            family.add_metric((_name(row["model"]),), int(row["count"]) / window_s)
-        return [family]
-
-    def _fragmentation(self) -> list[Metric]:
-        cluster = live_cluster(self._store, since_s=self._settings.fgd_since_s)
-        report = fragmentation(cluster.state, typical_pods(cluster.shapes))
-        ratio = GaugeMetricFamily(
-            "sits_fgd_fragmentation_ratio",
-            "cluster FGD fragmentation: fragmented share of the idle GPU capacity (0-1), "
-            "latest inventory",
-            value=report.frag_ratio,
-        )
-        amount = GaugeMetricFamily(
-            "sits_fgd_fragmentation_amount_ratio",
-            "cluster FGD fragmentation: fragmented share of all GPU capacity (0-1), "
-            "latest inventory",
-            value=report.frag_amount_ratio,
-        )
-        return [ratio, amount]
-
-    def _interference(self, since: datetime) -> list[Metric]:
-        samples = load_gpu_samples(self._store, since=since)
-        report = interference_report(samples, self._settings.interference)
-        family = GaugeMetricFamily(
-            "sits_interference_score_ratio",
-            f"interference score per node (0-1: 0.4 bandwidth + 0.35 NVLink conflict + "
-            f"0.25 NUMA miss) over the last {self._settings.window_s:g} s",
-            labels=("node",),
-        )
-        for node in report.nodes:
-            family.add_metric((_name(node.node),), node.score.score)
-        return [family]
-
-    def _collector_drops(self) -> list[Metric]:
-        rows = self._store.query(
-            "SELECT collector, reason, sum(count) AS n FROM collector_drops "
-            "GROUP BY collector, reason ORDER BY collector, reason"
-        ).to_pylist()
-        family = CounterMetricFamily(
-            "sits_collector_drops",
-            "samples dropped by collectors, by collector and reason (rows kept in the store)",
-            labels=("collector", "reason"),
-        )
-        for row in rows:
-            family.add_metric((_name(row["collector"]), _name(row["reason"])), float(row["n"]))
-        return [family]
-
-    def _controller_decisions(self) -> list[Metric]:
-        present = self._store.scalar(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'decisions'"
-        )
-        family = CounterMetricFamily(
-            "sits_controller_decisions",
-            "controller decisions recorded in the store, by action and outcome",
-            labels=("action", "outcome"),
-        )
-        if not present:
-            return [family]
-        rows = self._store.query(
-            "SELECT action, outcome, count(*) AS n FROM decisions "
-            "GROUP BY action, outcome ORDER BY action, outcome"
-        ).to_pylist()
-        for row in rows:
-            family.add_metric((_name(row["action"]), _name(row["outcome"])), float(row["n"]))
-        return [family]
-
-
-def _name(value: object) -> str:
-    """A label value: the text, or :data:`UNKNOWN` for NULL / empty."""
-    return str(value) if value not in (None, "") else UNKNOWN
+    def _count_error(self, signal: str, exc: Exception) -> None:
+        with self._errors_lock:
+            self._errors[signal] += 1
+        message = f"{type(exc).__name__}: {exc}"
+        if self._last_error.get(signal) != message:
+            log.warning("derived signal %s not exported: %s", signal, message)
+        else:
+            log.debug("derived signal %s not exported: %s", signal, message)
+        self._last_error[signal] = message
 
 
 def utc_now() -> datetime:

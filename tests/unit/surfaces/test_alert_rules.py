@@ -35,8 +35,7 @@ needs_promtool = pytest.mark.skipif(
 
 def test_committed_rules_file_is_the_generator_output() -> None:
     assert RULES_FILE.read_text(encoding="utf-8") == rules_yaml(), (
-        "grafana/alerts/sits-observe.rules.yml is stale: regenerate it with "
-        "`python -m sits_observe.surfaces.alerts.promfile > grafana/alerts/sits-observe.rules.yml`"
+        "grafana/alerts/sits-observe.rules.yml is stale: regenerate it with `sits-observe grafana`"
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
-from sits_observe.surfaces.service.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter import SIGNALS, DerivedSignals, ExporterSettings
 
 NOW = datetime(2026, 11, 1, 12, 0)
 TS = pa.timestamp("us")
@@ -174,9 +174,10 @@ def test_every_signal_has_its_exact_value(store: Store) -> None:
     for model, rows in latencies.items():
         for q in ("0.5", "0.95", "0.99"):
             expected = float(np.percentile(rows, float(q) * 100))
-            got = one(expo, "sits_latency_seconds", model=model, quantile=q)
+            got = one(expo, "sits_latency_seconds", model=model, quantile=q, window="5m")
             assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
-        assert one(expo, "sits_requests_per_second", model=model) == len(rows) / 300.0
+        rps = one(expo, "sits_requests_per_second", model=model, window="5m")
+        assert rps == len(rows) / 300.0
     assert one(expo, "sits_fgd_fragmentation_ratio") == pytest.approx(1000 / 3000)
     assert one(expo, "sits_fgd_fragmentation_amount_ratio") == pytest.approx(1000 / 4000)
     # Bandwidth = mean DRAM activity 0.4; NVLink and NUMA missing count 0: 0.4 x 0.4.
@@ -197,21 +198,35 @@ def test_every_signal_has_its_exact_value(store: Store) -> None:
 
 
 def test_a_failing_signal_is_counted_and_skipped(store: Store) -> None:
-    """No inventory: fragmentation fails; every other signal is still exported."""
+    """A broken table fails its own signal only; every other signal is still exported."""
     latencies = add_requests(store)
+    add_inventory(store)
     add_gpu_samples(store)
     add_drops_and_decisions(store)
+    store.execute("DROP TABLE collector_drops")
     expo = scrape(store)
 
     names = {s.name for s in expo.samples}
-    assert "sits_fgd_fragmentation_ratio" not in names
-    assert "sits_fgd_fragmentation_amount_ratio" not in names
-    assert one(expo, "sits_exporter_errors_total", signal="fragmentation") == 1.0
+    assert "sits_collector_drops_total" not in names
+    assert one(expo, "sits_exporter_errors_total", signal="collector_drops") == 1.0
     assert one(expo, "sits_exporter_errors_total", signal="latency") == 0.0
-    p95 = one(expo, "sits_latency_seconds", model="a", quantile="0.95")
+    p95 = one(expo, "sits_latency_seconds", model="a", quantile="0.95", window="5m")
     assert p95 == pytest.approx(float(np.percentile(latencies["a"], 95)), rel=1e-12)
     assert one(expo, "sits_interference_score_ratio", node="n1") == pytest.approx(0.16)
-    assert one(expo, "sits_collector_drops_total", collector="dcgm", reason="nan") == 7.0
+    assert one(expo, "sits_fgd_fragmentation_ratio") == pytest.approx(1000 / 3000)
+
+
+def test_no_inventory_yet_exports_nothing_and_counts_no_error(store: Store) -> None:
+    """A fresh service has no node / pod snapshot: FGD is absent, not an error (an alert on
+    sits_exporter_errors_total must not fire on a fresh install)."""
+    add_requests(store)
+    add_drops_and_decisions(store)
+    expo = scrape(store)
+    names = {s.name for s in expo.samples}
+    assert "sits_fgd_fragmentation_ratio" not in names
+    assert "sits_fgd_node_fragmentation_gpus" not in names
+    assert "sits_pod_start_seconds" not in names
+    assert all(v == 0 for v in values(expo, "sits_exporter_errors_total").values())
 
 
 def test_an_empty_store_exports_only_empty_families(store: Store) -> None:
@@ -220,8 +235,12 @@ def test_an_empty_store_exports_only_empty_families(store: Store) -> None:
     assert "sits_latency_seconds" not in names
     assert "sits_collector_drops_total" not in names
     errors = values(expo, "sits_exporter_errors_total")
-    assert errors[(("signal", "fragmentation"),)] == 1.0
-    assert sum(errors.values()) == 1.0
+    assert set(errors) == {(("signal", s),) for s in SIGNALS}
+    assert sum(errors.values()) == 0.0
+
+
+def inline(job: Callable[[], None]) -> None:
+    job()
 
 
 class FakeMonotonic:
@@ -237,7 +256,7 @@ def test_scrapes_within_cache_s_compute_once(store: Store) -> None:
     tick = FakeMonotonic()
     registry = CollectorRegistry()
     exporter = DerivedSignals(
-        store, ExporterSettings(cache_s=15), clock=lambda: NOW, monotonic=tick
+        store, ExporterSettings(cache_s=15), clock=lambda: NOW, monotonic=tick, spawn=inline
     )
     registry.register(exporter)
 
@@ -257,14 +276,12 @@ def test_scrapes_within_cache_s_compute_once(store: Store) -> None:
     assert drops() == 12.0
     assert exporter.computations == 2
     # Failures are counted once per pass, not once per scrape.
-    assert (
-        one(
-            parse_exposition(generate_latest(registry).decode()),
-            "sits_exporter_errors_total",
-            signal="fragmentation",
-        )
-        == 2.0
-    )
+    store.execute("DROP TABLE collector_drops")
+    tick.now_s += 15
+    generate_latest(registry)
+    generate_latest(registry)
+    expo = parse_exposition(generate_latest(registry).decode())
+    assert one(expo, "sits_exporter_errors_total", signal="collector_drops") == 1.0
 
 
 def test_app_keeps_the_exporter_and_settings_validate(store: Store) -> None:

@@ -73,3 +73,54 @@ def test_agent_refuses_a_node_name_the_service_would_reject(
         env={"SITS_TOKEN": "t"},
     )
     assert code == 2 and "--node" in output
+
+
+def test_serve_passes_exporter_and_alerting_flags_to_the_service(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    captured: dict[str, object] = {}
+    monkeypatch.setattr(serve, "run_service", lambda settings, **kw: captured.update(kw))
+    secret = tmp_path / "hmac.key"
+    secret.write_text("a-long-enough-hmac-key\n", encoding="utf-8")
+    code, output = run(
+        app,
+        "serve",
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        "--exporter-cache-s",
+        "30",
+        "--latency-slo-s",
+        "2.5",
+        "--alert-webhook-url",
+        "http://127.0.0.1:9/hook",
+        "--alert-webhook-secret-file",
+        str(secret),
+        env={"SITS_TOKEN": "abc"},
+    )
+    assert code == 0, output
+    exporter = captured["exporter"]
+    alerting = captured["alerting"]
+    assert exporter.cache_s == 30 and exporter.latency_slo_s == 2.5 and exporter.enabled
+    assert exporter.window_s == 300  # untouched default
+    assert alerting is not None and alerting.notify.webhook_urls == ("http://127.0.0.1:9/hook",)
+    code, _ = run(
+        app, "serve", "--db", str(tmp_path / "s.duckdb"), "--no-exporter", env={"SITS_TOKEN": "abc"}
+    )
+    assert code == 0 and not captured["exporter"].enabled
+    assert captured["alerting"] is None  # no target: alerting off
+
+
+def test_serve_names_an_out_of_bounds_exporter_flag(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serve, "run_service", lambda settings, **kw: None)
+    code, output = run(
+        app,
+        "serve",
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        "--exporter-window-s",
+        "0",
+        env={"SITS_TOKEN": "abc"},
+    )
+    assert code == 2 and "window" in output, output

@@ -1,0 +1,316 @@
+"""Per-signal builders of the exporter, part 1: requests, collectors and the controller.
+
+A builder takes the :class:`PassInputs` of one pass and returns metric families. It reads the
+store only through the analytics functions (latency quantiles and estimates, the request
+selection rule) or, for bookkeeping tables the analytics do not cover (``collector_drops``,
+``decisions``, the newest sample time per node), through one parameterised query. A builder
+raises when its signal cannot be computed; the collector (:mod:`.exporter`) counts that and
+carries on. "Nothing to export yet" is not an error: a builder returns no samples.
+
+Label values are bounded: models by ``max_models`` (the busiest in the window), nodes by
+``max_nodes``; :func:`capped` documents the order that decides which values are kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any, TypeVar
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+
+from sits_observe.analytics.latency import (
+    RequestSelection,
+    estimate_windows,
+    exact_quantiles,
+    quantile_column,
+)
+from sits_observe.store import Store, utc_naive
+from sits_observe.surfaces.service.exporter_settings import ExporterSettings, duration_label
+
+#: The latency quantiles exported (label ``quantile``), as in the ``latency`` command.
+QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
+#: Label value for a group the store has no name for (NULL model, node, namespace ...).
+UNKNOWN = "unknown"
+#: The tables whose newest row per node is ``sits_collector_last_seen_timestamp_seconds``.
+SOURCES: tuple[str, ...] = ("gpu_samples", "container_samples", "requests", "server_windows")
+#: Failure reasons of the controller always exported (0 until one happens), so the family
+#: has samples before the first failure; ``http-<status>`` values appear when they happen.
+CONTROLLER_FAILURES: tuple[str, ...] = ("internal", "unreachable")
+
+T = TypeVar("T")
+
+
+class PassInputs:
+    """What one pass reads: the store, the settings, the time, and results shared by several
+    builders (computed once per pass, on first use)."""
+
+    def __init__(self, store: Store, settings: ExporterSettings, now: datetime) -> None:
+        self.store = store
+        self.settings = settings
+        self.now = utc_naive(now)
+        self.since = self.now - timedelta(seconds=settings.window_s)
+        self.window = duration_label(settings.window_s)
+
+    def ago(self, seconds: float) -> datetime:
+        """``seconds`` before now (naive UTC)."""
+        return self.now - timedelta(seconds=seconds)
+
+    @cached_property
+    def busiest(self) -> list[dict[str, Any]]:
+        """Exact quantiles per model in the window, the busiest ``max_models`` first."""
+        table = exact_quantiles(
+            self.store,
+            by="model",
+            selection=RequestSelection(since=self.since),
+            quantiles=QUANTILES,
+        )
+        rows = sorted(table.to_pylist(), key=lambda r: (-int(r["count"]), str(r["model"])))
+        return rows[: self.settings.max_models]
+
+    @cached_property
+    def latest_estimates(self) -> list[dict[str, Any]]:
+        """The newest histogram window per model in the window, busiest models first."""
+        table = estimate_windows(
+            self.store, by="model", selection=RequestSelection(since=self.since)
+        )
+        latest: dict[str, dict[str, Any]] = {}
+        completed: dict[str, float] = {}
+        for row in table.to_pylist():  # sorted by model, then window end
+            model = label(row["model"])
+            latest[model] = row
+            completed[model] = completed.get(model, 0.0) + float(row["count"] or 0.0)
+        order = sorted(latest, key=lambda m: (-completed[m], m))
+        return [latest[m] for m in order[: self.settings.max_models]]
+
+
+def label(value: object) -> str:
+    """A label value: the text, or :data:`UNKNOWN` for NULL / empty."""
+    return str(value) if value not in (None, "") else UNKNOWN
+
+
+def capped(items: Iterable[T], limit: int, key: Callable[[T], Any]) -> list[T]:
+    """The first ``limit`` of ``items`` in ``key`` order (the documented keep-order)."""
+    return sorted(items, key=key)[:limit]
+
+
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number, else None (never exported)."""
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else None
+
+
+def epoch_s(at: datetime) -> float:
+    """Unix seconds of a naive-UTC (or aware) timestamp."""
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def latency(p: PassInputs) -> list[Metric]:
+    """``sits_latency_seconds{model, quantile, window}``: exact quantiles."""
+    family = GaugeMetricFamily(
+        "sits_latency_seconds",
+        f"exact end-to-end request latency quantiles per model over the last "
+        f"{p.settings.window_s:g} s (successful requests)",
+        labels=("model", "quantile", "window"),
+    )
+    for row in p.busiest:
+        for q in QUANTILES:
+            value = finite(row[quantile_column(q)])
+            if value is not None:
+                family.add_metric((label(row["model"]), f"{q:g}", p.window), value)
+    return [family]
+
+
+def throughput(p: PassInputs) -> list[Metric]:
+    """``sits_requests_per_second{model, window}``: completed successful requests / window."""
+    window_s = p.settings.window_s
+    family = GaugeMetricFamily(
+        "sits_requests_per_second",
+        f"successful requests completed per second per model, mean over the last {window_s:g} s",
+        labels=("model", "window"),
+    )
+    for row in p.busiest:
+        family.add_metric((label(row["model"]), p.window), int(row["count"]) / window_s)
+    return [family]
+
+
+def latency_estimate(p: PassInputs) -> list[Metric]:
+    """``sits_latency_estimate_seconds{model, quantile, window}``: the newest histogram
+    window's ESTIMATES; ``window`` is that server window's length (whole seconds)."""
+    family = GaugeMetricFamily(
+        "sits_latency_estimate_seconds",
+        "ESTIMATED end-to-end latency quantiles per model from the newest inference-server "
+        "histogram window (vLLM / Triton buckets); never mixed with sits_latency_seconds",
+        labels=("model", "quantile", "window"),
+    )
+    for row in p.latest_estimates:
+        window = duration_label(max(round(float(row["window_s"] or 0.0)), 1))
+        for q in QUANTILES:
+            value = finite(row[quantile_column(q)])
+            if value is not None:
+                family.add_metric((label(row["model"]), f"{q:g}", window), value)
+    return [family]
+
+
+def latency_slo(p: PassInputs) -> list[Metric]:
+    """``sits_latency_slo_seconds{model}``: the P95 SLO setting of every model with exact
+    requests or histogram estimates in the window."""
+    models = {label(r["model"]) for r in p.busiest}
+    models |= {label(r["model"]) for r in p.latest_estimates}
+    family = GaugeMetricFamily(
+        "sits_latency_slo_seconds",
+        "P95 end-to-end latency SLO per model used by the heatmap and the alerts (a setting)",
+        labels=("model",),
+    )
+    for model in sorted(models)[: p.settings.max_models]:
+        family.add_metric((model,), p.settings.slo_s(model))
+    return [family]
+
+
+def request_latency_histogram(p: PassInputs) -> list[Metric]:
+    """``sits_request_latency_window_seconds{model}``: a gauge histogram of the successful
+    requests' latency in the window (cumulative buckets, as Grafana's heatmap reads them)."""
+    bounds = p.settings.latency_buckets_s
+    where, params = RequestSelection(since=p.since).where("latency_s")
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE latency_s <= ?) AS b{i}" for i in range(len(bounds))
+    )
+    table = p.store.query(
+        f"SELECT model, count(*) AS n, sum(latency_s) AS total, {counts} "
+        f"FROM requests WHERE {where} GROUP BY model",
+        [*bounds, *params],
+    )
+    rows = capped(table.to_pylist(), p.settings.max_models, lambda r: (-r["n"], label(r["model"])))
+    family = GaugeHistogramMetricFamily(
+        "sits_request_latency_window_seconds",
+        f"end-to-end latency of the successful requests completed in the last "
+        f"{p.settings.window_s:g} s, per model (gauge histogram, fixed buckets)",
+        labels=("model",),
+    )
+    for row in rows:
+        buckets = [(repr(float(b)), float(row[f"b{i}"])) for i, b in enumerate(bounds)]
+        buckets.append(("+Inf", float(row["n"])))
+        family.add_metric((label(row["model"]),), buckets, float(row["total"]))
+    return [family]
+
+
+# -- collectors -------------------------------------------------------------------------------
+
+
+def collector_drops(p: PassInputs) -> list[Metric]:
+    """``sits_collector_drops_total{collector, reason}`` from the ``collector_drops`` rows."""
+    rows = p.store.query(
+        "SELECT collector, reason, sum(count) AS n FROM collector_drops "
+        "GROUP BY collector, reason ORDER BY collector, reason"
+    ).to_pylist()
+    family = CounterMetricFamily(
+        "sits_collector_drops",
+        "samples dropped by collectors, by collector and reason (rows kept in the store)",
+        labels=("collector", "reason"),
+    )
+    for row in rows:
+        family.add_metric((label(row["collector"]), label(row["reason"])), float(row["n"]))
+    return [family]
+
+
+def collector_last_seen(p: PassInputs) -> list[Metric]:
+    """``sits_collector_last_seen_timestamp_seconds{node, source}``: newest row per node in
+    each sample table; the stalest ``max_nodes`` nodes are kept (a cap never hides a silent
+    node)."""
+    union = " UNION ALL ".join(
+        f"SELECT '{t}' AS source, node, max(ts) AS last_at FROM {t} GROUP BY node" for t in SOURCES
+    )
+    rows = p.store.query(
+        f"SELECT source, node, last_at FROM ({union}) WHERE last_at IS NOT NULL"
+    ).to_pylist()
+    stalest: dict[str, datetime] = {}
+    for row in rows:
+        node = label(row["node"])
+        stalest[node] = min(stalest.get(node, row["last_at"]), row["last_at"])
+    kept = set(capped(stalest, p.settings.max_nodes, lambda n: (stalest[n], n)))
+    family = GaugeMetricFamily(
+        "sits_collector_last_seen_timestamp_seconds",
+        "unix time of the newest stored row per node and source table",
+        labels=("node", "source"),
+    )
+    for row in sorted(rows, key=lambda r: (label(r["node"]), r["source"])):
+        if label(row["node"]) in kept:
+            family.add_metric((label(row["node"]), row["source"]), epoch_s(row["last_at"]))
+    return [family]
+
+
+# -- controller -------------------------------------------------------------------------------
+
+
+def _has_decisions_table(store: Store) -> bool:
+    return bool(
+        store.scalar(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'decisions'"
+        )
+    )
+
+
+def controller_decisions(p: PassInputs) -> list[Metric]:
+    """``sits_controller_decisions_total{action, outcome}``: stored decision rows."""
+    family = CounterMetricFamily(
+        "sits_controller_decisions",
+        "controller decisions recorded in the store, by action and outcome",
+        labels=("action", "outcome"),
+    )
+    if not _has_decisions_table(p.store):
+        return [family]
+    rows = p.store.query(
+        "SELECT action, outcome, count(*) AS n FROM decisions "
+        "GROUP BY action, outcome ORDER BY action, outcome"
+    ).to_pylist()
+    for row in rows:
+        family.add_metric((label(row["action"]), label(row["outcome"])), float(row["n"]))
+    return [family]
+
+
+def controller_errors(p: PassInputs) -> list[Metric]:
+    """``sits_controller_errors_total{reason}`` (decisions whose outcome is
+    ``failed:<reason>``) and ``sits_controller_last_decision_timestamp_seconds``."""
+    errors = CounterMetricFamily(
+        "sits_controller_errors",
+        "controller decisions that failed (outcome failed:<reason>), by reason",
+        labels=("reason",),
+    )
+    last = GaugeMetricFamily(
+        "sits_controller_last_decision_timestamp_seconds",
+        "unix time of the latest decision the controller recorded",
+    )
+    counts: dict[str, float] = dict.fromkeys(CONTROLLER_FAILURES, 0.0)
+    newest = None
+    if _has_decisions_table(p.store):
+        rows = p.store.query(
+            "SELECT substr(outcome, 8) AS failure, count(*) AS n FROM decisions "
+            "WHERE starts_with(outcome, 'failed:') GROUP BY failure"
+        ).to_pylist()
+        for row in rows:
+            counts[label(row["failure"])] = float(row["n"])
+        newest = p.store.scalar("SELECT max(ts) FROM decisions")
+    for reason in sorted(counts):
+        errors.add_metric((reason,), counts[reason])
+    families: list[Metric] = [errors]
+    if isinstance(newest, datetime):
+        last.add_metric((), epoch_s(newest))
+        families.append(last)
+    return families
+
+
+def family_names(families: Sequence[Metric]) -> list[str]:
+    """Names of ``families`` (for describe and tests)."""
+    return [f.name for f in families]

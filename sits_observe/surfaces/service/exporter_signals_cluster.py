@@ -1,0 +1,301 @@
+"""Per-signal builders of the exporter, part 2: fragmentation, GPUs, quotas and pod start.
+
+Each builder calls the analytics function the matching CLI command calls (FGD over the live
+inventory, the SMF alignment, the framebuffer occupancy series of trend clustering, the pod
+start timelines) and only groups and caps the result for labels. GPU attribution (which pod /
+MIG instance holds each GPU's framebuffer) has no analysis of its own: it is the newest
+``gpu_samples`` row of each GPU instance, read with one parameterised query. Quotas come from the
+controller's own records: the ``decisions`` table holds, per namespace quota, the value in
+effect when the controller read the ResourceQuota (``current``) and its proposal.
+
+Signals that read the Kubernetes inventory (FGD, pod start) export nothing, without counting
+an error, while the store holds no ``nodes`` / ``pods`` snapshot yet: "no inventory yet" is
+the normal state of a fresh service, not a fault an alert should see.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import fmean
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from sits_observe.analytics.fgd import fragmentation as fgd_report
+from sits_observe.analytics.fgd_live import live_cluster
+from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fgd_workload import typical_pods
+from sits_observe.analytics.interference import interference_report, load_gpu_samples
+from sits_observe.analytics.smf import SmfGrouping, align_smf, read_smf_inputs, summarize_smf
+from sits_observe.analytics.timeline import load_pods, pod_timelines
+from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
+from sits_observe.control.model import QUOTA_ACTIONS
+from sits_observe.control.settings import QUOTA_CPU
+from sits_observe.store import Store
+from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, finite, label
+
+#: Bucket of the framebuffer occupancy read for ``sits_gpu_framebuffer_used_ratio``: the
+#: value is the mean over the newest minute bucket with samples (trend clustering's signal).
+FRAMEBUFFER_BUCKET_S = 60
+#: ``mig_profile`` label of a whole (non-MIG) GPU: the store's NULL profile.
+WHOLE_GPU = "none"
+#: Factor from a quota action's stored unit to base units: the controller records CPU in
+#: milli-CPU (docs/controller.md); GPUs and bytes are already base units.
+_TO_BASE_UNIT: dict[str, float] = {QUOTA_CPU: 1e-3}
+
+
+def has_inventory(store: Store) -> bool:
+    """True once the inventory stored a node and a pod snapshot."""
+    return bool(store.scalar("SELECT EXISTS (SELECT 1 FROM nodes) AND EXISTS (SELECT 1 FROM pods)"))
+
+
+def fragmentation(p: PassInputs) -> list[Metric]:
+    """Cluster FGD ratio and amount, and each node's F_n(M) in GPUs (latest inventory)."""
+    if not has_inventory(p.store):
+        return []
+    cluster = live_cluster(p.store, since_s=p.settings.fgd_since_s)
+    report = fgd_report(cluster.state, typical_pods(cluster.shapes))
+    ratio = GaugeMetricFamily(
+        "sits_fgd_fragmentation_ratio",
+        "cluster FGD fragmentation: fragmented share of the idle GPU capacity (0-1), "
+        "latest inventory",
+        value=report.frag_ratio,
+    )
+    amount = GaugeMetricFamily(
+        "sits_fgd_fragmentation_amount_ratio",
+        "cluster FGD fragmentation: fragmented share of all GPU capacity (0-1), latest inventory",
+        value=report.frag_amount_ratio,
+    )
+    nodes = GaugeMetricFamily(
+        "sits_fgd_node_fragmentation_gpus",
+        "FGD fragmentation F_n(M) of each node, in GPUs (latest inventory)",
+        labels=("node",),
+    )
+    per_node = list(zip(cluster.state.node_names, report.node_frag_milli.tolist(), strict=True))
+    for node, milli in capped(per_node, p.settings.max_nodes, lambda x: (-x[1], x[0])):
+        nodes.add_metric((node,), milli / MILLI_PER_GPU)
+    return [ratio, amount, nodes]
+
+
+def interference(p: PassInputs) -> list[Metric]:
+    """``sits_interference_score_ratio{node}`` over the window's GPU samples."""
+    samples = load_gpu_samples(p.store, since=p.since)
+    report = interference_report(samples, p.settings.interference)
+    family = GaugeMetricFamily(
+        "sits_interference_score_ratio",
+        f"interference score per node (0-1: 0.4 bandwidth + 0.35 NVLink conflict + "
+        f"0.25 NUMA miss) over the last {p.settings.window_s:g} s",
+        labels=("node",),
+    )
+    scores = [(label(n.node), n.score.score) for n in report.nodes]
+    for node, score in capped(scores, p.settings.max_nodes, lambda x: (-x[1], x[0])):
+        family.add_metric((node,), score)
+    return [family]
+
+
+def smf(p: PassInputs) -> list[Metric]:
+    """SMF per GPU (latest aligned value), mean per node over its GPUs, mean per namespace
+    over its containers; all over the window's aligned cgroup / GPU samples."""
+    s = p.settings
+    inputs = read_smf_inputs(p.store, since=p.since, settings=s.smf)
+    alignment = align_smf(
+        inputs.gpu_samples, inputs.container_samples, inputs.gpu_processes, settings=s.smf
+    )
+    gpus = [
+        (label(g.node), label(g.gpu_uuid), g.latest_smf)
+        for g in summarize_smf(alignment, SmfGrouping.gpu)
+        if finite(g.latest_smf) is not None
+    ]
+    per_node: dict[str, list[float]] = defaultdict(list)
+    for node, _, value in gpus:
+        per_node[node].append(float(value))  # type: ignore[arg-type]
+    per_namespace: dict[str, list[float]] = defaultdict(list)
+    for c in summarize_smf(alignment, SmfGrouping.container):
+        if (value := finite(c.latest_smf)) is not None:
+            per_namespace[label(c.namespace)].append(value)
+    gpu_family = GaugeMetricFamily(
+        "sits_smf_ratio",
+        "SMF fragmentation rate of each GPU (0-1), latest aligned sample",
+        labels=("node", "gpu"),
+    )
+    for node, gpu, value in capped(gpus, s.max_gpus, lambda x: (-float(x[2] or 0), x[0], x[1])):
+        gpu_family.add_metric((node, gpu), float(value))  # type: ignore[arg-type]
+    node_family = GaugeMetricFamily(
+        "sits_smf_node_ratio", "mean SMF of the node's GPUs (0-1)", labels=("node",)
+    )
+    node_means = {n: fmean(v) for n, v in per_node.items()}
+    for node in capped(node_means, s.max_nodes, lambda n: (-node_means[n], n)):
+        node_family.add_metric((node,), node_means[node])
+    ns_family = GaugeMetricFamily(
+        "sits_smf_namespace_ratio",
+        "mean SMF of the namespace's containers (0-1), latest aligned sample of each",
+        labels=("namespace",),
+    )
+    ns_means = {n: fmean(v) for n, v in per_namespace.items()}
+    for ns in capped(ns_means, s.max_namespaces, lambda n: (-ns_means[n], n)):
+        ns_family.add_metric((ns,), ns_means[ns])
+    return [gpu_family, node_family, ns_family]
+
+
+def framebuffer(p: PassInputs) -> list[Metric]:
+    """``sits_gpu_framebuffer_used_ratio{node, gpu}``: the newest minute's mean occupancy."""
+    series = read_occupancy_series(
+        p.store, since=p.since, level=TrendLevel.gpu, bucket_s=FRAMEBUFFER_BUCKET_S
+    )
+    family = GaugeMetricFamily(
+        "sits_gpu_framebuffer_used_ratio",
+        "framebuffer occupancy of each GPU (fb_used / fb_total, 0-1), mean of the newest "
+        "minute with samples",
+        labels=("node", "gpu"),
+    )
+    codes = series.codes
+    if codes.size == 0:
+        return [family]
+    # Points are sorted by series then time: the last point of each run is the newest.
+    last = np.flatnonzero(np.append(codes[1:] != codes[:-1], True))
+    rows = [
+        (label(series.nodes[int(codes[i])]), label(series.keys[int(codes[i])]), v)
+        for i in last
+        if (v := finite(series.values[i])) is not None
+    ]
+    for node, gpu, value in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1])):
+        family.add_metric((node, gpu), value)
+    return [family]
+
+
+# The newest row with a framebuffer value of each GPU instance (MIG instance, or the whole
+# GPU when mig_instance_id is NULL); ties at the same time (time-slicing: dcgm-exporter
+# repeats the device's values once per pod) keep one row, attributed ones first, so the bytes
+# of an instance are never counted twice.
+_ATTRIBUTION_SQL = """
+SELECT node, gpu_uuid, mig_profile, namespace, pod, fb_used_bytes
+FROM gpu_samples
+WHERE ts >= ? AND fb_used_bytes IS NOT NULL
+QUALIFY row_number() OVER (
+    PARTITION BY gpu_uuid, mig_instance_id
+    ORDER BY ts DESC, pod IS NULL, namespace, pod
+) = 1
+"""
+
+_SHARED_SQL = """
+SELECT gpu_uuid, arg_max(node, ts) AS node,
+       count(DISTINCT (namespace, pod)) FILTER (WHERE pod IS NOT NULL) AS pods
+FROM gpu_samples
+WHERE ts >= ?
+GROUP BY gpu_uuid
+"""
+
+
+def gpu_attribution(p: PassInputs) -> list[Metric]:
+    """``sits_gpu_framebuffer_used_bytes{node, gpu, mig_profile, namespace, pod}`` (newest
+    framebuffer use of each GPU instance in the window, with the pod holding it) and
+    ``sits_gpu_shared_pods{node, gpu}`` (distinct attributed pods per physical GPU in the
+    window: more than 1 = shared by MIG or time-slicing)."""
+    used: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
+    for row in p.store.query(_ATTRIBUTION_SQL, [p.since]).to_pylist():
+        profile = row["mig_profile"]
+        key = (
+            label(row["node"]),
+            label(row["gpu_uuid"]),
+            str(profile) if profile not in (None, "") else WHOLE_GPU,
+            label(row["namespace"]),
+            label(row["pod"]),
+        )
+        # Two unattributed instances of one profile on one GPU share a label set: summed.
+        used[key] += float(row["fb_used_bytes"])
+    per_gpu: dict[tuple[str, str], float] = defaultdict(float)
+    for key, value in used.items():
+        per_gpu[key[:2]] += value
+    kept = set(capped(per_gpu, p.settings.max_gpus, lambda g: (-per_gpu[g], g)))
+    used_family = GaugeMetricFamily(
+        "sits_gpu_framebuffer_used_bytes",
+        f"framebuffer used by each GPU instance (MIG instance, or mig_profile=none for a "
+        f"whole GPU) and the pod holding it (unknown = unattributed), newest sample in the "
+        f"last {p.settings.window_s:g} s",
+        labels=("node", "gpu", "mig_profile", "namespace", "pod"),
+    )
+    for key in sorted(used):
+        if key[:2] in kept:
+            used_family.add_metric(key, used[key])
+    rows = [
+        (label(r["node"]), label(r["gpu_uuid"]), int(r["pods"]))
+        for r in p.store.query(_SHARED_SQL, [p.since]).to_pylist()
+    ]
+    shared_family = GaugeMetricFamily(
+        "sits_gpu_shared_pods",
+        f"distinct attributed pods seen on each physical GPU in the last "
+        f"{p.settings.window_s:g} s (more than 1: shared by MIG or time-slicing)",
+        labels=("node", "gpu"),
+    )
+    for node, gpu, pods in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1])):
+        shared_family.add_metric((node, gpu), pods)
+    return [used_family, shared_family]
+
+
+_QUOTAS_SQL = """
+SELECT coalesce(namespace, name) AS namespace, action,
+       arg_max(current, ts) AS current, arg_max(proposed, ts) AS proposed
+FROM decisions
+WHERE action IN (SELECT unnest(?::VARCHAR[])) AND coalesce(namespace, name) IS NOT NULL
+GROUP BY ALL
+"""
+
+
+def quotas(p: PassInputs) -> list[Metric]:
+    """``sits_quota{namespace, resource, kind}``: per namespace quota, the value in effect
+    when the controller last read it (``current``) and its latest proposal
+    (``recommended``), from the latest decision of each (namespace, quota action)."""
+    family = GaugeMetricFamily(
+        "sits_quota",
+        "namespace ResourceQuota per resource in base units (GPUs, CPU cores, bytes): the "
+        "value in effect (kind=current) and the controller's latest proposal (recommended)",
+        labels=("namespace", "resource", "kind"),
+    )
+    if not p.store.scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'decisions'"
+    ):
+        return [family]
+    resource_of = {str(a): key for key, a in QUOTA_ACTIONS.items()}
+    rows = p.store.query(_QUOTAS_SQL, [list(resource_of)]).to_pylist()
+    kept = set(capped({r["namespace"] for r in rows}, p.settings.max_namespaces, str))
+    for row in sorted(rows, key=lambda r: (r["namespace"], r["action"])):
+        if row["namespace"] not in kept:
+            continue
+        resource = resource_of[row["action"]]
+        for kind in ("current", "recommended"):
+            value = _number(row["current" if kind == "current" else "proposed"])
+            if value is not None:
+                family.add_metric(
+                    (row["namespace"], resource, kind), value * _TO_BASE_UNIT.get(resource, 1.0)
+                )
+    return [family]
+
+
+def _number(text: object) -> float | None:
+    try:
+        return finite(float(str(text))) if text is not None else None
+    except ValueError:
+        return None
+
+
+def pod_start(p: PassInputs) -> list[Metric]:
+    """``sits_pod_start_seconds{namespace}``: mean scheduled -> ready time of the pods
+    created in the last ``pod_start_window_s`` that became ready (no anomaly)."""
+    if not has_inventory(p.store):
+        return []
+    frame = load_pods(p.store, since=p.ago(p.settings.pod_start_window_s))
+    starts: dict[str, list[float]] = defaultdict(list)
+    for t in pod_timelines(frame):
+        gaps = (t.init_s, t.containers_s, t.readiness_s)
+        if t.anomaly is None and all(g is not None for g in gaps):
+            starts[label(t.namespace)].append(sum(g for g in gaps if g is not None))
+    family = GaugeMetricFamily(
+        "sits_pod_start_seconds",
+        f"mean pod start (scheduled -> ready) per namespace of the pods created in the last "
+        f"{p.settings.pod_start_window_s:g} s",
+        labels=("namespace",),
+    )
+    means = {ns: fmean(v) for ns, v in starts.items()}
+    for ns in capped(means, p.settings.max_namespaces, lambda n: (-means[n], n)):
+        family.add_metric((ns,), means[ns])
+    return [family]
