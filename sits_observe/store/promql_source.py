@@ -8,9 +8,9 @@ tell which store it read.
 
 GPU samples (:class:`PromQLGpuSource`): one query per needed column over the dcgm-exporter
 family (and its 1.x alias), pivoted into ``gpu_samples`` rows keyed by (time, GPU / MIG
-instance, pod). The family -> column table, unit scales and physical ranges are those of
-:mod:`sits_observe.collectors.dcgm` (a test asserts they agree; the store may not import the
-collector). Values outside the range or non-finite become NULL, as the collector drops them.
+instance, pod). The family -> column table, unit scales and physical ranges are the
+collector's own (:mod:`sits_observe.domain.dcgm_fields`). Values outside the range or
+non-finite become NULL, as the collector drops them.
 
 Two read modes:
 
@@ -34,106 +34,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from sits_observe.domain.dcgm_fields import FIELDS
 from sits_observe.domain.tables import GPU_SAMPLES, TS, conform
 from sits_observe.errors import StoreError
 from sits_observe.store.promql import PromQLClient, PromSeries
 
-MIB = 1 << 20
-_FB_MAX_MIB = float(0x7FFFFFF0) - 1
-_RATE_MAX = 1e14
 #: One millisecond: the resolution of Prometheus timestamps.
 _MS = timedelta(milliseconds=1)
 
 
-@dataclass(frozen=True, slots=True)
-class DcgmFamily:
-    """One dcgm-exporter family read as one ``gpu_samples`` column (see module docstring)."""
-
-    column: str
-    families: tuple[str, ...]
-    scale: float
-    low: float
-    high: float
-    integer: bool = False
-
-
-#: dcgm-exporter family -> column; mirrors ``sits_observe.collectors.dcgm.FIELDS``.
-DCGM_FAMILIES: tuple[DcgmFamily, ...] = (
-    DcgmFamily("fb_used_bytes", ("DCGM_FI_DEV_FB_USED", "dcgm_fb_used"), MIB, 0, _FB_MAX_MIB, True),
-    DcgmFamily("fb_free_bytes", ("DCGM_FI_DEV_FB_FREE", "dcgm_fb_free"), MIB, 0, _FB_MAX_MIB, True),
-    DcgmFamily("fb_reserved_bytes", ("DCGM_FI_DEV_FB_RESERVED",), MIB, 0, _FB_MAX_MIB, True),
-    DcgmFamily("fb_total_bytes", ("DCGM_FI_DEV_FB_TOTAL",), MIB, 0, _FB_MAX_MIB, True),
-    DcgmFamily("gpu_util_ratio", ("DCGM_FI_DEV_GPU_UTIL", "dcgm_gpu_utilization"), 0.01, 0, 100),
-    DcgmFamily(
-        "mem_copy_util_ratio",
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", "dcgm_mem_copy_utilization"),
-        0.01,
-        0,
-        100,
-    ),
-    DcgmFamily(
-        "gr_engine_active_ratio",
-        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "dcgm_fi_prof_gr_engine_active"),
-        1.0,
-        0,
-        1,
-    ),
-    DcgmFamily("sm_active_ratio", ("DCGM_FI_PROF_SM_ACTIVE", "dcgm_fi_prof_sm_active"), 1.0, 0, 1),
-    DcgmFamily(
-        "tensor_active_ratio",
-        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "dcgm_fi_prof_pipe_tensor_active"),
-        1.0,
-        0,
-        1,
-    ),
-    DcgmFamily(
-        "dram_active_ratio", ("DCGM_FI_PROF_DRAM_ACTIVE", "dcgm_fi_prof_dram_active"), 1.0, 0, 1
-    ),
-    DcgmFamily(
-        "pcie_tx_bytes_per_s",
-        ("DCGM_FI_PROF_PCIE_TX_BYTES", "dcgm_fi_prof_pcie_tx_bytes"),
-        1.0,
-        0,
-        _RATE_MAX,
-    ),
-    DcgmFamily(
-        "pcie_rx_bytes_per_s",
-        ("DCGM_FI_PROF_PCIE_RX_BYTES", "dcgm_fi_prof_pcie_rx_bytes"),
-        1.0,
-        0,
-        _RATE_MAX,
-    ),
-    DcgmFamily("nvlink_tx_bytes_per_s", ("DCGM_FI_PROF_NVLINK_TX_BYTES",), 1.0, 0, _RATE_MAX),
-    DcgmFamily("nvlink_rx_bytes_per_s", ("DCGM_FI_PROF_NVLINK_RX_BYTES",), 1.0, 0, _RATE_MAX),
-    DcgmFamily("power_w", ("DCGM_FI_DEV_POWER_USAGE", "dcgm_power_usage"), 1.0, 0, 1e5),
-    DcgmFamily("gpu_temp_c", ("DCGM_FI_DEV_GPU_TEMP", "dcgm_gpu_temp"), 1.0, -60, 250),
-    DcgmFamily("memory_temp_c", ("DCGM_FI_DEV_MEMORY_TEMP", "dcgm_memory_temp"), 1.0, -60, 250),
-    DcgmFamily("sm_clock_hz", ("DCGM_FI_DEV_SM_CLOCK", "dcgm_sm_clock"), 1e6, 0, 1e5),
-    DcgmFamily("mem_clock_hz", ("DCGM_FI_DEV_MEM_CLOCK", "dcgm_memory_clock"), 1e6, 0, 1e5),
-    DcgmFamily(
-        "energy_j",
-        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "dcgm_total_energy_consumption"),
-        1e-3,
-        0,
-        9.2e18,
-    ),
-    DcgmFamily(
-        "xid_last",
-        ("DCGM_FI_DEV_XID_ERRORS", "dcgm_xid_errors"),
-        1.0,
-        0,
-        float(0x7FFFFFF0) - 1,
-        True,
-    ),
-)
-_FAMILY_OF = {f.column: f for f in DCGM_FAMILIES}
+_FAMILY_OF = {f.column: f for f in FIELDS}
 _FB_PARTS = ("fb_used_bytes", "fb_free_bytes", "fb_reserved_bytes")
 
 #: gpu_samples column <- dcgm-exporter labels, first present wins (1.x names second).
@@ -239,7 +155,7 @@ class PromQLGpuSource:
         ``columns`` limits the value columns read (identity columns always come); ``fb_total_bytes``
         falls back to free + used + reserved like the collector.
         """
-        wanted = list(columns) if columns is not None else [f.column for f in DCGM_FAMILIES]
+        wanted = list(columns) if columns is not None else [f.column for f in FIELDS]
         unknown = [
             c for c in wanted if c not in _FAMILY_OF and GPU_SAMPLES.schema.get_field_index(c) < 0
         ]
@@ -280,7 +196,7 @@ def _gpu_table(wide: pl.DataFrame, wanted: list[str]) -> pa.Table:
         summed = pl.sum_horizontal(parts) if parts else pl.lit(None, pl.Float64)
         total = pl.col("fb_total_bytes") if "fb_total_bytes" in wide.columns else pl.lit(None)
         wide = wide.with_columns(fb_total_bytes=pl.coalesce(total, summed))
-    for spec in DCGM_FAMILIES:
+    for spec in FIELDS:
         if spec.integer and spec.column in wide.columns:
             wide = wide.with_columns(pl.col(spec.column).round(0).cast(pl.Int64))
     wide = wide.with_columns(

@@ -33,6 +33,8 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sits_observe.domain.dcgm_fields import FIELDS
+
 log = logging.getLogger(__name__)
 
 #: dcgm-exporter label <- gpu_samples column.
@@ -89,10 +91,6 @@ class LatestSamples(Collector):
 
 
 def _families(table: pa.Table) -> list[Metric]:
-    # Imported at the first scrape with GPU rows: a node without GPUs never loads the parser
-    # module (the agent imports collectors lazily, see surfaces/cli/agent.py).
-    from sits_observe.collectors.dcgm import FIELDS
-
     columns = table.column_names
     label_values = [
         [_text(v) for v in table.column(col).to_pylist()] if col in columns else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -99,6 +100,39 @@ class BearerAuth:
         )
 
 
+def check_length(
+    request: Request,
+    max_bytes: int,
+    too_large: Callable[[str], Refusal],
+    *,
+    bad_status: int,
+) -> Refusal | None:
+    """A refusal when the declared Content-Length is not a number or exceeds ``max_bytes``."""
+    declared = request.headers.get("content-length")
+    if declared is None:
+        return None
+    if not declared.isdigit():
+        return Refusal(bad_status, "bad_header", f"Content-Length {declared!r} is not a number")
+    if int(declared) > max_bytes:
+        return too_large(f"Content-Length {declared}")
+    return None
+
+
+async def read_limited(
+    request: Request, max_bytes: int, too_large: Callable[[str], Refusal]
+) -> bytes | Refusal:
+    """The whole body, or a refusal as soon as more than ``max_bytes`` have streamed (the
+    Content-Length header may lie or be absent; the rest of the body is never buffered)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            return too_large(f"more than {max_bytes} bytes streamed")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class IngestEndpoint:
     """The ingest handler, with its dependencies injected."""
 
@@ -183,23 +217,10 @@ class IngestEndpoint:
                 "media_type",
                 f"content type {media!r} is not accepted; send {CONTENT_TYPE} (see docs/api.md)",
             )
-        declared = request.headers.get("content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                return Refusal(422, "bad_header", f"Content-Length {declared!r} is not a number")
-            if int(declared) > self._max_body_bytes:
-                return self._too_large(f"Content-Length {declared}")
-        return None
+        return check_length(request, self._max_body_bytes, self._too_large, bad_status=422)
 
     async def _read_body(self, request: Request) -> bytes | Refusal:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self._max_body_bytes:
-                return self._too_large(f"more than {self._max_body_bytes} bytes streamed")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_limited(request, self._max_body_bytes, self._too_large)
 
     def _too_large(self, what: str) -> Refusal:
         return Refusal(

@@ -37,7 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from sits_observe.errors import ParseError, SchemaError, StoreError
 from sits_observe.store import Store
-from sits_observe.surfaces.service.ingest import BearerAuth, Refusal
+from sits_observe.surfaces.service.ingest import BearerAuth, Refusal, check_length, read_limited
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.otlp_spans import (
     MEDIA_JSON,
@@ -172,23 +172,10 @@ class OtlpEndpoint:
                 "encoding",
                 f"content encoding {encoding!r} is not accepted; send gzip or no encoding",
             )
-        declared = request.headers.get("content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                return Refusal(400, "bad_header", f"Content-Length {declared!r} is not a number")
-            if int(declared) > self._max_body_bytes:
-                return self._too_large(f"Content-Length {declared}")
-        return None
+        return check_length(request, self._max_body_bytes, self._too_large, bad_status=400)
 
     async def _read_body(self, request: Request) -> bytes | Refusal:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self._max_body_bytes:
-                return self._too_large(f"more than {self._max_body_bytes} bytes streamed")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_limited(request, self._max_body_bytes, self._too_large)
 
     def _gunzip(self, body: bytes) -> bytes | Refusal:
         """``body`` gunzipped, never to more than the body limit (a gzip bomb stops there)."""

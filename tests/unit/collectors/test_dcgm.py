@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from sits_observe.collectors.dcgm import (
     BLANK_SENTINEL,
     DUPLICATE,
-    MIB,
     NO_GPU_LABELS,
     NON_FINITE,
     UNMAPPED_FAMILY,
@@ -31,6 +30,7 @@ from sits_observe.collectors.exposition import (
     MALFORMED_TIMESTAMP,
     MALFORMED_VALUE,
 )
+from sits_observe.domain.dcgm_fields import MIB
 from sits_observe.domain.tables import GPU_SAMPLES
 from sits_observe.errors import CollectorError
 

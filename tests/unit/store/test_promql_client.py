@@ -14,10 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sits_observe.collectors.dcgm import FIELDS
 from sits_observe.errors import StoreError
 from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_source import DCGM_FAMILIES, PromQLGpuSource
+from sits_observe.store.promql_source import PromQLGpuSource
 
 T0 = datetime(2026, 11, 1, 12, 0)
 
@@ -30,13 +29,6 @@ def _client(handler: Callable[[httpx.Request], httpx.Response]) -> PromQLClient:
 
 def _ok(data: Any) -> httpx.Response:
     return httpx.Response(200, json={"status": "success", "data": data})
-
-
-def test_mapping_matches_the_dcgm_collector() -> None:
-    """The store may not import the collector, so the table is repeated: it must not drift."""
-    ours = [(f.column, f.families, f.scale, f.low, f.high, f.integer) for f in DCGM_FAMILIES]
-    theirs = [(f.column, f.families, f.scale, f.low, f.high, f.integer) for f in FIELDS]
-    assert ours == theirs
 
 
 def test_query_range_sends_times_and_step_and_parses_values() -> None:
