@@ -3,7 +3,7 @@
 So that an existing Prometheus / vmagent can scrape the agents directly (docs/scaling.md),
 the newest ``gpu_samples`` rows of each tick are served back in dcgm-exporter's own format:
 family names ``DCGM_FI_*`` (the first name of each entry of
-:data:`sits_observe.collectors.dcgm.FIELDS`), the exporter's units (MiB, percent, MHz, mJ: the
+:data:`sits_observe.domain.dcgm_fields.FIELDS`), the exporter's units (MiB, percent, MHz, mJ: the
 collector's scale undone) and labels (``gpu``, ``UUID``, ``device``, ``modelName``,
 ``pci_bus_id``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, ``GPU_I_PROFILE``, ``GPU_I_ID``,
 ``namespace``, ``pod``, ``container``). Why those names and not ``sits_*`` ones: the stock
