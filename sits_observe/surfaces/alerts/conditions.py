@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sits_observe.surfaces.durations import prom_duration
+
 Labels = tuple[tuple[str, str], ...]
 Samples = Mapping[str, Sequence[tuple[Labels, float]]]
 #: Past samples of the metrics a condition asks for: name -> labels -> [(unix s, value)].
@@ -51,17 +53,6 @@ def _matching(samples: Samples, metric: str, matchers: Mapping[str, str]) -> lis
         for labels, value in samples.get(metric, ())
         if all(dict(labels).get(k) == v for k, v in matchers.items()) and not math.isnan(value)
     ]
-
-
-def prom_duration(seconds: float) -> str:
-    """Seconds as a Prometheus duration: ``900`` -> ``15m``, ``90`` -> ``90s``."""
-    whole = round(seconds)
-    if abs(seconds - whole) > 1e-9:
-        return f"{round(seconds * 1000)}ms"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if whole and whole % size == 0:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
 
 
 class Condition(Protocol):

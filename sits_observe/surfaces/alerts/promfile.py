@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import yaml
 
-from sits_observe.surfaces.alerts.conditions import prom_duration
 from sits_observe.surfaces.alerts.rules import AlertRule, alert_rules
 from sits_observe.surfaces.alerts.settings import AlertSettings
+from sits_observe.surfaces.durations import prom_duration
 
 GROUP = "sits-observe"
 #: The rules file's path relative to the ``grafana/`` folder.

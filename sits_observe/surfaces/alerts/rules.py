@@ -28,9 +28,9 @@ from sits_observe.surfaces.alerts.conditions import (
     Increased,
     OlderThan,
     PromQLOnly,
-    prom_duration,
 )
 from sits_observe.surfaces.alerts.settings import AlertSettings
+from sits_observe.surfaces.durations import prom_duration
 
 Severity = Literal["info", "warning", "critical"]
 

@@ -160,12 +160,3 @@ class ExporterSettings(BaseModel):
     def slo_s(self, model: str) -> float:
         """The P95 SLO of ``model``, in seconds."""
         return self.latency_slo_by_model_s.get(model, self.latency_slo_s)
-
-
-def duration_label(seconds: float) -> str:
-    """A window length as Prometheus writes durations: 300 -> ``5m``, 3600 -> ``1h``,
-    86400 -> ``1d``, 90 -> ``90s``, 1.5 -> ``1.5s`` (the largest unit that divides it)."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and float(seconds) % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"

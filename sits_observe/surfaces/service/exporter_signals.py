@@ -33,14 +33,14 @@ from sits_observe.analytics.latency import (
     quantile_column,
 )
 from sits_observe.store import Store, utc_naive
-from sits_observe.surfaces.service.exporter_settings import ExporterSettings, duration_label
+from sits_observe.store.freshness import newest_by_node
+from sits_observe.surfaces.durations import prom_duration
+from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 
 #: The latency quantiles exported (label ``quantile``), as in the ``latency`` command.
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
 #: Label value for a group the store has no name for (NULL model, node, namespace ...).
 UNKNOWN = "unknown"
-#: The tables whose newest row per node is ``sits_collector_last_seen_timestamp_seconds``.
-SOURCES: tuple[str, ...] = ("gpu_samples", "container_samples", "requests", "server_windows")
 #: Failure reasons of the controller always exported (0 until one happens), so the family
 #: has samples before the first failure; ``http-<status>`` values appear when they happen.
 CONTROLLER_FAILURES: tuple[str, ...] = ("internal", "unreachable")
@@ -57,7 +57,7 @@ class PassInputs:
         self.settings = settings
         self.now = utc_naive(now)
         self.since = self.now - timedelta(seconds=settings.window_s)
-        self.window = duration_label(settings.window_s)
+        self.window = prom_duration(settings.window_s)
 
     def ago(self, seconds: float) -> datetime:
         """``seconds`` before now (naive UTC)."""
@@ -156,7 +156,7 @@ def latency_estimate(p: PassInputs) -> list[Metric]:
         labels=("model", "quantile", "window"),
     )
     for row in p.latest_estimates:
-        window = duration_label(max(round(float(row["window_s"] or 0.0)), 1))
+        window = prom_duration(max(round(float(row["window_s"] or 0.0)), 1))
         for q in QUANTILES:
             value = finite(row[quantile_column(q)])
             if value is not None:
@@ -229,16 +229,11 @@ def collector_last_seen(p: PassInputs) -> list[Metric]:
     """``sits_collector_last_seen_timestamp_seconds{node, source}``: newest row per node in
     each sample table; the stalest ``max_nodes`` nodes are kept (a cap never hides a silent
     node)."""
-    union = " UNION ALL ".join(
-        f"SELECT '{t}' AS source, node, max(ts) AS last_at FROM {t} GROUP BY node" for t in SOURCES
-    )
-    rows = p.store.query(
-        f"SELECT source, node, last_at FROM ({union}) WHERE last_at IS NOT NULL"
-    ).to_pylist()
+    rows = newest_by_node(p.store).to_pylist()
     stalest: dict[str, datetime] = {}
     for row in rows:
         node = label(row["node"])
-        stalest[node] = min(stalest.get(node, row["last_at"]), row["last_at"])
+        stalest[node] = min(stalest.get(node, row["newest_at"]), row["newest_at"])
     kept = set(capped(stalest, p.settings.max_nodes, lambda n: (stalest[n], n)))
     family = GaugeMetricFamily(
         "sits_collector_last_seen_timestamp_seconds",
@@ -247,19 +242,11 @@ def collector_last_seen(p: PassInputs) -> list[Metric]:
     )
     for row in sorted(rows, key=lambda r: (label(r["node"]), r["source"])):
         if label(row["node"]) in kept:
-            family.add_metric((label(row["node"]), row["source"]), epoch_s(row["last_at"]))
+            family.add_metric((label(row["node"]), row["source"]), epoch_s(row["newest_at"]))
     return [family]
 
 
 # -- controller -------------------------------------------------------------------------------
-
-
-def _has_decisions_table(store: Store) -> bool:
-    return bool(
-        store.scalar(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'decisions'"
-        )
-    )
 
 
 def controller_decisions(p: PassInputs) -> list[Metric]:
@@ -269,8 +256,6 @@ def controller_decisions(p: PassInputs) -> list[Metric]:
         "controller decisions recorded in the store, by action and outcome",
         labels=("action", "outcome"),
     )
-    if not _has_decisions_table(p.store):
-        return [family]
     rows = p.store.query(
         "SELECT action, outcome, count(*) AS n FROM decisions "
         "GROUP BY action, outcome ORDER BY action, outcome"
@@ -293,15 +278,13 @@ def controller_errors(p: PassInputs) -> list[Metric]:
         "unix time of the latest decision the controller recorded",
     )
     counts: dict[str, float] = dict.fromkeys(CONTROLLER_FAILURES, 0.0)
-    newest = None
-    if _has_decisions_table(p.store):
-        rows = p.store.query(
-            "SELECT substr(outcome, 8) AS failure, count(*) AS n FROM decisions "
-            "WHERE starts_with(outcome, 'failed:') GROUP BY failure"
-        ).to_pylist()
-        for row in rows:
-            counts[label(row["failure"])] = float(row["n"])
-        newest = p.store.scalar("SELECT max(ts) FROM decisions")
+    rows = p.store.query(
+        "SELECT substr(outcome, 8) AS failure, count(*) AS n FROM decisions "
+        "WHERE starts_with(outcome, 'failed:') GROUP BY failure"
+    ).to_pylist()
+    for row in rows:
+        counts[label(row["failure"])] = float(row["n"])
+    newest = p.store.scalar("SELECT max(ts) FROM decisions")
     for reason in sorted(counts):
         errors.add_metric((reason,), counts[reason])
     families: list[Metric] = [errors]

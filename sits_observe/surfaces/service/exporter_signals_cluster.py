@@ -251,10 +251,6 @@ def quotas(p: PassInputs) -> list[Metric]:
         "value in effect (kind=current) and the controller's latest proposal (recommended)",
         labels=("namespace", "resource", "kind"),
     )
-    if not p.store.scalar(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'decisions'"
-    ):
-        return [family]
     resource_of = {str(a): key for key, a in QUOTA_ACTIONS.items()}
     rows = p.store.query(_QUOTAS_SQL, [list(resource_of)]).to_pylist()
     kept = set(capped({r["namespace"] for r in rows}, p.settings.max_namespaces, str))

@@ -14,20 +14,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sits_observe.control.record import recent_decisions
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.store_signals import latest_data_at
 from sits_observe.store import Store, utc_naive
+from sits_observe.store.freshness import newest_at, newest_by_node
 from sits_observe.surfaces.cli.controller import recommendations
-
-#: The tables whose newest row per node tells whether that node's collectors are alive.
-FRESHNESS_TABLES: tuple[str, ...] = (
-    "gpu_samples",
-    "container_samples",
-    "requests",
-    "server_windows",
-)
 
 _LATEST_NODES = """
 SELECT node, gpu_allocatable AS gpus, gpu_product, ready, cpu_allocatable_milli,
@@ -91,31 +85,19 @@ class FleetView:
         return sum(values) / len(values) if values else None
 
 
-def newest_sample_at(store: Store) -> datetime | None:
-    """The newest time in any sample table (the end of the data, for stored databases)."""
-    parts = " UNION ALL ".join(f"SELECT max(ts) AS t FROM {t}" for t in FRESHNESS_TABLES)
-    value = store.scalar(f"SELECT max(t) FROM ({parts})")
-    return value if isinstance(value, datetime) else None
-
-
 def freshness(store: Store, now: datetime) -> pa.Table:
     """Per node and source table: the newest row and its age in seconds at ``now``."""
-    parts = " UNION ALL ".join(
-        f"SELECT node, '{t}' AS source, max(ts) AS newest_at FROM {t} "
-        "WHERE node IS NOT NULL GROUP BY node"
-        for t in FRESHNESS_TABLES
+    newest = newest_by_node(store)
+    newest = newest.filter(pc.is_valid(newest.column("node")))
+    ages = [(utc_naive(now) - at).total_seconds() for at in newest.column("newest_at").to_pylist()]
+    return newest.select(["node", "source", "newest_at"]).append_column(
+        "age_s", pa.array(ages, pa.float64())
     )
-    sql = (
-        f"SELECT node, source, newest_at, "
-        f"date_diff('millisecond', newest_at, ?::TIMESTAMP) / 1000.0 AS age_s "
-        f"FROM ({parts}) ORDER BY node, source"
-    )
-    return store.query(sql, [utc_naive(now)])
 
 
 def fleet_view(store: Store, *, now: datetime, window_s: float) -> FleetView:
     """The fleet page's tables over the ``window_s`` before the newest sample."""
-    end = newest_sample_at(store) or utc_naive(now)
+    end = newest_at(store) or utc_naive(now)
     since = end - timedelta(seconds=window_s)
     return FleetView(
         nodes=store.query(_LATEST_NODES),

@@ -58,8 +58,8 @@ def test_serve_snapshots_inventory_and_runs_the_controller(tmp_path: Path) -> No
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    # uvicorn re-raises the SIGTERM it handled once it has shut down, so -15 is a clean stop.
-    assert proc.returncode in (0, -signal.SIGTERM), (tmp_path / "serve.log").read_text()
+    # serve turns SIGTERM into a normal exit, so its final checkpoint runs.
+    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()
     with Store.open(db, read_only=True) as store:
         assert store.count("nodes") >= 2
         assert store.count("pods") >= 2

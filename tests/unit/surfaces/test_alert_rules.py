@@ -21,8 +21,9 @@ from sits_observe.surfaces.alerts import (
     alert_rules,
     rules_yaml,
 )
-from sits_observe.surfaces.alerts.conditions import Labels, labels_of, prom_duration
+from sits_observe.surfaces.alerts.conditions import Labels, labels_of
 from sits_observe.surfaces.alerts.templates import check, humanize_duration, render
+from sits_observe.surfaces.durations import prom_duration
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES_FILE = ROOT / "grafana" / "alerts" / "sits-observe.rules.yml"
