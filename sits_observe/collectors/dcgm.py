@@ -36,7 +36,9 @@ repeats a series already read, when it carries no GPU label, or when it is the l
 a body that does not end with a newline (a truncated body: the value may be cut short).
 Families that do not map to a column (encoder utilisation, remapped rows ...) are skipped
 unread and counted under one reason. A row's ``ts`` is the latest timestamp its samples
-carry, else the scrape time.
+carry, else the scrape time. The first line dropped whole (by position in the body) is kept
+as :attr:`DcgmParser.first_rejected`, so that a one-shot import can show it; values dropped
+by the columnar range checks have no line and are only counted.
 
 Speed: the body is read in one pass with a columnar pivot (see ``docs/collectors/dcgm.md``
 and ``bench/bench_ingest_dcgm.py``): each distinct label text is parsed once (and, in a
@@ -103,6 +105,25 @@ _ROW_REASONS = {_BAD_LABELS: MALFORMED_LINE, _NO_GPU: NO_GPU_LABELS}
 _EMPTY = math.nan
 
 
+#: Characters of a rejected line kept for messages.
+_SHOWN_LINE_CHARS = 120
+
+
+class RejectedLine(NamedTuple):
+    """The first line of a body that was dropped: 1-based line number, text (cut to 120
+    characters) and the drop reason."""
+
+    number: int
+    text: str
+    reason: str
+
+
+def _rejected_line(text: str, pos: int, reason: str) -> RejectedLine:
+    eol = text.find("\n", pos)
+    line = text[pos:] if eol < 0 else text[pos:eol]
+    return RejectedLine(text.count("\n", 0, pos) + 1, line[:_SHOWN_LINE_CHARS], reason)
+
+
 class _Gpu(NamedTuple):
     """The identity and descriptive labels of one row."""
 
@@ -159,6 +180,10 @@ class DcgmParser:
         self._ts_ms: dict[int, int] = {}
         self._dropped: Counter[str] = Counter()
         self._ignored: Counter[str] = Counter()
+        # (start of the first dropped line, its reason) of the body being read
+        self._first_bad: tuple[int, str] | None = None
+        #: The first line of the last body that was dropped whole (None: none was).
+        self.first_rejected: RejectedLine | None = None
 
     def _forget(self) -> None:
         self._gpus = []
@@ -178,7 +203,10 @@ class DcgmParser:
         self._ts_ms = {}
         self._dropped = Counter()
         self._ignored = Counter()
+        self._first_bad = None
         self._feed(text)
+        bad = self._first_bad
+        self.first_rejected = None if bad is None else _rejected_line(text, bad[0], bad[1])
         table = self._table(now, node)
         if len(self._gpus) > max(1024, 4 * table.num_rows):
             self._forget()  # mostly rows of pods long gone: each scrape would pay for them
@@ -223,8 +251,14 @@ class DcgmParser:
             self._grid.extend([_EMPTY] * _NCOLS)
         return row
 
-    def _unlabelled(self, line: str) -> None:
-        """A line without ``{``: a comment, or a sample that names no GPU."""
+    def _reject(self, pos: int, reason: str, count: int = 1) -> None:
+        """Count a dropped line starting at ``pos``; remember the first one of the body."""
+        self._dropped[reason] += count
+        if self._first_bad is None or pos < self._first_bad[0]:
+            self._first_bad = (pos, reason)
+
+    def _unlabelled(self, pos: int, line: str) -> None:
+        """A line without ``{`` starting at ``pos``: a comment, or a sample naming no GPU."""
         line = line.strip()
         if not line or line[0] == "#":
             return
@@ -234,21 +268,21 @@ class DcgmParser:
             self._ignored[UNMAPPED_FAMILY] += 1
             return
         if col < 0:
-            self._dropped[MALFORMED_LINE] += 1
+            self._reject(pos, MALFORMED_LINE)
             return
         read = read_value(pieces[1] if len(pieces) == 2 else "")
-        self._dropped[read if isinstance(read, str) else NO_GPU_LABELS] += 1
+        self._reject(pos, read if isinstance(read, str) else NO_GPU_LABELS)
 
-    def _stamped(self, row: int, tail: str) -> float | None:
+    def _stamped(self, row: int, pos: int, tail: str) -> float | None:
         """The value of a line float() refused: one with a timestamp, else None (dropped)."""
         read = read_value(tail)
         if isinstance(read, str):
-            self._dropped[read] += 1
+            self._reject(pos, read)
             return None
         value, ts_ms = read
         if ts_ms is not None:
             if not 0 <= ts_ms <= _TS_MAX_MS:
-                self._dropped[MALFORMED_TIMESTAMP] += 1
+                self._reject(pos, MALFORMED_TIMESTAMP)
                 return None
             if ts_ms > self._ts_ms.get(row, -1):
                 self._ts_ms[row] = ts_ms
@@ -266,18 +300,18 @@ class DcgmParser:
         empty = _EMPTY
         col_of_name = self._col_of_name
         row_of_labels = self._row_of_labels
-        dropped = self._dropped
+        reject = self._reject
         find = text.find
         rfind = text.rfind
         ncols = _NCOLS
-        unmapped = non_finite = duplicates = 0
+        unmapped = 0
         pos = 0
         end = len(text)
         last = text.rfind("\n") + 1
         if last < end and text[last:].strip() and text[last:].lstrip()[0] != "#":
             # The format ends every line with \n: a body cut mid-line (a dropped connection,
             # a full disk) ends without one, and its last value may be cut short too.
-            dropped[UNTERMINATED] += 1
+            reject(last, UNTERMINATED)
             end = last
         while pos < end:
             eol = find("\n", pos)
@@ -288,7 +322,7 @@ class DcgmParser:
                 continue
             brace = find("{", pos, eol)
             if brace < 0:
-                self._unlabelled(text[pos:eol])
+                self._unlabelled(pos, text[pos:eol])
                 pos = eol + 1
                 continue
             col = col_of_name.get(text[pos:brace])
@@ -298,12 +332,12 @@ class DcgmParser:
                 if col == _UNMAPPED:
                     unmapped += 1
                 elif col == _INVALID:
-                    dropped[MALFORMED_LINE] += 1
+                    reject(pos, MALFORMED_LINE)
                 pos = eol + 1
                 continue
             close = rfind("}", brace, eol)
             if close < 0:
-                dropped[MALFORMED_LINE] += 1
+                reject(pos, MALFORMED_LINE)
                 pos = eol + 1
                 continue
             label_text = text[brace + 1 : close]
@@ -311,34 +345,29 @@ class DcgmParser:
             if row is None:
                 row = row_of_labels[label_text] = self._row(label_text)
             if row < 0:
-                dropped[_ROW_REASONS[row]] += 1
+                reject(pos, _ROW_REASONS[row])
                 pos = eol + 1
                 continue
             try:
                 value = float(text[close + 1 : eol])
             except ValueError:
-                stamped = self._stamped(row, text[close + 1 : eol])
+                stamped = self._stamped(row, pos, text[close + 1 : eol])
                 if stamped is None:
                     pos = eol + 1
                     continue
                 value = stamped
-            pos = eol + 1
             if value - value != 0.0:  # NaN or +-Inf
-                non_finite += 1
+                reject(pos, NON_FINITE)
+                pos = eol + 1
                 continue
             k = row * ncols + col
             if grid[k] is empty:
                 grid[k] = value
             else:
-                duplicates += 1
+                reject(pos, DUPLICATE)
+            pos = eol + 1
         if unmapped:
             self._ignored[UNMAPPED_FAMILY] += unmapped
-        for reason, n in (
-            (NON_FINITE, non_finite),
-            (DUPLICATE, duplicates),
-        ):
-            if n:
-                dropped[reason] += n
 
     def _table(self, now: datetime, node: str | None) -> pa.Table:
         """Validate, convert and pivot the grid into a ``gpu_samples`` table."""
@@ -478,6 +507,11 @@ class DcgmCollector:
             self._client = new_client()
         text = read_source(self.source, self._client, max_bytes=self.max_bytes)
         return self._parser.parse(text, now=now, node=self.node)
+
+    @property
+    def first_rejected(self) -> RejectedLine | None:
+        """The first line of the last body read that was dropped whole (None: none was)."""
+        return self._parser.first_rejected
 
     def close(self) -> None:
         """Close the HTTP client when this collector opened it."""

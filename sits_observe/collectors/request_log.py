@@ -16,6 +16,8 @@ Rejected rows (never stored), counted by the FIRST reason that applies, in this 
 ``epoch timestamp out of range``, ``unparseable timestamp``. An invalid optional value (TTFT,
 inter-token, tokens: non-numeric, NaN, infinite, negative, fractional tokens) does not reject
 the row: the value is stored as NULL and counted as ``<column>: invalid value stored as NULL``.
+The first rejected record (1-based, in file order) is :attr:`RequestLogResult.first_rejected`.
+A file Polars cannot read raises :class:`ParseError` with one line (see :mod:`.polars_errors`).
 
 Timestamps (stored as naive UTC, microseconds):
 - ISO-8601 ``YYYY-MM-DDTHH:MM[:SS[.fffffffff]]`` (``T`` or a space between date and time) or
@@ -46,11 +48,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 import polars as pl
 
 from sits_observe.collectors.inference import naive_utc
+from sits_observe.collectors.polars_errors import first_line, ragged_csv_line
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.tables import REQUESTS, conform
 from sits_observe.errors import CollectorError, ConfigError, ParseError
@@ -106,6 +109,20 @@ class ColumnMap:
         return {role: col for role, col in vars(self).items() if col is not None}
 
 
+class RejectedRecord(NamedTuple):
+    """The first record of a log that was not stored: 1-based number in file order, reason."""
+
+    number: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RequestLogResult(CollectResult):
+    """A :class:`CollectResult` that also says which record was rejected first."""
+
+    first_rejected: RejectedRecord | None = None
+
+
 def detect_format(path: Path, file_format: str | None = None) -> LogFormat:
     """The log format: ``file_format`` when given, else from the file name's extension."""
     if file_format is not None:
@@ -139,7 +156,7 @@ def read_request_log(
     file_format: LogFormat | None = None,
     source: str | None = None,
     now: datetime | None = None,
-) -> CollectResult:
+) -> RequestLogResult:
     """Read a request log into a ``requests`` table; see the module docstring for the rules.
 
     ``source`` defaults to the file name; ``now`` (default: the current UTC time) stamps rows
@@ -158,15 +175,21 @@ def read_request_log(
         output_tokens=output_tokens_column,
     )
     fmt = detect_format(path, file_format)
-    return requests_from_frame(
-        _scan(path, fmt),
-        columns,
-        label=f"{fmt} file {path}",
-        latency_unit=latency_unit,
-        timestamp_marks=timestamp_marks,
-        source=source if source is not None else path.name,
-        now=now,
-    )
+    try:
+        return requests_from_frame(
+            _scan(path, fmt),
+            columns,
+            label=f"{fmt} file {path}",
+            latency_unit=latency_unit,
+            timestamp_marks=timestamp_marks,
+            source=source if source is not None else path.name,
+            now=now,
+        )
+    except ParseError as exc:
+        ragged = ragged_csv_line(path) if fmt == "csv" else None
+        if ragged is None:
+            raise
+        raise ParseError(f"cannot read csv file {path}: {ragged}") from exc
 
 
 def requests_from_frame(
@@ -178,7 +201,7 @@ def requests_from_frame(
     latency_unit: LatencyUnit = "s",
     timestamp_marks: TimestampMarks = "completion",
     now: datetime | None = None,
-) -> CollectResult:
+) -> RequestLogResult:
     """Turn request records already opened as a frame into a ``requests`` table.
 
     The shared core of :func:`read_request_log` and the log tailer: ``label`` names the
@@ -198,7 +221,7 @@ def requests_from_frame(
     try:
         raw = frame.select(pl.col(c).alias(role) for role, c in columns.named().items()).collect()
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ParseError(f"cannot read {label}: {exc}") from exc
+        raise ParseError(f"cannot read {label}: {first_line(exc)}") from exc
     if columns.timestamp is not None:
         ts, out_of_range = parse_timestamps(raw.get_column("timestamp"))
         raw = raw.with_columns(ts.alias("_ts"), out_of_range.alias("_ts_out_of_range"))
@@ -210,6 +233,7 @@ def requests_from_frame(
     ]
     table = raw.select([*_expressions(columns, raw.schema, scale, stamp, timestamp_marks), *labels])
     dropped = _count(table.get_column("_reason"))
+    first = _first_rejected(table.get_column("_reason")) if dropped else None
     kept = table.filter(pl.col("_reason").is_null())
     kept, nulled = _null_invalid_optionals(kept, columns)
     dropped.update(nulled)
@@ -225,7 +249,8 @@ def requests_from_frame(
         pl.col("node"),
         pl.lit(source, pl.String).alias("source"),
     )
-    return CollectResult({REQUESTS.name: conform(REQUESTS.name, out.to_arrow())}, dropped)
+    table = conform(REQUESTS.name, out.to_arrow())
+    return RequestLogResult({REQUESTS.name: table}, dropped, first_rejected=first)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -243,19 +268,27 @@ def _scan(path: Path, fmt: LogFormat) -> pl.LazyFrame:
             return pl.scan_ndjson(path, infer_schema_length=None)
         return pl.scan_parquet(path)
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ParseError(f"cannot read {fmt} file {path}: {exc}") from exc
+        raise ParseError(f"cannot read {fmt} file {path}: {first_line(exc)}") from exc
 
 
 def _schema(frame: pl.LazyFrame, label: str) -> pl.Schema:
     try:
         return frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as exc:
-        raise ParseError(f"cannot read the columns of {label}: {exc}") from exc
+        raise ParseError(f"cannot read the columns of {label}: {first_line(exc)}") from exc
 
 
 def _count(reasons: pl.Series) -> Counter[str]:
     counts = reasons.drop_nulls().value_counts()
     return Counter(dict(zip(counts[reasons.name], counts["count"], strict=True)))
+
+
+def _first_rejected(reasons: pl.Series) -> RejectedRecord | None:
+    rejected = reasons.is_not_null().arg_true()
+    if rejected.len() == 0:
+        return None
+    row = int(rejected[0])
+    return RejectedRecord(row + 1, str(reasons[row]))
 
 
 # -- per-column expressions ---------------------------------------------------------------

@@ -32,9 +32,10 @@ def test_ingest_stores_samples_and_drops(tree: CgroupTree, tmp_path: Path) -> No
     db = tmp_path / "store.duckdb"
     args = ["ingest", "cgroup", str(tree.root), "--db", str(db), "--node", "gpu-node-7"]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # stored, but one file was missing
     assert "container_samples" in result.stdout
     assert "missing_file:memory.pressure" in result.stdout
+    assert "1 files or entries rejected" in result.stderr
 
     with Store.open(db, read_only=True) as store:
         samples = store.query(
@@ -62,7 +63,7 @@ def test_ingest_stores_samples_and_drops(tree: CgroupTree, tmp_path: Path) -> No
     ]
 
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0, again.output
+    assert again.exit_code == 3, again.output
     with Store.open(db, read_only=True) as store:
         assert store.count("container_samples") == 6
 
@@ -104,7 +105,7 @@ def test_installed_entry_point(tree: CgroupTree, tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # stored; memory.pressure of one was missing
     assert "container_samples" in done.stdout
     with Store.open(db, read_only=True) as store:
         assert store.count("container_samples") == 3

@@ -30,8 +30,9 @@ def test_small_log_with_rejections(tmp_path: Path) -> None:
         str(log), "--db", str(db), "--model-column", "svc", "--latency-column", "ms",
         "--latency-unit", "ms", "--timestamp-column", "at", "--status-column", "code",
     )  # fmt: skip
-    assert code == 0, output
+    assert code == 3, output  # stored, with three records rejected
     assert "failed requests stored with ok=false: 1" in output
+    assert "first rejected record 3 (negative latency)" in output
     for reason in ("negative latency", "non-numeric latency", "missing latency"):
         assert reason in output
     with Store.open(db, read_only=True) as store:

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 
 from sits_observe.analytics.fgd import FragmentationReport, fragmentation
 from sits_observe.analytics.fgd_cluster import ClusterState, apply_placements
@@ -37,7 +36,8 @@ from sits_observe.analytics.fgd_workload import (
 from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import err, out, parse_duration_s, run_cli
+from sits_observe.surfaces.cli.common import out, parse_duration_s, run_cli
+from sits_observe.surfaces.cli.console import data_table, note
 
 
 class FragFormat(StrEnum):
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
                 )
             report = fragmentation(state, wl)
             for line in warnings:
-                err.print(f"[yellow]warning:[/] {line}", soft_wrap=True)
+                note(line, label="warning")
             limit = None if all_nodes else top
             doc = report_document(
                 report, state, wl, source=source, warnings=warnings, node_limit=limit
@@ -223,7 +223,7 @@ def _typical(shapes: Iterable[PodShape], settings: TypicalPodSettings) -> Target
 
 
 def _print_tables(doc: dict[str, Any]) -> None:
-    summary = Table(title="Cluster GPU fragmentation (FGD, ATC'23)", show_header=False)
+    summary = data_table(title="Cluster GPU fragmentation (FGD, ATC'23)", show_header=False)
     summary.add_column("measure")
     summary.add_column("value", justify="right")
     summary.add_row("fragmentation ratio (F / idle GPU)", f"{doc['frag_ratio']:.2%}")
@@ -236,14 +236,14 @@ def _print_tables(doc: dict[str, Any]) -> None:
     summary.add_row("pods placed", str(doc["source"]["placed_pods"]))
     out.print(summary)
 
-    causes = Table(title="By cause")
+    causes = data_table(title="By cause")
     for column in ("cause", "milli", "share"):
         causes.add_column(column, justify="left" if column == "cause" else "right")
     for cause, value in doc["by_cause"].items():
         causes.add_row(cause, f"{value['milli']:,.0f}", f"{value['share']:.2%}")
     out.print(causes)
 
-    shapes = Table(
+    shapes = data_table(
         title=f"Typical pods: {len(doc['typical_pods'])} shapes cover "
         f"{doc['typical_pods_coverage_ratio']:.2%} of {doc['workload_pods']} pods"
     )
@@ -260,7 +260,7 @@ def _print_tables(doc: dict[str, Any]) -> None:
         )
     out.print(shapes)
 
-    nodes = Table(title="Most fragmented nodes (milli)")
+    nodes = data_table(title="Most fragmented nodes (milli)")
     nodes.add_column("node", no_wrap=True)
     for column in ("model", "gpus", "cpu free", "idle", "frag", "frag ratio"):
         nodes.add_column(column, justify="right")

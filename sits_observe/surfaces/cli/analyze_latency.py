@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from sits_observe.analytics.heatmap import (
     Heatmap,
@@ -54,6 +54,7 @@ from sits_observe.surfaces.cli.common import (
     print_rows,
     run_cli,
 )
+from sits_observe.surfaces.cli.console import data_table, note, styled
 from sits_observe.surfaces.cli.promql import (
     PROMQL_MATCHERS,
     PROMQL_STEP_S,
@@ -176,8 +177,8 @@ def latency_rows(
         store, by=by, selection=selection, exact_groups=table.column(by).to_pylist()
     )
     if only_estimates:
-        err.print(
-            f"[yellow]note:[/] no exact latencies for {by} {', '.join(only_estimates)}: only "
+        note(
+            f"no exact latencies for {by} {', '.join(only_estimates)}: only "
             "histogram estimates exist for them; see them with --source estimate"
         )
     rows: list[dict[str, Any]] = table.to_pylist()
@@ -214,7 +215,7 @@ def promql_estimate_rows(
 
 def _print_latency(rows: list[dict[str, Any]], fmt: OutputFormat, title: str, by: GroupBy) -> None:
     if any(row[by] is None for row in rows):
-        err.print(f"[yellow]note:[/] requests without a recorded {by} form one group ({by} null)")
+        note(f"requests without a recorded {by} form one group ({by} null)")
     if fmt is OutputFormat.table:
         rows = [
             {k: "(not recorded)" if k == by and v is None else _short(v) for k, v in row.items()}
@@ -268,17 +269,20 @@ def _print_heatmap_table(h: Heatmap) -> None:
     s = h.settings
     head = "every selected request" if h.by is None else f"{h.by} = {h.group}"
     out.print(
-        f"[bold]{head}[/]: {h.requests} requests in {h.windows.num_rows} windows of "
-        f"{s.window_s:g} s (windows without requests do not appear)"
+        styled(
+            (head, "bold"),
+            f": {h.requests} requests in {h.windows.num_rows} windows of "
+            f"{s.window_s:g} s (windows without requests do not appear)",
+        )
     )
     data = heatmap_json(h)
-    table = Table(title="P95 per throughput bin (exact; the evidence for knee and safe max)")
+    table = data_table(title="P95 per throughput bin (exact; the evidence for knee and safe max)")
     for column in ("throughput rps", "windows", "requests", "p50 s", "p95 s", "p99 s", "used"):
         table.add_column(column, justify="right")
     if s.slo_ms is not None:
         table.add_column(f"P95 <= {s.slo_ms:g} ms", justify="right")
     for b in data["throughput_bins"]:
-        cells = [
+        cells: list[str | Text] = [
             f"{b['throughput_lo_rps']:g}-{b['throughput_hi_rps']:g}",
             str(b["windows"]),
             str(b["requests"]),
@@ -288,11 +292,11 @@ def _print_heatmap_table(h: Heatmap) -> None:
             "yes" if b["used"] else f"no (< {s.min_bin_requests})",
         ]
         if b["within_slo"] is not None:
-            cells.append("yes" if b["within_slo"] else "[red]no[/]")
+            cells.append("yes" if b["within_slo"] else Text("no", style="red"))
         table.add_row(*cells)
     out.print(table)
-    for note in data["notes"]:
-        out.print(f"- {note}")
+    for text in data["notes"]:
+        out.print(f"- {text}")
     _print_grid(h)
 
 
@@ -313,7 +317,7 @@ def _print_grid(h: Heatmap) -> None:
     lat_lo = {c["latency_bin"]: c["latency_lo_ms"] for c in cells}
     thr_lo = {c["throughput_bin"]: c["throughput_lo_rps"] for c in cells}
     s = h.settings
-    table = Table(title="requests per cell: latency (ms, rows) x window throughput (rps)")
+    table = data_table(title="requests per cell: latency (ms, rows) x window throughput (rps)")
     table.add_column("ms \\ rps", justify="right")
     for j in range(thr_bins[0], thr_bins[-1] + 1):
         table.add_column(f"{thr_lo.get(j, j * s.throughput_bin_rps):g}", justify="right")
@@ -366,8 +370,8 @@ def run_heatmap(
         if by is None and selection.model is None:
             models = known_values(store, "model")
             if len(models) > 1:
-                err.print(
-                    f"[yellow]note:[/] one heatmap over {len(models)} models "
+                note(
+                    f"one heatmap over {len(models)} models "
                     f"({', '.join(models[:5])}{' ...' if len(models) > 5 else ''}); "
                     "pick one with --model, or --by model for one each"
                 )

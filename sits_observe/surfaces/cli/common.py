@@ -1,4 +1,9 @@
-"""Helpers shared by CLI commands: consoles, error reporting, output formats."""
+"""Helpers shared by CLI commands: error reporting, output formats, flag parsing.
+
+The consoles and the rules every printed line follows (no markup read from data, control
+characters escaped, diagnostics never wrapped, natural-width tables off a terminal) live in
+:mod:`.console`; ``out`` and ``err`` are re-exported here for the commands.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +17,22 @@ from typing import Any, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
-from rich.console import Console
-from rich.table import Table
 
 from sits_observe.errors import ConfigError, SitsError
+from sits_observe.surfaces.cli.console import data_table, err, out, styled
 
-#: Data goes to stdout, diagnostics to stderr.
-out = Console()
-err = Console(stderr=True)
+__all__ = [
+    "OutputFormat",
+    "cli_errors",
+    "err",
+    "out",
+    "parse_duration_s",
+    "print_error",
+    "print_rejected",
+    "print_rows",
+    "run_cli",
+    "settings_from_flags",
+]
 
 T = TypeVar("T")
 
@@ -38,8 +51,13 @@ def cli_errors() -> Iterator[None]:
     try:
         yield
     except SitsError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        print_error(str(exc))
         raise typer.Exit(code=2) from exc
+
+
+def print_error(message: str) -> None:
+    """``error: message`` as one line on stderr (the message shown as written)."""
+    err.print(styled(("error:", "bold red"), " ", message))
 
 
 def run_cli(fn: Callable[[], T]) -> T:
@@ -63,7 +81,7 @@ def print_rows(
         writer.writeheader()
         writer.writerows(rows)
         return
-    table = Table(title=title)
+    table = data_table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:

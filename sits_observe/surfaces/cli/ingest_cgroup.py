@@ -2,8 +2,10 @@
 
 Reads every container cgroup under a cgroup v2 mount once, stores the ``container_samples``
 rows and one ``collector_drops`` row per drop reason in a single batch, and prints what was
-stored and what was rejected, with reasons. This module is the composition root of that
-command: it builds the collector and the store from the flags.
+stored and what was rejected, with reasons. The tree is read before the store is opened: no
+container read means exit 2 and no database; anything dropped or left NULL means exit 3 (the
+rule of :mod:`.ingest_outcome`). This module is the composition root of that command: it
+builds the collector and the store from the flags.
 """
 
 from __future__ import annotations
@@ -19,13 +21,26 @@ from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, CONTAINER_SAMPLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, print_rejected, print_rows, run_cli
+from sits_observe.surfaces.cli.ingest_outcome import IngestOutcome, finish, require_rows
 
 
-def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> None:
-    """Collect ``root`` once into ``db`` and print the outcome (stdout)."""
+def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> IngestOutcome:
+    """Collect ``root`` once into ``db`` and print the outcome (stdout).
+
+    Raises :class:`~sits_observe.errors.ParseError` before ``db`` is opened when no container
+    could be read.
+    """
     collector = CgroupCollector(root, node=node)
     result = collector.collect(now)
     samples = result.tables[CONTAINER_SAMPLES.name]
+    first = None if collector.first_rejected is None else f"at {collector.first_rejected}"
+    outcome = IngestOutcome(samples.num_rows, result.dropped, "files or entries", first)
+    require_rows(
+        outcome,
+        str(root),
+        "container cgroups",
+        "Does a kubelet run pods on this node (or is ROOT the right cgroup v2 mount)?",
+    )
     at = utc_naive(now)
     drops = drops_table(result.dropped, at=at, node=node, collector=collector.name)
     with Store.open(db) as store:
@@ -39,6 +54,7 @@ def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> None:
         title=f"stored in {db} (node {node})",
     )
     print_rejected(result.dropped, title="rejected, by reason (row dropped or value left NULL)")
+    return outcome
 
 
 def register(app: typer.Typer) -> None:
@@ -49,12 +65,16 @@ def register(app: typer.Typer) -> None:
         root: Path = typer.Argument(
             ..., help="cgroup v2 mount (e.g. /sys/fs/cgroup) or a kubepods directory"
         ),
-        db: Path = typer.Option(..., "--db", help="DuckDB file (created when absent)"),
+        db: Path = typer.Option(
+            ..., "--db", help="DuckDB file (created when absent; its folder must exist)"
+        ),
         node: str | None = typer.Option(
             None, "--node", help="node name stamped on every row (default: this host's name)"
         ),
     ) -> None:
         """Read every container cgroup under ROOT once and store the samples."""
         run_cli(
-            lambda: ingest_cgroup_once(root, db, node or socket.gethostname(), datetime.now(UTC))
+            lambda: finish(
+                ingest_cgroup_once(root, db, node or socket.gethostname(), datetime.now(UTC))
+            )
         )

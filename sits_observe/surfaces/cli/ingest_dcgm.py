@@ -3,8 +3,10 @@
 Reads one dcgm-exporter body (a saved ``/metrics`` file or a live ``http(s)://`` endpoint),
 stores its ``gpu_samples`` rows and one ``collector_drops`` row per rejection reason in a
 single batch, and prints what was stored (a table per GPU, then rows per table) and what was
-rejected, with reasons. This module is the composition root of that command: it builds the
-HTTP client, the collector and the store from the flags.
+rejected, with reasons. The body is parsed before the store is opened: a body with no GPU
+sample in it (truncated, garbage, random bytes) exits 2 and creates no database; one with
+rejected lines exits 3 (the rule of :mod:`.ingest_outcome`). This module is the composition
+root of that command: it builds the HTTP client, the collector and the store from the flags.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from typing import Any
 import pyarrow as pa
 import typer
 
-from sits_observe.collectors.dcgm import DcgmCollector
+from sits_observe.collectors.dcgm import DcgmCollector, RejectedLine
 from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
 from sits_observe.domain.collect import drops_table
 from sits_observe.domain.tables import COLLECTOR_DROPS, GPU_SAMPLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, out, print_rejected, print_rows, run_cli
+from sits_observe.surfaces.cli.ingest_outcome import IngestOutcome, finish, require_rows
 
 #: GPU rows printed one by one; a bigger body gets its totals only.
 MAX_GPU_LINES = 32
@@ -56,13 +59,29 @@ def gpu_lines(samples: pa.Table) -> list[dict[str, Any]]:
     ]
 
 
+def _described(line: RejectedLine | None) -> str | None:
+    return None if line is None else f"line {line.number} ({line.reason}): {line.text!r}"
+
+
 def ingest_dcgm_once(
     source: str, db: Path, *, node: str | None, timeout_s: float, now: datetime
-) -> dict[str, int]:
-    """Collect ``source`` once into ``db``, print the outcome; returns rows per table."""
+) -> IngestOutcome:
+    """Collect ``source`` once into ``db`` and print what was stored and rejected.
+
+    Raises :class:`~sits_observe.errors.ParseError` before ``db`` is opened when the body
+    holds no GPU sample.
+    """
     with new_client(timeout_s) as client, DcgmCollector(source, node=node, client=client) as dcgm:
         result = dcgm.collect(now)
+        first_rejected = dcgm.first_rejected
     samples = result.tables[GPU_SAMPLES.name]
+    outcome = IngestOutcome(samples.num_rows, result.dropped, "samples", _described(first_rejected))
+    require_rows(
+        outcome,
+        source,
+        "GPU samples",
+        "Is it a whole dcgm-exporter /metrics body (Prometheus text format)?",
+    )
     nodes = sorted({n for n in samples.column("node").to_pylist() if n is not None})
     drops_node = node if node is not None else (nodes[0] if len(nodes) == 1 else None)
     drops = drops_table(result.dropped, at=utc_naive(now), node=drops_node, collector=dcgm.name)
@@ -80,7 +99,7 @@ def ingest_dcgm_once(
     if result.ignored:
         ignored = ", ".join(f"{r}: {n}" for r, n in sorted(result.ignored.items()))
         out.print(f"not stored (no column for them, not an error): {ignored}")
-    return stored
+    return outcome
 
 
 def register(app: typer.Typer) -> None:
@@ -91,7 +110,9 @@ def register(app: typer.Typer) -> None:
         source: str = typer.Argument(
             ..., help="dcgm-exporter /metrics URL (http://host:9400/metrics) or a saved file"
         ),
-        db: Path = typer.Option(..., "--db", help="DuckDB file (created when absent)"),
+        db: Path = typer.Option(
+            ..., "--db", help="DuckDB file (created when absent; its folder must exist)"
+        ),
         node: str | None = typer.Option(
             None, "--node", help="node name for every row (default: the Hostname label)"
         ),
@@ -105,7 +126,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Read one dcgm-exporter body and store its GPU samples."""
         run_cli(
-            lambda: ingest_dcgm_once(
-                source, db, node=node, timeout_s=timeout_s, now=datetime.now(UTC)
+            lambda: finish(
+                ingest_dcgm_once(source, db, node=node, timeout_s=timeout_s, now=datetime.now(UTC))
             )
         )

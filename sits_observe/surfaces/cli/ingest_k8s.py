@@ -96,7 +96,9 @@ def register(app: typer.Typer) -> None:
     @app.command("k8s")
     def ingest_k8s(
         *,
-        db: Path = typer.Option(..., "--db", help="DuckDB file (created when absent)"),
+        db: Path = typer.Option(
+            ..., "--db", help="DuckDB file (created when absent; its folder must exist)"
+        ),
         kubeconfig: Path | None = typer.Option(
             None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)"
         ),

@@ -3,7 +3,9 @@
 ``ingest requests`` imports a per-request log (CSV, JSONL, Parquet) into the ``requests``
 table with exact latencies, plus one ``collector_drops`` row per rejection reason, in one
 batch whose id is derived from the file's bytes and the column mapping, so importing the same
-file twice stores it once. ``ingest vllm`` / ``ingest triton`` scrape a server N+1 times and
+file twice stores it once. The file is read before the store is opened: no usable record
+means exit 2 and no database, rejected records or NULLed values exit 3 (the rule of
+:mod:`.ingest_outcome`). ``ingest vllm`` / ``ingest triton`` scrape a server N+1 times and
 store the N ``server_windows`` rows (estimates) between them.
 
 This module is the composition root of those commands: it builds the collectors and the
@@ -37,13 +39,14 @@ from sits_observe.errors import CollectorError
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
-    err,
     out,
     print_rejected,
     print_rows,
     run_cli,
     settings_from_flags,
 )
+from sits_observe.surfaces.cli.console import note
+from sits_observe.surfaces.cli.ingest_outcome import IngestOutcome, finish, require_rows
 
 _HASH_CHUNK_BYTES = 1 << 20
 
@@ -116,12 +119,31 @@ def _batch_id(path: Path, options: RequestLogOptions) -> str:
     return f"requests:{path.name}:{digest.hexdigest()[:32]}"
 
 
-def ingest_requests_once(path: Path, db: Path, options: RequestLogOptions, now: datetime) -> None:
-    """Import one request log into ``db`` and print what was stored and rejected."""
+def ingest_requests_once(
+    path: Path, db: Path, options: RequestLogOptions, now: datetime
+) -> IngestOutcome:
+    """Import one request log into ``db`` and print what was stored and rejected.
+
+    Raises :class:`~sits_observe.errors.ParseError` before ``db`` is opened when no record
+    of the file is usable.
+    """
     if not path.is_file():
         raise CollectorError(f"request log {path} does not exist or is not a file")
     result = read_request_log(path, **asdict(options), now=now)
     rows = result.tables[REQUESTS.name]
+    first = result.first_rejected
+    outcome = IngestOutcome(
+        rows.num_rows,
+        result.dropped,
+        "records or values",
+        None if first is None else f"record {first.number} ({first.reason})",
+    )
+    require_rows(
+        outcome,
+        str(path),
+        "requests",
+        "Check --model-column / --latency-column and --latency-unit against the file.",
+    )
     at = now.astimezone(UTC).replace(tzinfo=None)
     drops = drops_table(result.dropped, at=at, node=socket.gethostname(), collector="request_log")
     with Store.open(db) as store:
@@ -133,7 +155,7 @@ def ingest_requests_once(path: Path, db: Path, options: RequestLogOptions, now: 
         out.print(
             f"{path.name} was already imported into {db} (batch {receipt.batch_id}); nothing added"
         )
-        return
+        return IngestOutcome(0, {}, "records")
     failed = int(pc.sum(pc.invert(rows.column("ok"))).as_py() or 0)
     print_rows(
         [
@@ -149,6 +171,7 @@ def ingest_requests_once(path: Path, db: Path, options: RequestLogOptions, now: 
             f"no --timestamp-column: every row is stamped with the import time {at.isoformat()}Z"
         )
     print_rejected(result.dropped, title="rejected or nulled, by reason")
+    return outcome
 
 
 def scrape_windows(
@@ -172,7 +195,7 @@ def scrape_windows(
                 result = collector.collect(now)
             except CollectorError as exc:
                 failures += 1
-                err.print(f"[yellow]scrape {attempt + 1} failed:[/] {exc}")
+                note(str(exc), label=f"scrape {attempt + 1} failed")
                 continue
             dropped.update(result.dropped)
             at = now.replace(tzinfo=None)
@@ -237,7 +260,9 @@ def register(app: typer.Typer) -> None:
     def ingest_requests(
         file: Path = typer.Argument(..., help="request log: .csv, .jsonl/.ndjson or .parquet"),
         *,
-        db: Path = typer.Option(..., "--db", help="DuckDB file (created when absent)"),
+        db: Path = typer.Option(
+            ..., "--db", help="DuckDB file (created when absent; its folder must exist)"
+        ),
         model_column: str = typer.Option(..., help="column holding the model / service"),
         latency_column: str = typer.Option(..., help="column holding end-to-end latency"),
         timestamp_column: str | None = typer.Option(
@@ -277,14 +302,16 @@ def register(app: typer.Typer) -> None:
             else "completion",
             file_format=None if file_format is None else _FORMATS[file_format],
         )
-        run_cli(lambda: ingest_requests_once(file, db, options, datetime.now(UTC)))
+        run_cli(lambda: finish(ingest_requests_once(file, db, options, datetime.now(UTC))))
 
     def server_command(kind: str) -> None:
         @app.command(kind, help=f"Scrape a {kind} /metrics URL N+1 times; store N windows.")
         def ingest_server(
             url: str = typer.Argument(..., help=f"{kind} metrics URL, e.g. http://host/metrics"),
             *,
-            db: Path = typer.Option(..., "--db", help="DuckDB file (created when absent)"),
+            db: Path = typer.Option(
+                ..., "--db", help="DuckDB file (created when absent; its folder must exist)"
+            ),
             interval_s: float = typer.Option(ScrapeSettings().interval_s, help=_help("interval_s")),
             windows: int = typer.Option(ScrapeSettings().windows, help=_help("windows")),
             timeout_s: float = typer.Option(ScrapeSettings().timeout_s, help=_help("timeout_s")),

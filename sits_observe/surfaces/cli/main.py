@@ -1,6 +1,11 @@
 """The composition root of the command line: builds the Typer app from one module per
 command group. Each module exposes ``register(app)`` and builds its own concrete objects
-from its flags; nothing here holds logic."""
+from its flags; nothing here holds logic.
+
+Typer's Rich formatting is off (``rich_markup_mode=None``): with it, a usage error is drawn
+in a box at the terminal's width and its message wraps mid-phrase, so a CI log could not
+grep it. Click's plain output keeps each error on one line (see :mod:`.console` for the rules
+the commands' own output follows)."""
 
 from __future__ import annotations
 
@@ -29,8 +34,11 @@ app = typer.Typer(
     help="Observability and capacity analytics for AI GPU clusters on Kubernetes.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-ingest_app = typer.Typer(help="Load samples into a DuckDB store once (files, URLs, trees).")
+ingest_app = typer.Typer(
+    help="Load samples into a DuckDB store once (files, URLs, trees).", rich_markup_mode=None
+)
 app.add_typer(ingest_app, name="ingest")
 
 ingest.register(ingest_app)

@@ -20,7 +20,6 @@ import typer
 from pydantic import ValidationError
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from sits_observe.analytics.schedsim import (
     PolicyResult,
@@ -33,6 +32,7 @@ from sits_observe.analytics.schedsim import (
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.cli.common import err, out, run_cli
+from sits_observe.surfaces.cli.console import data_table
 
 _FIELDS = SimulationSettings.model_fields
 #: Curve rows printed in the table format (every 10% of arrived load, plus the end).
@@ -183,7 +183,7 @@ def _run(
         TextColumn("simulating"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         TimeElapsedColumn(),
         console=err,
         transient=True,
@@ -202,7 +202,7 @@ def _print_tables(results: list[PolicyResult], total_gpus: int) -> None:
     seeds = len(results[0].seeds)
     arrived = results[0].arrived_ratio
     at = min(_FRAG_AT_STEP, len(arrived) - 1)
-    summary = Table(
+    summary = data_table(
         title=f"Replay onto {total_gpus:,} GPUs, mean of {seeds} seed(s)",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -232,7 +232,7 @@ def _print_tables(results: list[PolicyResult], total_gpus: int) -> None:
             f"{r.pods_per_s:,.0f}",
         )
     out.print(summary)
-    curve = Table(title="GPU allocation by arrived load", box=box.SIMPLE_HEAD, pad_edge=False)
+    curve = data_table(title="GPU allocation by arrived load", box=box.SIMPLE_HEAD, pad_edge=False)
     curve.add_column("arrived", justify="right")
     for r in results:
         curve.add_column(r.policy, justify="right", overflow="fold")
