@@ -38,6 +38,10 @@ class SchemaError(StoreError):
     """Data handed to the store does not match the table's schema."""
 
 
+class BatchConflict(StoreError):
+    """A batch id already stored arrived again with a different body (not a replay)."""
+
+
 class TransportError(SitsError):
     """Shipping a batch from an agent to the service failed."""
 

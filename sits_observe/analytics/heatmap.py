@@ -32,7 +32,7 @@ request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Literal
@@ -170,7 +170,7 @@ def compute_heatmaps(
     chosen = selection or RequestSelection()
     if chosen.since is not None:
         since = _window_floor(chosen.since, settings.window_us)
-        chosen = RequestSelection(chosen.model, since, chosen.include_failed)
+        chosen = replace(chosen, since=since)
     windows, cells, bins = _query(store, settings, chosen, by, evidence=evidence)
     groups = sorted(set(windows.column("g").to_pylist()), key=lambda g: (g is None, g or ""))
     return [

@@ -50,12 +50,14 @@ class RequestSelection:
     """Which requests an analysis reads.
 
     ``model`` keeps one model; ``since`` (UTC; naive means UTC) keeps requests completed at or
-    after it; ``include_failed`` keeps ``ok = false`` rows too.
+    after it, ``until`` those completed before it; ``include_failed`` keeps ``ok = false``
+    rows too.
     """
 
     model: str | None = None
     since: datetime | None = None
     include_failed: bool = False
+    until: datetime | None = None
 
     def where(self, value_column: str = "latency_s") -> tuple[str, list[Any]]:
         """The SQL ``WHERE`` condition (``?`` parameters) and its values for ``requests``."""
@@ -76,6 +78,9 @@ class RequestSelection:
         if self.since is not None:
             parts.append("ts >= $sel_since")
             params["sel_since"] = utc_naive(self.since)
+        if self.until is not None:
+            parts.append("ts < $sel_until")
+            params["sel_until"] = utc_naive(self.until)
         return " AND ".join(parts), params
 
 
@@ -155,6 +160,9 @@ def estimate_windows(
     if chosen.since is not None:
         parts.append("ts >= ?")
         params.append(utc_naive(chosen.since))
+    if chosen.until is not None:
+        parts.append("ts < ?")
+        params.append(utc_naive(chosen.until))
     sql = (
         f"SELECT {by}, ts AS window_end, window_s, completed AS count,"
         " latency_p50_s AS p50_s, latency_p95_s AS p95_s, latency_p99_s AS p99_s,"

@@ -224,6 +224,8 @@ def estimate_windows_from(
         frame = frame.filter(pl.col("model") == chosen.model)
     if chosen.since is not None:
         frame = frame.filter(pl.col("ts") >= utc_naive(chosen.since))
+    if chosen.until is not None:
+        frame = frame.filter(pl.col("ts") < utc_naive(chosen.until))
     frame = frame.sort(by, "ts", nulls_last=True).select(
         pl.col(by),
         pl.col("ts").alias("window_end"),

@@ -30,7 +30,6 @@ Only the keys the scorer needs are validated (pydantic, extra keys ignored); nod
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
@@ -41,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sits_observe.collectors.kube import GPU_RESOURCE, parse_quantity, pod_requests, workload_of
 from sits_observe.control.extender_scoring import PodRequest
+from sits_observe.domain.strict_json import dumps
 from sits_observe.errors import ParseError
 
 #: k8s.io/kube-scheduler/extender/v1: MinExtenderPriority and MaxExtenderPriority.
@@ -295,8 +295,10 @@ def _filter_json(
 
 
 def encode(result: ExtenderFilterResultJson | list[HostPriorityJson]) -> bytes:
-    """Compact JSON bytes of an answer."""
-    return json.dumps(result, separators=(",", ":")).encode("utf-8")
+    """Compact JSON bytes of an answer, strict RFC 8259: Go's ``encoding/json`` in
+    kube-scheduler rejects ``NaN``, so a non-finite number (only possible inside node objects
+    echoed back as received) is written as ``null``."""
+    return dumps(result, separators=(",", ":")).encode("utf-8")
 
 
 def host_priority_json(hosts: Sequence[str], scores: Sequence[int]) -> bytes:

@@ -127,6 +127,8 @@ REQUESTS = TableSpec(
         ("node", pa.string(), "serving node, if known"),
         ("gpu_uuid", pa.string(), "serving GPU, if known"),
         ("source", pa.string(), "file name, 'sim', 'otlp' ..."),
+        ("trace_id", pa.string(), "OTLP trace id (hex) of the request span; NULL otherwise"),
+        ("span_id", pa.string(), "OTLP span id (hex); a span is stored once per trace"),
     ),
     "one row per request with an exact latency",
 )

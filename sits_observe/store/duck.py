@@ -6,7 +6,9 @@ Invariants:
 - Appends are whole Arrow tables checked against :mod:`sits_observe.domain.tables`; nothing
   is ever inserted row by row.
 - A batch with an id is stored at most once and is acknowledged only after its transaction
-  committed, so an agent that replays after a crash never loses or duplicates samples.
+  committed, so an agent that replays after a crash never loses or duplicates samples. The
+  ledger keeps the SHA-256 of the body each id came in: the same id with another body is a
+  conflict, never silently dropped. An OTLP request span (trace id + span id) is stored once.
 - Methods are safe to call from several threads: writes are serialised by a lock, reads use
   their own cursor.
 """
@@ -14,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,10 +26,11 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sits_observe.domain.tables import TABLES, conform, find_table
-from sits_observe.errors import SchemaError, StoreError, StoreLocked
+from sits_observe.errors import BatchConflict, SchemaError, StoreError, StoreLocked
 from sits_observe.store.migrations import latest_version, migrations
 
 #: Tables that may be exported or queried by name (samples, ledger, rollups).
@@ -58,13 +62,22 @@ class Store:
         """Open (creating and migrating when writable) the database at ``path``.
 
         ``":memory:"`` gives a private in-memory store, handy for tests and one-shot work.
+        The file's folder must exist: a mistyped ``--db`` folder is refused with a
+        :class:`StoreError` rather than created silently somewhere unexpected.
         """
         path_str = str(path)
         if path_str != ":memory:":
             parent = Path(path_str).parent
-            if not read_only:
-                parent.mkdir(parents=True, exist_ok=True)
-            elif not Path(path_str).exists():
+            if not read_only and not parent.is_dir():
+                import shlex
+
+                fix = (
+                    "is not a folder; pick another --db"
+                    if parent.exists()
+                    else f"does not exist; create it first (mkdir -p {shlex.quote(str(parent))})"
+                )
+                raise StoreError(f"the folder {str(parent)!r} of database {path_str!r} {fix}")
+            if read_only and not Path(path_str).exists():
                 raise StoreError(f"database {path_str!r} does not exist; ingest something first")
         try:
             con = duckdb.connect(path_str, read_only=read_only)
@@ -166,46 +179,38 @@ class Store:
         *,
         batch_id: str | None = None,
         node: str | None = None,
+        body_sha256: str | None = None,
     ) -> BatchReceipt:
-        """Append several tables in one transaction.
+        """Append several tables in one transaction; the receipt counts the rows stored.
 
         With ``batch_id``, a batch already stored is acknowledged as a duplicate and not
-        stored again. Raises :class:`SchemaError` (nothing stored) when any table does not
-        fit its schema.
+        stored again; ``body_sha256`` (hex digest of the body it came in) is kept with the id,
+        and the same id with another digest raises :class:`BatchConflict` (ids stored without
+        a digest stay plain duplicates). ``requests`` rows with a ``span_id`` are stored once
+        per (``trace_id``, ``span_id``), within the batch and against the stored rows.
+        Raises :class:`SchemaError` (nothing stored) when any table does not fit its schema.
         """
         self._require_writable()
-        conformed: list[tuple[str, pa.Table]] = []
-        for name, data in tables.items():
-            if name not in TABLES:
-                raise SchemaError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}")
-            try:
-                conformed.append((name, conform(name, data)))
-            except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SchemaError(f"batch for table {name!r} does not fit: {exc}") from exc
-        rows = sum(t.num_rows for _, t in conformed)
+        conformed = conform_batch(tables)
         with self._write_lock:
             con = self._con
             try:
                 con.execute("BEGIN TRANSACTION")
                 if batch_id is not None:
                     seen = con.execute(
-                        "SELECT rows FROM ingest_batches WHERE batch_id = ?", [batch_id]
+                        "SELECT rows, body_sha256 FROM ingest_batches WHERE batch_id = ?",
+                        [batch_id],
                     ).fetchone()
                     if seen is not None:
                         con.execute("ROLLBACK")
+                        _check_same_body(batch_id, seen[1], body_sha256)
                         return BatchReceipt(batch_id, int(seen[0]), duplicate=True)
-                for name, data in conformed:
-                    if data.num_rows == 0:
-                        continue
-                    con.register("_incoming", data)
-                    try:
-                        con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _incoming")
-                    finally:
-                        con.unregister("_incoming")
+                rows = sum(_insert(con, name, data) for name, data in conformed.items())
                 if batch_id is not None:
                     con.execute(
-                        "INSERT INTO ingest_batches VALUES (?, now()::TIMESTAMP, ?, ?)",
-                        [batch_id, node, rows],
+                        "INSERT INTO ingest_batches (batch_id, received_at, node, rows, "
+                        "body_sha256) VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
+                        [batch_id, node, rows, body_sha256],
                     )
                 con.execute("COMMIT")
             except duckdb.Error as exc:
@@ -285,6 +290,71 @@ class Store:
         if table not in TABLES and table not in EXTRA_TABLES:
             valid = ", ".join([*TABLES, *EXTRA_TABLES])
             raise StoreError(f"unknown table {table!r}; valid tables: {valid}")
+
+
+def conform_batch(tables: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+    """Every table of a batch conformed to its domain schema; :class:`SchemaError` names the
+    first table (and column) that does not fit, so nothing of the batch is stored."""
+    conformed: dict[str, pa.Table] = {}
+    for name, data in tables.items():
+        if name not in TABLES:
+            raise SchemaError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}")
+        doubled = sorted(c for c, n in Counter(data.column_names).items() if n > 1)
+        if doubled:
+            raise SchemaError(
+                f"batch for table {name!r} has column(s) {', '.join(doubled)} more than once; "
+                "send each column once"
+            )
+        try:
+            conformed[name] = conform(name, data)
+        except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(f"batch for table {name!r} does not fit: {exc}") from exc
+    return conformed
+
+
+#: ``requests`` rows with an OTLP span identity are stored once per (trace_id, span_id). A
+#: re-sent span has the same completion time, so only stored rows inside the incoming rows'
+#: time range are compared (DuckDB's zone maps skip the rest of the table).
+_NEW_SPANS_SQL = """
+INSERT INTO requests BY NAME
+SELECT * FROM _incoming AS i
+WHERE i.span_id IS NULL OR NOT EXISTS (
+    SELECT 1 FROM requests AS r
+    WHERE r.ts BETWEEN ? AND ? AND r.span_id = i.span_id
+      AND r.trace_id IS NOT DISTINCT FROM i.trace_id
+)
+QUALIFY i.span_id IS NULL
+    OR row_number() OVER (PARTITION BY i.trace_id, i.span_id ORDER BY i.ts) = 1
+"""
+
+
+def _insert(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table) -> int:
+    """Insert one conformed table inside the open transaction; returns the rows stored."""
+    if data.num_rows == 0:
+        return 0
+    con.register("_incoming", data)
+    try:
+        if name == "requests" and data.column("span_id").null_count < data.num_rows:
+            with_ids = data.filter(pc.is_valid(data.column("span_id"))).column("ts")
+            span = pc.min_max(with_ids)
+            row = con.execute(_NEW_SPANS_SQL, [span["min"].as_py(), span["max"].as_py()])
+        else:
+            row = con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _incoming")
+        stored = row.fetchone()
+    finally:
+        con.unregister("_incoming")
+    return int(stored[0]) if stored else 0
+
+
+def _check_same_body(batch_id: str, stored: str | None, presented: str | None) -> None:
+    """Raise :class:`BatchConflict` when ``batch_id`` was stored with another body."""
+    if stored is None or presented is None or stored == presented:
+        return
+    raise BatchConflict(
+        f"batch id {batch_id!r} was stored with another body (sha256 {stored[:16]}..., this "
+        f"one {presented[:16]}...); nothing stored: a replay resends the same bytes, a new "
+        "batch needs a new id"
+    )
 
 
 def time_column(table: str) -> str:

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
-import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -33,8 +30,8 @@ from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
 from opentelemetry.trace import Status as SpanStatus
 
 from sits_observe.store import Store
-from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.settings import ServiceSettings
+from tests.integration.service_support import ServedApp, strict_json
 
 TOKEN = "otlp-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -62,38 +59,11 @@ class Collected(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-class ServedApp:
-    """The service app under uvicorn on 127.0.0.1 (port chosen by the OS), in a thread."""
-
-    def __init__(self, store: Store, *, max_body_bytes: int = 8 * 1024 * 1024) -> None:
-        settings = ServiceSettings(  # type: ignore[call-arg]
-            token=TOKEN, retention_interval_s=0, max_body_bytes=max_body_bytes
-        )
-        self.app = create_app(settings, store)
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> ServedApp:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise AssertionError("uvicorn did not start")
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-    def metric(self, name: str, **labels: str) -> float:
-        return self.app.state.metrics.registry.get_sample_value(name, labels) or 0.0
+def served_app(store: Store, *, max_body_bytes: int = 8 * 1024 * 1024) -> ServedApp:
+    settings = ServiceSettings(  # type: ignore[call-arg]
+        token=TOKEN, retention_interval_s=0, max_body_bytes=max_body_bytes
+    )
+    return ServedApp(store, settings)
 
 
 @pytest.fixture
@@ -104,7 +74,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def served(store: Store) -> Iterator[ServedApp]:
-    with ServedApp(store) as app:
+    with served_app(store) as app:
         yield app
 
 
@@ -388,7 +358,7 @@ def test_malformed_exports_get_400_with_a_clear_message(
 
 
 def test_media_type_and_body_limit(store: Store) -> None:
-    with ServedApp(store, max_body_bytes=1024) as served:
+    with served_app(store, max_body_bytes=1024) as served:
         url = served.url + "/v1/traces"
         plain = httpx.post(url, content=b"x", headers={**AUTH, "Content-Type": "text/plain"})
         assert plain.status_code == 415
@@ -408,3 +378,90 @@ def test_media_type_and_body_limit(store: Store) -> None:
         assert bomb.status_code == 413
         assert "once gunzipped" in Status.FromString(bomb.content).message
         assert served.metric("sits_otlp_rejected_total", reason="too_large") == 2
+
+
+# -- bounded work, one row per span, no time travel (issue 9) ---------------------------------
+
+
+def post_json(url: str, document: dict[str, Any]) -> httpx.Response:
+    headers = {**AUTH, "Content-Type": "application/json"}
+    return httpx.post(url + "/v1/traces", content=json.dumps(document), headers=headers)
+
+
+def test_an_end_time_in_the_future_is_rejected_and_counted(store: Store) -> None:
+    now = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+    settings = ServiceSettings(  # type: ignore[call-arg]
+        token=TOKEN, retention_interval_s=0, max_future_skew_s=60
+    )
+    model = {"gen_ai.request.model": "qwen-14b"}
+    ten_min_ns = T0_NS + 600 * 10**9
+    spans = [  # json_span derives the span id from the start time: three starts, three ids
+        json_span("llm_request", T0_NS, 2**64 - 1, **model),  # the year 2554
+        json_span("llm_request", T0_NS + 1, ten_min_ns + 61 * 10**9, **model),  # past the skew
+        json_span("llm_request", T0_NS + 2, ten_min_ns + 59 * 10**9, **model),  # within it
+    ]
+    with ServedApp(store, settings, clock=lambda: now) as served:
+        answer = post_json(served.url, json_export(spans))
+        assert answer.status_code == 200, answer.text
+        partial = strict_json(answer.text)["partialSuccess"]
+        assert partial["rejectedSpans"] == "2"
+        assert "requests.ts:future" in partial["errorMessage"]
+        reason = "requests.ts:future"
+        assert served.metric("sits_otlp_spans_total", result="rejected", reason=reason) == 2
+    assert store.scalar("SELECT max(ts) FROM requests") == datetime(2026, 1, 1, 0, 10, 59)
+    assert store.count("requests") == 1
+
+
+def test_identical_spans_in_one_export_are_stored_once(served: ServedApp, store: Store) -> None:
+    span = json_span("llm_request", T0_NS, T0_NS + 10**8, **{"gen_ai.request.model": "m"})
+    answer = post_json(served.url, json_export([span] * 20_000))
+    assert answer.status_code == 200, answer.text
+    assert store.count("requests") == 1
+    assert served.metric("sits_otlp_spans_total", result="ignored", reason="duplicate") == 19_999
+    assert served.metric("sits_otlp_spans_total", result="stored", reason="") == 1
+
+
+def test_a_span_sent_again_in_another_export_is_stored_once(
+    served: ServedApp, store: Store
+) -> None:
+    spans = inference_spans()
+    sdk = exporter(served.url)
+    assert sdk.export(spans[:3]) is SpanExportResult.SUCCESS  # two request spans
+    assert sdk.export(spans) is SpanExportResult.SUCCESS  # the same two and one more
+    assert stored_rows(store) == expected_rows()
+    assert store.scalar("SELECT count(DISTINCT (trace_id, span_id)) FROM requests") == 3
+    assert served.metric("sits_otlp_spans_total", result="ignored", reason="duplicate") == 2
+
+
+@pytest.mark.parametrize("depth", [200, 100_000])
+def test_deeply_nested_json_is_400_not_500(served: ServedApp, store: Store, depth: int) -> None:
+    body = b'{"resourceSpans": ' + b"[" * depth + b"]" * depth + b"}"
+    headers = {**AUTH, "Content-Type": "application/json"}
+    answer = httpx.post(served.url + "/v1/traces", content=body, headers=headers)
+    assert answer.status_code == 400
+    assert "at most 128" in strict_json(answer.text)["message"]
+    assert served.metric("sits_otlp_rejected_total", reason="malformed") == 1
+    # The service keeps serving.
+    assert exporter(served.url).export(inference_spans()) is SpanExportResult.SUCCESS
+
+
+def test_deeply_nested_protobuf_is_400(served: ServedApp) -> None:
+    value = _pb_field(1, b"leaf")
+    for _ in range(5_000):  # AnyValue.kvlist_value -> KeyValueList.values -> KeyValue.value
+        value = _pb_field(6, _pb_field(1, _pb_field(1, b"k") + _pb_field(2, value)))
+    span = _pb_field(9, _pb_field(1, b"deep") + _pb_field(2, value))  # Span.attributes
+    body = _pb_field(1, _pb_field(2, _pb_field(2, span)))
+    headers = {**AUTH, "Content-Type": "application/x-protobuf"}
+    answer = httpx.post(served.url + "/v1/traces", content=body, headers=headers)
+    assert answer.status_code == 400
+    assert "not an ExportTraceServiceRequest" in Status.FromString(answer.content).message
+
+
+def _pb_field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field."""
+    out, size = bytearray([(number << 3) | 2]), len(payload)
+    while True:
+        byte, size = size & 0x7F, size >> 7
+        out.append(byte | (0x80 if size else 0))
+        if not size:
+            return bytes(out) + payload

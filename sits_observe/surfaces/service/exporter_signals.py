@@ -57,10 +57,13 @@ class PassInputs:
         self.settings = settings
         self.now = utc_naive(now)
         self.since = self.now - timedelta(seconds=settings.window_s)
+        # Windows are [since, now]: a row stamped after now (a clock ahead, a bad client) is
+        # in no window, so it cannot hold a "last N minutes" signal until the clock catches up.
+        self.until = self.now + timedelta(microseconds=1)
         self.window = prom_duration(settings.window_s)
 
     def ago(self, seconds: float) -> datetime:
-        """``seconds`` before now (naive UTC)."""
+        """``seconds`` before now (naive UTC); windows from it end at :attr:`until`."""
         return self.now - timedelta(seconds=seconds)
 
     @cached_property
@@ -69,7 +72,7 @@ class PassInputs:
         table = exact_quantiles(
             self.store,
             by="model",
-            selection=RequestSelection(since=self.since),
+            selection=RequestSelection(since=self.since, until=self.until),
             quantiles=QUANTILES,
         )
         rows = sorted(table.to_pylist(), key=lambda r: (-int(r["count"]), str(r["model"])))
@@ -79,7 +82,7 @@ class PassInputs:
     def latest_estimates(self) -> list[dict[str, Any]]:
         """The newest histogram window per model in the window, busiest models first."""
         table = estimate_windows(
-            self.store, by="model", selection=RequestSelection(since=self.since)
+            self.store, by="model", selection=RequestSelection(since=self.since, until=self.until)
         )
         latest: dict[str, dict[str, Any]] = {}
         completed: dict[str, float] = {}
@@ -183,7 +186,7 @@ def request_latency_histogram(p: PassInputs) -> list[Metric]:
     """``sits_request_latency_window_seconds{model}``: a gauge histogram of the successful
     requests' latency in the window (cumulative buckets, as Grafana's heatmap reads them)."""
     bounds = p.settings.latency_buckets_s
-    where, params = RequestSelection(since=p.since).where("latency_s")
+    where, params = RequestSelection(since=p.since, until=p.until).where("latency_s")
     counts = ", ".join(
         f"count(*) FILTER (WHERE latency_s <= ?) AS b{i}" for i in range(len(bounds))
     )

@@ -79,7 +79,7 @@ def fragmentation(p: PassInputs) -> list[Metric]:
 
 def interference(p: PassInputs) -> list[Metric]:
     """``sits_interference_score_ratio{node}`` over the window's GPU samples."""
-    samples = load_gpu_samples(p.store, since=p.since)
+    samples = load_gpu_samples(p.store, since=p.since, until=p.until)
     report = interference_report(samples, p.settings.interference)
     family = GaugeMetricFamily(
         "sits_interference_score_ratio",
@@ -170,7 +170,7 @@ def framebuffer(p: PassInputs) -> list[Metric]:
 _ATTRIBUTION_SQL = """
 SELECT node, gpu_uuid, mig_profile, namespace, pod, fb_used_bytes
 FROM gpu_samples
-WHERE ts >= ? AND fb_used_bytes IS NOT NULL
+WHERE ts >= ? AND ts < ? AND fb_used_bytes IS NOT NULL
 QUALIFY row_number() OVER (
     PARTITION BY gpu_uuid, mig_instance_id
     ORDER BY ts DESC, pod IS NULL, namespace, pod
@@ -181,7 +181,7 @@ _SHARED_SQL = """
 SELECT gpu_uuid, arg_max(node, ts) AS node,
        count(DISTINCT (namespace, pod)) FILTER (WHERE pod IS NOT NULL) AS pods
 FROM gpu_samples
-WHERE ts >= ?
+WHERE ts >= ? AND ts < ?
 GROUP BY gpu_uuid
 """
 
@@ -192,7 +192,7 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
     ``sits_gpu_shared_pods{node, gpu}`` (distinct attributed pods per physical GPU in the
     window: more than 1 = shared by MIG or time-slicing)."""
     used: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
-    for row in p.store.query(_ATTRIBUTION_SQL, [p.since]).to_pylist():
+    for row in p.store.query(_ATTRIBUTION_SQL, [p.since, p.until]).to_pylist():
         profile = row["mig_profile"]
         key = (
             label(row["node"]),
@@ -219,7 +219,7 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
             used_family.add_metric(key, used[key])
     rows = [
         (label(r["node"]), label(r["gpu_uuid"]), int(r["pods"]))
-        for r in p.store.query(_SHARED_SQL, [p.since]).to_pylist()
+        for r in p.store.query(_SHARED_SQL, [p.since, p.until]).to_pylist()
     ]
     shared_family = GaugeMetricFamily(
         "sits_gpu_shared_pods",
@@ -279,7 +279,7 @@ def pod_start(p: PassInputs) -> list[Metric]:
     created in the last ``pod_start_window_s`` that became ready (no anomaly)."""
     if not has_inventory(p.store):
         return []
-    frame = load_pods(p.store, since=p.ago(p.settings.pod_start_window_s))
+    frame = load_pods(p.store, since=p.ago(p.settings.pod_start_window_s), until=p.until)
     starts: dict[str, list[float]] = defaultdict(list)
     for t in pod_timelines(frame):
         gaps = (t.init_s, t.containers_s, t.readiness_s)

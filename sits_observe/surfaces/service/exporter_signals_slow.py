@@ -47,7 +47,7 @@ def heatmap(p: PassInputs) -> list[Metric]:
     maps = compute_heatmaps(
         p.store,
         settings,
-        selection=RequestSelection(since=p.ago(s.heatmap_since_s)),
+        selection=RequestSelection(since=p.ago(s.heatmap_since_s), until=p.until),
         by="model",
     )
     knee = GaugeMetricFamily(

@@ -11,8 +11,12 @@ The checks mirror ``POST /api/v1/ingest`` (same bearer token, same body limit, c
 token (401), media type and encoding (415), declared length (413), body streamed and
 abandoned past the limit (413), gunzipped up to the same limit (413), decoded (400). Which
 spans count as requests, and how their attributes map to columns, is
-:mod:`.otlp_spans`. Rows are written with :meth:`Store.append_batch` under a batch id derived
-from the decoded body's SHA-256, so an exporter's retry of the same export is stored once.
+:mod:`.otlp_spans`; the rows then pass the domain's range rules, with an end time at most
+``max_future_skew_s`` past the injected clock. Rows are written with
+:meth:`Store.append_batch` under a batch id derived from the decoded body's SHA-256, so an
+exporter's retry of the same export is stored once; the store also keeps each (trace id,
+span id) once, so the same span in another export is not stored twice either (counted as
+``ignored`` / ``duplicate``).
 
 Not traced itself: a service exporting its own spans to its own ``/v1/traces`` would
 otherwise make a span per export, forever.
@@ -23,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import zlib
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from fastapi import FastAPI, Request, Response
 from google.protobuf import json_format
@@ -36,8 +42,9 @@ from prometheus_client import Counter as PromCounter
 from starlette.concurrency import run_in_threadpool
 
 from sits_observe.errors import ParseError, SchemaError, StoreError
-from sits_observe.store import Store
-from sits_observe.surfaces.service.ingest import BearerAuth, Refusal, check_length, read_limited
+from sits_observe.store import Store, utc_naive
+from sits_observe.surfaces.service.auth import RoleGuard
+from sits_observe.surfaces.service.ingest import Refusal, check_length, read_limited
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.otlp_spans import (
     MEDIA_JSON,
@@ -45,6 +52,7 @@ from sits_observe.surfaces.service.otlp_spans import (
     SpanRows,
     decode_export,
     request_rows,
+    screen_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +61,7 @@ TRACES_PATH = "/v1/traces"
 ENCODINGS = frozenset({"gzip", "identity", ""})
 
 #: google.rpc.Code for each HTTP status this endpoint answers with an error.
-_RPC_CODES = {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}
+_RPC_CODES = {400: 3, 401: 16, 403: 7, 413: 8, 415: 3, 503: 14}
 
 
 class OtlpMetrics:
@@ -92,17 +100,21 @@ class OtlpEndpoint:
     def __init__(
         self,
         store: Store,
-        auth: BearerAuth,
+        auth: RoleGuard,
         metrics: ServiceMetrics,
         otlp_metrics: OtlpMetrics,
         *,
         max_body_bytes: int,
+        clock: Callable[[], datetime],
+        max_future_skew_s: float,
     ) -> None:
         self._store = store
         self._auth = auth
         self._metrics = metrics
         self._otlp = otlp_metrics
         self._max_body_bytes = max_body_bytes
+        self._clock = clock
+        self._max_future_skew = timedelta(seconds=max_future_skew_s)
 
     async def handle(self, request: Request) -> Response:
         """Handle one ``POST /v1/traces``."""
@@ -119,14 +131,20 @@ class OtlpEndpoint:
             body = self._gunzip(body)
             if isinstance(body, Refusal):
                 return self._refused(body, answer_media)
+        latest = utc_naive(self._clock()) + self._max_future_skew
         try:
-            rows = await run_in_threadpool(lambda: request_rows(decode_export(body, media)))
+            rows = await run_in_threadpool(
+                lambda: screen_rows(request_rows(decode_export(body, media)), latest=latest)
+            )
         except ParseError as exc:
             return self._refused(Refusal(400, "malformed", str(exc)), answer_media)
         self._count_spans(rows)
         result = "empty"
         if rows.table.num_rows:
             batch_id = "otlp:" + hashlib.sha256(body).hexdigest()
+            mismatch = self._auth.check_rows(request, {"requests": rows.table})  # node tokens
+            if mismatch is not None:
+                return self._refused(mismatch, answer_media)
             try:
                 receipt = await run_in_threadpool(
                     lambda: self._store.append_batch({"requests": rows.table}, batch_id=batch_id)
@@ -139,13 +157,14 @@ class OtlpEndpoint:
                 detail = f"spans not stored, export them again later: {exc}"
                 return _status_response(503, detail, answer_media)
             result = "duplicate" if receipt.duplicate else "stored"
-            if not receipt.duplicate:
-                self._metrics.rows.labels("requests").inc(rows.table.num_rows)
+            stored = 0 if receipt.duplicate else receipt.rows
+            self._otlp.spans.labels("stored", "").inc(stored)
+            self._otlp.spans.labels("ignored", "duplicate").inc(rows.table.num_rows - stored)
+            self._metrics.rows.labels("requests").inc(stored)
         self._otlp.exports.labels(result).inc()
         return _export_response(rows, answer_media)
 
     def _count_spans(self, rows: SpanRows) -> None:
-        self._otlp.spans.labels("stored", "").inc(rows.table.num_rows)
         for reason, count in rows.ignored.items():
             self._otlp.spans.labels("ignored", reason).inc(count)
         for reason, count in rows.rejected.items():
@@ -208,8 +227,9 @@ def _export_response(rows: SpanRows, media: str) -> Response:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(rows.rejected.items()))
         answer.partial_success.rejected_spans = rejected
         answer.partial_success.error_message = (
-            f"{rejected} request span(s) not stored ({reasons}): a request span needs a start "
-            "time and an end time not before it"
+            f"{rejected} request span(s) not stored ({reasons}): a request span needs a "
+            "trace id and a span id, a start time and an end time not before it nor in the "
+            "future, and values within the range rules (docs/tracing.md)"
         )
     return _message_response(200, answer, media)
 
@@ -233,11 +253,24 @@ def _message_response(
 
 
 def register_otlp(
-    app: FastAPI, store: Store, auth: BearerAuth, metrics: ServiceMetrics, *, max_body_bytes: int
+    app: FastAPI,
+    store: Store,
+    auth: RoleGuard,
+    metrics: ServiceMetrics,
+    *,
+    max_body_bytes: int,
+    clock: Callable[[], datetime],
+    max_future_skew_s: float,
 ) -> OtlpEndpoint:
     """Add ``POST /v1/traces`` to ``app`` (counters on the service's registry)."""
     endpoint = OtlpEndpoint(
-        store, auth, metrics, OtlpMetrics(metrics.registry), max_body_bytes=max_body_bytes
+        store,
+        auth,
+        metrics,
+        OtlpMetrics(metrics.registry),
+        max_body_bytes=max_body_bytes,
+        clock=clock,
+        max_future_skew_s=max_future_skew_s,
     )
     app.add_api_route(
         TRACES_PATH, endpoint.handle, methods=["POST"], response_model=None, name="otlp_traces"

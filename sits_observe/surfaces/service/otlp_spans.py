@@ -11,8 +11,17 @@ classified:
 - any other span is *ignored* and counted by reason: ``client`` (kinds ``CLIENT``,
   ``PRODUCER``, ``CONSUMER``: the caller's view, which would count a request twice),
   ``no_model``, ``nested`` (an internal span under another span);
-- a request span whose times are missing or run backwards is *rejected* (``bad_time``) and
-  reported in the response's ``partial_success``.
+- a request span whose trace or span id is missing or malformed (``bad_id``: OTLP requires
+  a 16-byte trace id and an 8-byte span id, not all zero) or whose times are missing or run
+  backwards (``bad_time``) is *rejected* and reported in the response's ``partial_success``;
+  so is one whose row breaks the domain's range rules (:func:`screen_rows`, e.g.
+  ``requests.ts:future`` for an end time past the service's clock plus its allowed skew);
+- a request span whose (trace id, span id) already came earlier in the same export is
+  *ignored* (``duplicate``); the store also keeps a span id once across exports.
+
+A JSON body nested deeper than :data:`MAX_JSON_DEPTH` is refused before it is parsed (a
+cheap scan of the bytes), so a hostile document cannot exhaust the parser's recursion;
+protobuf bodies are bounded by the protobuf runtime's own recursion limit (100).
 
 Attribute names are OpenTelemetry's GenAI semantic conventions first, then the names vLLM
 and OpenLLMetry used before them; the first one present wins (docs/tracing.md has the table).
@@ -24,11 +33,13 @@ from __future__ import annotations
 
 import base64
 import json
-import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -36,6 +47,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from sits_observe.domain.ranges import bound_of, check_rows, value_problem
 from sits_observe.domain.tables import find_table
 from sits_observe.errors import ParseError
 
@@ -70,6 +82,14 @@ NODE_KEY = "k8s.node.name"
 POD_KEY = "k8s.pod.name"
 NAMESPACE_KEY = "k8s.namespace.name"
 
+#: Deepest JSON nesting accepted. An export nests 6 levels down to an attribute value; each
+#: nested kvlist value adds 4 (3 protobuf messages). 128 admits what the protobuf runtime's
+#: own limit of 100 nested messages admits, and stays far below Python's recursion limit.
+MAX_JSON_DEPTH = 128
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_TRACE_ID_BYTES, _SPAN_ID_BYTES = 16, 8
+
 _ROOT_KINDS = frozenset({Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_UNSPECIFIED})
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 _COLUMNS = find_table("requests").schema
@@ -94,6 +114,11 @@ def decode_export(body: bytes, media: str) -> ExportTraceServiceRequest:
     """
     export = ExportTraceServiceRequest()
     if media == MEDIA_JSON:
+        depth = json_depth(body)
+        if depth > MAX_JSON_DEPTH:
+            raise ParseError(
+                f"OTLP/JSON body nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted"
+            )
         try:
             document = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -104,6 +129,8 @@ def decode_export(body: bytes, media: str) -> ExportTraceServiceRequest:
             json_format.ParseDict(_ids_to_base64(document), export, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
             raise ParseError(f"OTLP/JSON body is not an ExportTraceServiceRequest: {exc}") from exc
+        except RecursionError as exc:  # the scan above makes this unreachable; belt and braces
+            raise ParseError("OTLP/JSON body nests too deeply") from exc
         return export
     try:
         export.ParseFromString(body)
@@ -112,6 +139,17 @@ def decode_export(body: bytes, media: str) -> ExportTraceServiceRequest:
             f"protobuf body is not an ExportTraceServiceRequest ({len(body)} bytes): {exc}"
         ) from exc
     return export
+
+
+def json_depth(body: bytes) -> int:
+    """The deepest ``[`` / ``{`` nesting of a JSON text (brackets inside strings ignored),
+    found without parsing: strings are cut out by one regex, the rest is a running sum."""
+    structure = _JSON_STRING.sub(b"", body).translate(None, delete=_NOT_BRACKETS)
+    if not structure:
+        return 0
+    codes = np.frombuffer(structure, np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
 
 
 def _ids_to_base64(document: dict[str, object]) -> dict[str, object]:
@@ -147,6 +185,7 @@ def request_rows(export: ExportTraceServiceRequest) -> SpanRows:
     ignored: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
+    seen: set[tuple[bytes, bytes]] = set()
     spans = 0
     for resource_spans in export.resource_spans:
         where = _strings(resource_spans.resource.attributes, (NODE_KEY, POD_KEY, NAMESPACE_KEY))
@@ -158,14 +197,37 @@ def request_rows(export: ExportTraceServiceRequest) -> SpanRows:
                 if why is not None:
                     ignored[why] += 1
                     continue
-                if span.start_time_unix_nano == 0 or span.end_time_unix_nano < (
-                    span.start_time_unix_nano
-                ):
-                    rejected["bad_time"] += 1
+                why = _not_storable(span)
+                if why is not None:
+                    rejected[why] += 1
                     continue
+                key = (bytes(span.trace_id), bytes(span.span_id))
+                if key in seen:
+                    ignored["duplicate"] += 1
+                    continue
+                seen.add(key)
                 _add_row(columns, span, attributes, where, dropped)
     table = pa.table(columns, schema=_COLUMNS)
     return SpanRows(table, spans, ignored, rejected, dropped)
+
+
+def screen_rows(rows: SpanRows, *, latest: datetime) -> SpanRows:
+    """``rows`` with the domain's range rules applied (:mod:`sits_observe.domain.ranges`):
+    a row they drop is a rejected span, counted under the rule's reason."""
+    checked = check_rows("requests", rows.table, latest=latest)
+    if not checked.dropped:
+        return rows
+    return replace(rows, table=checked.table, rejected=rows.rejected + checked.dropped)
+
+
+def _not_storable(span: Span) -> str | None:
+    if len(span.trace_id) != _TRACE_ID_BYTES or not any(span.trace_id):
+        return "bad_id"
+    if len(span.span_id) != _SPAN_ID_BYTES or not any(span.span_id):
+        return "bad_id"
+    if span.start_time_unix_nano == 0 or span.end_time_unix_nano < span.start_time_unix_nano:
+        return "bad_time"
+    return None
 
 
 def _not_a_request(span: Span, attributes: Mapping[str, object]) -> str | None:
@@ -209,6 +271,8 @@ def _add_row(
         "node": where.get(NODE_KEY),
         "gpu_uuid": None,
         "source": SOURCE,
+        "trace_id": bytes(span.trace_id).hex(),
+        "span_id": bytes(span.span_id).hex(),
     }
     for name, column in columns.items():
         column.append(row[name])
@@ -277,7 +341,7 @@ def _seconds(
     attributes: Mapping[str, object], keys: tuple[str, ...], column: str, dropped: Counter[str]
 ) -> float | None:
     value = _first_number(attributes, keys)
-    if value is not None and (not math.isfinite(value) or value < 0):
+    if value is not None and _breaks_rule(column, value):
         dropped[column] += 1
         return None
     return value
@@ -289,7 +353,13 @@ def _count(
     value = _first_number(attributes, keys)
     if value is None:
         return None
-    if not math.isfinite(value) or value < 0 or value != int(value):
+    if _breaks_rule(column, value) or value != int(value):
         dropped[column] += 1
         return None
     return int(value)
+
+
+def _breaks_rule(column: str, value: float) -> bool:
+    """True when ``value`` breaks the domain's range rule of ``requests.<column>``."""
+    bound = bound_of("requests", column)
+    return bound is not None and value_problem(bound, value) is not None

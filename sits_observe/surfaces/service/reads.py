@@ -3,7 +3,8 @@
 ``GET /api/v1/tables`` lists tables and row counts; ``GET /api/v1/tables/{table}`` returns
 rows of one table in a time range as an Arrow IPC stream (or JSON with ``format=json``).
 Table and column names come from the domain's fixed list, never from the request, and every
-value travels as a DuckDB parameter.
+value travels as a DuckDB parameter. JSON rows are strict RFC 8259: a NaN or infinite value
+(stored before the ingest range rules existed, or by a local ``ingest``) is ``null``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow as pa
 from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
+from sits_observe.domain.strict_json import finite_columns
 from sits_observe.domain.tables import TABLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.store.duck import EXTRA_TABLES
@@ -88,7 +90,10 @@ async def rows_response(
         lambda: read_rows(store, table, since=since, until=until, node=node, limit=limit)
     )
     if fmt == "json":
-        return Response(json.dumps(data.to_pylist(), default=str), media_type="application/json")
+        # Columns cleaned in Arrow (vectorised), so the rows need no second walk.
+        rows = finite_columns(data).to_pylist()
+        text = json.dumps(rows, default=str, allow_nan=False)
+        return Response(text, media_type="application/json")
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, data.schema) as writer:
         writer.write_table(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 import pytest
@@ -39,12 +40,18 @@ def export_of(*spans: Span, node: str | None = "n1") -> ExportTraceServiceReques
     return export
 
 
+_IDS = itertools.count(1)
+
+
 def server_span(start_ns: int, end_ns: int, **attrs: str | int | float) -> Span:
+    span_id = next(_IDS)
     span = Span(
         name="llm_request",
         kind=Span.SPAN_KIND_SERVER,
         start_time_unix_nano=start_ns,
         end_time_unix_nano=end_ns,
+        trace_id=(7).to_bytes(16, "big"),
+        span_id=span_id.to_bytes(8, "big"),
     )
     span.attributes.extend(attr(k.replace("__", "."), v) for k, v in attrs.items())
     return span

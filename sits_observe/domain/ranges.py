@@ -1,0 +1,233 @@
+"""The physical-range rules of every numeric column, and one vectorised check that applies them.
+
+The collectors drop what cannot be a measurement (non-finite values, sentinels, negative
+memory, a utilisation above 100 %) before it reaches a table. Rows that arrive over the
+network (``POST /api/v1/ingest``, ``POST /v1/traces``) were made by code the service does
+not control, so the same rules run again there, from this one table: the GPU columns'
+bounds are dcgm-exporter's field table (:data:`sits_observe.domain.dcgm_fields.FIELDS`,
+scaled to the column's unit), so the collector and the ingest path cannot disagree.
+
+A :class:`Bound` says what a column may hold (inclusive ``low`` / ``high`` in the column's
+unit; floats must also be finite). A value that breaks it is dropped and counted under
+``"<table>.<column>:<why>"``, ``why`` being ``missing``, ``non_finite``, ``negative``,
+``below_min`` or ``above_max``. What "dropped" means follows the collectors:
+
+- an optional value becomes NULL and the rest of the row is kept (dcgm-exporter, cgroup and
+  inference-server collectors NULL one bad sample; the request-log importer NULLs a bad TTFT
+  or token count);
+- a ``required`` column (``ts`` everywhere; ``model`` and ``latency_s`` of ``requests``, as
+  the request-log importer rejects such rows; ``count`` of ``collector_drops``) drops the
+  whole row.
+
+Time (``ts``): a row stamped after ``latest`` (the caller's clock plus its allowed skew) is
+dropped as ``ts:future``, since it would sit in every "last N minutes" window until the
+clock caught up; one stamped before :data:`EARLIEST_TS` (2000-01-01, before any GPU this
+product measures; it catches zeroed 1970 clocks) is dropped as ``ts:too_old``. Older rows
+that are still after 2000 are kept: retention removes them on its next run, as it would
+have had they arrived in time.
+
+A row is counted once, under the first required rule it breaks (in :data:`RULES` order);
+values of dropped rows are not counted again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sits_observe.domain.dcgm_fields import FIELDS
+
+#: Rows stamped before this (naive UTC) are dropped as ``ts:too_old``.
+EARLIEST_TS = datetime(2000, 1, 1)
+
+_INT64_MAX = float(2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """What one column may hold: ``low <= value <= high`` (None: unbounded), finite floats.
+
+    ``required``: a NULL or bad value drops the whole row instead of NULLing the value.
+    """
+
+    column: str
+    low: float | None = None
+    high: float | None = None
+    required: bool = False
+
+
+def _nonneg(*columns: str, high: float | None = None) -> tuple[Bound, ...]:
+    return tuple(Bound(c, 0.0, high) for c in columns)
+
+
+def _ratios(*columns: str) -> tuple[Bound, ...]:
+    return tuple(Bound(c, 0.0, 1.0) for c in columns)
+
+
+_TS = Bound("ts", required=True)
+_GPU_FIELDS = tuple(Bound(s.column, s.low * s.scale, s.high * s.scale) for s in FIELDS)
+
+#: Table -> the rule of every numeric (and every required) column, in check order.
+RULES: dict[str, tuple[Bound, ...]] = {
+    "gpu_samples": (
+        _TS,
+        Bound("gpu_index", 0.0, 1023.0),
+        Bound("mig_instance_id", 0.0, None),
+        *_GPU_FIELDS,
+    ),
+    "container_samples": (
+        _TS,
+        *_nonneg(
+            "memory_current_bytes",
+            "memory_max_bytes",
+            "memory_anon_bytes",
+            "memory_file_bytes",
+            "memory_kernel_bytes",
+            "oom_events_total",
+            "oom_kill_events_total",
+            "cpu_periods_total",
+            "cpu_throttled_periods_total",
+        ),
+        *_ratios(
+            "memory_pressure_some_avg10_ratio",
+            "memory_pressure_full_avg10_ratio",
+            "cpu_pressure_some_avg10_ratio",
+        ),
+        *_nonneg(
+            "memory_pressure_some_total_s",
+            "cpu_pressure_some_total_s",
+            "cpu_usage_s",
+            "cpu_throttled_s",
+            "cpu_limit_cores",
+        ),
+    ),
+    "gpu_processes": (
+        _TS,
+        Bound("mig_instance_id", 0.0, None),
+        *_nonneg("pid", "used_memory_bytes"),
+    ),
+    "requests": (
+        _TS,
+        Bound("model", required=True),
+        Bound("latency_s", 0.0, None, required=True),
+        *_nonneg("ttft_s", "inter_token_s", "prompt_tokens", "output_tokens"),
+    ),
+    "server_windows": (
+        _TS,
+        *_nonneg(
+            "window_s",
+            "completed",
+            "throughput_rps",
+            "requests_running",
+            "requests_waiting",
+        ),
+        *_ratios("kv_cache_usage_ratio"),
+        *_nonneg(
+            "latency_mean_s",
+            "latency_p50_s",
+            "latency_p95_s",
+            "latency_p99_s",
+            "latency_error_bound_s",
+            "ttft_p95_s",
+            "inter_token_p95_s",
+        ),
+    ),
+    "collector_drops": (_TS, Bound("count", 0.0, _INT64_MAX, required=True)),
+}
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One table after :func:`check_rows`: what is kept, and what was dropped by reason."""
+
+    table: pa.Table
+    dropped: Counter[str] = field(default_factory=Counter)
+
+
+def bound_of(table: str, column: str) -> Bound | None:
+    """The rule of ``table.column``, or None when the column has none."""
+    return next((b for b in RULES.get(table, ()) if b.column == column), None)
+
+
+def value_problem(bound: Bound, value: float) -> str | None:
+    """Why one number breaks ``bound`` (``non_finite``, ``negative`` ...), None when it fits.
+
+    The scalar twin of :func:`check_rows`, for parsers that build rows one at a time.
+    """
+    if not math.isfinite(value):
+        return "non_finite"
+    if bound.low is not None and value < bound.low:
+        return "negative" if bound.low == 0 else "below_min"
+    if bound.high is not None and value > bound.high:
+        return "above_max"
+    return None
+
+
+def check_rows(name: str, table: pa.Table, *, latest: datetime) -> Checked:
+    """``table`` (already conformed to ``name``'s schema) with :data:`RULES` applied.
+
+    ``latest`` (naive UTC) is the newest ``ts`` accepted; see the module docstring.
+    """
+    rules = RULES.get(name, ())
+    keep = pa.array([True] * table.num_rows, pa.bool_())
+    dropped: Counter[str] = Counter()
+    for bound in (b for b in rules if b.required):
+        for why, mask in _problems(bound, table.column(bound.column), latest):
+            bad = pc.and_(mask, keep)  # a row already dropped is not counted again
+            count = pc.sum(bad).as_py() or 0
+            if count:
+                dropped[f"{name}.{bound.column}:{why}"] += count
+                keep = pc.and_(keep, pc.invert(bad))
+    if dropped:
+        table = table.filter(keep)
+    for bound in (b for b in rules if not b.required):
+        column = table.column(bound.column)
+        any_bad = None
+        for why, bad in _problems(bound, column, latest):
+            count = pc.sum(bad).as_py() or 0
+            if count:
+                dropped[f"{name}.{bound.column}:{why}"] += count
+                any_bad = bad if any_bad is None else pc.or_(any_bad, bad)
+        if any_bad is not None:
+            nulled = pc.if_else(any_bad, pa.scalar(None, column.type), column)
+            table = table.set_column(
+                table.schema.get_field_index(bound.column), bound.column, nulled
+            )
+    return Checked(table, dropped)
+
+
+def _problems(
+    bound: Bound, column: pa.ChunkedArray, latest: datetime
+) -> list[tuple[str, pa.ChunkedArray]]:
+    """(why, mask) for each way ``column`` breaks ``bound``; masks are never NULL, and a
+    value is flagged for its first problem only."""
+    present = pc.is_valid(column)
+    problems: list[tuple[str, pa.ChunkedArray]] = []
+    if bound.required:
+        problems.append(("missing", pc.invert(present)))
+    if pa.types.is_timestamp(column.type):
+        problems.append(("future", _flag(pc.greater(column, pa.scalar(latest, column.type)))))
+        problems.append(("too_old", _flag(pc.less(column, pa.scalar(EARLIEST_TS, column.type)))))
+        return problems
+    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        return problems
+    finite = present
+    if pa.types.is_floating(column.type):
+        non_finite = _flag(pc.and_(present, pc.invert(pc.is_finite(column))))
+        problems.append(("non_finite", non_finite))
+        finite = pc.and_(present, pc.invert(non_finite))
+    if bound.low is not None:
+        why = "negative" if bound.low == 0 else "below_min"
+        problems.append((why, _flag(pc.and_(finite, pc.less(column, bound.low)))))
+    if bound.high is not None:
+        problems.append(("above_max", _flag(pc.and_(finite, pc.greater(column, bound.high)))))
+    return problems
+
+
+def _flag(mask: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.fill_null(mask, False)
