@@ -1,20 +1,21 @@
 """CLI: ``sits-observe serve``, the composition root of the central service.
 
-Builds :class:`ServiceSettings` from flags (help texts come from the model), opens the store
-the service will own, and runs uvicorn until SIGTERM / SIGINT; uvicorn drains in-flight
-requests, then the store is checkpointed and closed. The token comes from ``--token-file``
-or the ``SITS_TOKEN`` environment variable, never from a flag (flags show up in ``ps``).
+Builds :class:`ServiceSettings` from flags (help texts come from the model), checks the
+tokens, binds the port(s) (a port in use is a one-line error before any file is created),
+opens the store the service will own, and serves until SIGTERM / SIGINT (:mod:`..service.server`):
+in-flight requests get ``shutdown_grace_s``, background work ``background_stop_s``, then the
+store is checkpointed and closed. Tokens come from files (``--token-file``,
+``--read-token-file``, ``--ingest-tokens-file``, ``--scrape-token-file``) or the ``SITS_TOKEN``
+environment variable, never from a flag (flags show up in ``ps``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,16 +23,30 @@ from sits_observe.errors import ConfigError
 from sits_observe.surfaces.alerts.settings import AlertingSettings, alerting_from_flags, flag_help
 from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.limits import HttpLimits
 from sits_observe.surfaces.service.settings import ServiceSettings
 from sits_observe.surfaces.tracing import OTLP_ENDPOINT_HELP, SERVE_SERVICE_NAME, configure_tracing
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sits_observe.store import Store
+    from sits_observe.surfaces.service.exporter import Signal
 
 TOKEN_ENV = "SITS_TOKEN"
 _FIELDS = ServiceSettings.model_fields
 _DEFAULTS = ServiceSettings()
+_LIMITS = HttpLimits()
+
+log = logging.getLogger(__name__)
 
 
 def _help(name: str) -> str:
     return _FIELDS[name].description or name
+
+
+def _limit_help(name: str) -> str:
+    return HttpLimits.model_fields[name].description or name
 
 
 def _exporter_help(name: str) -> str:
@@ -60,10 +75,38 @@ def register(app: typer.Typer) -> None:
         db: Path = typer.Option(..., "--db", help=_help("db_path")),
         host: str = typer.Option(_DEFAULTS.host, help=_help("host")),
         port: int = typer.Option(_DEFAULTS.port, help=_help("port")),
+        extender_port: int | None = typer.Option(
+            None, "--extender-port", help=_help("extender_port")
+        ),
         token_file: Path | None = typer.Option(
             None, "--token-file", help=f"{_help('token_file')}; else ${TOKEN_ENV} is used"
         ),
+        read_token_file: Path | None = typer.Option(
+            None, "--read-token-file", help=_help("read_token_file")
+        ),
+        ingest_tokens_file: Path | None = typer.Option(
+            None, "--ingest-tokens-file", help=_help("ingest_tokens_file")
+        ),
+        scrape_token_file: Path | None = typer.Option(
+            None, "--scrape-token-file", help=_help("scrape_token_file")
+        ),
+        api_docs: bool = typer.Option(False, "--api-docs", help=_help("api_docs")),
         max_body_bytes: int = typer.Option(_DEFAULTS.max_body_bytes, help=_help("max_body_bytes")),
+        header_timeout_s: float = typer.Option(
+            _LIMITS.header_timeout_s, help=_limit_help("header_timeout_s")
+        ),
+        body_timeout_s: float = typer.Option(
+            _LIMITS.body_timeout_s, help=_limit_help("body_timeout_s")
+        ),
+        max_connections: int = typer.Option(
+            _LIMITS.max_connections, help=_limit_help("max_connections")
+        ),
+        max_concurrent_requests: int = typer.Option(
+            _LIMITS.max_concurrent_requests, help=_limit_help("max_concurrent_requests")
+        ),
+        shutdown_grace_s: int = typer.Option(
+            _DEFAULTS.shutdown_grace_s, help=_help("shutdown_grace_s")
+        ),
         retention_interval_s: float = typer.Option(
             _DEFAULTS.retention_interval_s, help=_help("retention_interval_s")
         ),
@@ -121,16 +164,33 @@ def register(app: typer.Typer) -> None:
             configure_logging(log_level)
             configure_tracing(SERVE_SERVICE_NAME, otlp_endpoint)  # spans out over OTLP/HTTP
             env_token = (os.environ.get(TOKEN_ENV) or None) if token_file is None else None
+            limits = settings_from_flags(
+                HttpLimits,
+                "HTTP limit",
+                header_timeout_s=header_timeout_s,
+                body_timeout_s=body_timeout_s,
+                max_connections=max_connections,
+                max_concurrent_requests=max_concurrent_requests,
+            )
             settings = build_settings(
                 host=host,
                 port=port,
+                extender_port=extender_port,
                 db_path=db,
                 token=env_token,
                 token_file=token_file,
+                read_token_file=read_token_file,
+                ingest_tokens_file=ingest_tokens_file,
+                scrape_token_file=scrape_token_file,
+                api_docs=api_docs,
                 max_body_bytes=max_body_bytes,
+                http=limits,
+                shutdown_grace_s=shutdown_grace_s,
                 retention_interval_s=retention_interval_s,
             )
-            settings.resolved_token()
+            if settings.extender_port is not None and settings.extender_port == settings.port:
+                raise ConfigError("--extender-port must differ from --port (or leave it out)")
+            settings.resolved_tokens()  # unreadable or missing tokens stop here, before any file
             api = None
             if controller and kubeconfig is None and not in_cluster:
                 raise ConfigError("--controller needs --kubeconfig or --in-cluster")
@@ -174,20 +234,30 @@ def run_service(
     controller: bool = False,
     alerting: AlertingSettings | None = None,
     exporter: ExporterSettings | None = None,
+    exporter_signals: Sequence[Signal] | None = None,
 ) -> None:
-    """Open the store, serve until a signal, then close the store (checkpoint).
+    """Bind the port(s), open the store, serve until a signal, then close the store.
 
-    With ``kube_api`` (an official-client ``ApiClient``) the service also snapshots the
-    Kubernetes inventory every ``inventory_interval_s`` (:mod:`..service.inventory`), and
-    with ``controller`` runs the controller loop (its default dry-run mode, leader election
-    on) in a thread beside the service.
+    The sockets are bound before the store is opened, so a port in use is a
+    :class:`ConfigError` and creates no database file. With ``kube_api`` (an official-client
+    ``ApiClient``) the service also snapshots the Kubernetes inventory every
+    ``inventory_interval_s`` (:mod:`..service.inventory`), and with ``controller`` runs the
+    controller loop (its default dry-run mode, leader election on) in a thread beside the
+    service. ``exporter_signals`` replaces the derived signals on ``/metrics`` (tests).
     """
-    import uvicorn
-
     from sits_observe.store import Store
     from sits_observe.surfaces.service.app import create_app
+    from sits_observe.surfaces.service.server import Listener, Servers, bind
 
-    store = Store.open(settings.db_path)
+    sockets = [bind(settings.host, settings.port, "--port")]
+    try:
+        if settings.extender_port is not None:
+            sockets.append(bind(settings.host, settings.extender_port, "--extender-port"))
+        store = Store.open(settings.db_path)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     inventory = None
     if kube_api is not None:
         from sits_observe.collectors.kube import KubeInventoryCollector
@@ -216,23 +286,44 @@ def run_service(
         )
         controller_thread.start()
     try:
-        if threading.current_thread() is threading.main_thread():
-            # uvicorn re-raises SIGTERM once drained, which killed the process before this
-            # finally and the atexit hooks (span export) ran; exit through Python instead.
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        app = create_app(settings, store, alerting=alerting, exporter=exporter)
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=log_level.lower(),
-            access_log=log_level.lower() == "debug",
-            timeout_graceful_shutdown=10,
+        app = create_app(
+            settings,
+            store,
+            alerting=alerting,
+            exporter=exporter,
+            exporter_signals=exporter_signals,
         )
+        listeners = [Listener(app, sockets[0], settings.http, "the API")]
+        if app.state.extender_app is not None:
+            listeners.append(
+                Listener(
+                    app.state.extender_app,
+                    sockets[1],
+                    settings.extender_http,
+                    "the scheduler extender",
+                )
+            )
+        Servers(listeners, log_level=log_level, shutdown_grace_s=settings.shutdown_grace_s).run()
     finally:
+        for sock in sockets:
+            sock.close()
         stop_controller.set()
         if controller_thread is not None:
-            controller_thread.join(timeout=30)
+            controller_thread.join(timeout=settings.background_stop_s)
         if inventory is not None:
             inventory.stop()
+        _close_store(store)
+
+
+def _close_store(store: Store) -> None:
+    """Checkpoint and close; a background query that outlived the shutdown budget makes
+    DuckDB refuse, and the file is then left to its write-ahead log (replayed at the next
+    start: nothing acknowledged is lost)."""
+    try:
         store.close()
+    except Exception as exc:
+        log.warning(
+            "database not checkpointed at exit (%s); it opens normally next time, "
+            "DuckDB replays its write-ahead log",
+            exc,
+        )

@@ -2,18 +2,24 @@
 
 ``create_app(settings, store)`` builds the FastAPI app from injected dependencies (tests
 pass an in-memory store and a fake clock); the ``serve`` CLI is the composition root that
-opens the store and runs uvicorn. Endpoints (see docs/api.md):
+binds the ports, opens the store and runs the servers (:mod:`.server`). Endpoints (see
+docs/api.md):
 
-- ``POST /api/v1/ingest``: one wire-format batch (see :mod:`.ingest`); bearer token.
-- ``GET /api/v1/tables``, ``GET /api/v1/tables/{table}``: reads; bearer token.
+- ``POST /api/v1/ingest``: one wire-format batch (see :mod:`.ingest`); ingest token.
+- ``GET /api/v1/tables``, ``GET /api/v1/tables/{table}``: reads; read token.
 - ``POST /v1/traces``: OTLP/HTTP trace export; request spans become ``requests`` rows
-  (see :mod:`.otlp`); bearer token.
+  (see :mod:`.otlp`); ingest token.
 - ``GET /healthz``: the process answers. ``GET /readyz``: the store is open and writable
-  and the service is not shutting down. ``GET /metrics``: Prometheus text, no token (the
-  usual scrape set-up; it carries no sample data).
+  and the service is not shutting down. ``GET /metrics``: Prometheus text, including derived
+  per-pod and per-model data; open unless a scrape token is configured.
+- ``POST /scheduler/*``: the scheduler extender, no token (:mod:`.extender`); with
+  ``extender_port`` it moves to an app of its own, ``app.state.extender_app``.
+- ``/docs``, ``/openapi.json``: only with ``api_docs``.
 
-A background task enforces retention every ``retention_interval_s``; a failed run is logged
-and counted, and the next run tries again.
+Who may call what is :mod:`.auth`; time and concurrency limits are :mod:`.limits` and
+:mod:`.server`. A background task enforces retention every ``retention_interval_s``; a
+failed run is logged and counted, and the next run tries again. Shutdown gives background
+work ``background_stop_s`` in all and then lets go (a slow-signal pass is cancelled).
 """
 
 from __future__ import annotations
@@ -21,23 +27,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Literal
 
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sits_observe.collectors.agent.wire import INGEST_PATH
+from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
 from sits_observe.store import Store, enforce_retention
-from sits_observe.surfaces.alerts import AlertingSettings, start_alerting  # alert rules
-from sits_observe.surfaces.service.exporter import ExporterSettings, register_exporter
-from sits_observe.surfaces.service.extender import register_extender  # scheduler extender
-from sits_observe.surfaces.service.ingest import BearerAuth, IngestEndpoint, problem
+from sits_observe.surfaces.alerts import (  # alert rules
+    AlertingRuntime,
+    AlertingSettings,
+    start_alerting,
+)
+from sits_observe.surfaces.service.auth import AuthMiddleware, Role, TokenAuth
+from sits_observe.surfaces.service.exporter import (
+    REGISTRY,
+    ExporterSettings,
+    Signal,
+    register_exporter,
+)
+from sits_observe.surfaces.service.extender import (  # scheduler extender
+    ExtenderSettings,
+    register_extender,
+)
+from sits_observe.surfaces.service.ingest import IngestEndpoint, problem
+from sits_observe.surfaces.service.limits import HttpLimits, LimitsMiddleware
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
@@ -61,9 +81,12 @@ def create_app(
     metrics: ServiceMetrics | None = None,
     exporter: ExporterSettings | None = None,
     alerting: AlertingSettings | None = None,
+    extender: ExtenderSettings | None = None,
+    exporter_signals: Sequence[Signal] | None = None,
 ) -> FastAPI:
-    """The service app over ``store``; raises :class:`ConfigError` without a token."""
-    auth = BearerAuth(settings.resolved_token())
+    """The service app over ``store``; raises :class:`ConfigError` without a token.
+    ``exporter_signals`` are the derived signals on ``/metrics`` (all of them by default)."""
+    auth = TokenAuth(settings.resolved_tokens())
     metrics = metrics or ServiceMetrics()
     state = _State()
 
@@ -80,35 +103,128 @@ def create_app(
             yield
         finally:
             state.accepting = False
-            if alerts is not None:
-                await run_in_threadpool(alerts.stop)
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
-            derived = getattr(app.state, "exporter", None)
-            if derived is not None:  # the store must not close under a slow-signal pass
-                await run_in_threadpool(derived.close)
+            await _stop_background(app, settings.background_stop_s, task, alerts)
 
+    docs = settings.api_docs
     app = FastAPI(
         title="sits_observe",
         summary="GPU cluster observability: ingest from node agents, reads for tools",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
     )
     app.state.metrics = metrics
-    ingest = IngestEndpoint(store, auth, metrics, max_body_bytes=settings.max_body_bytes)
+    ingest = IngestEndpoint(
+        store,
+        auth.guard(Role.ingest, node_header=HEADER_NODE),
+        metrics,
+        max_body_bytes=settings.max_body_bytes,
+        clock=clock,
+        max_future_skew_s=settings.max_future_skew_s,
+    )
     app.add_api_route(
         INGEST_PATH, ingest.handle, methods=["POST"], response_model=None, name="ingest"
     )
     _add_probes(app, store, metrics, state)
-    _add_reads(app, store, auth, settings)
-    # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see extender.py).
-    register_extender(app, store, metrics.registry, clock=clock)
+    _add_reads(app, store, settings)
+    # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see
+    # extender.py): on this app, or alone on the extender port.
+    app.state.extender_app = None
+    if settings.extender_port is None:
+        register_extender(app, store, metrics.registry, settings=extender, clock=clock)
+    else:
+        app.state.extender_app = create_extender_app(
+            store, metrics, settings.extender_http, settings=extender, clock=clock
+        )
     # Derived signals on /metrics (docs/metrics.md).
-    register_exporter(app, store, metrics.registry, clock=clock, settings=exporter)
-    register_otlp(app, store, auth, metrics, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(_TimingMiddleware, metrics=metrics)
+    register_exporter(
+        app,
+        store,
+        metrics.registry,
+        clock=clock,
+        settings=exporter,
+        signals=REGISTRY if exporter_signals is None else exporter_signals,
+    )
+    register_otlp(
+        app,
+        store,
+        auth.guard(Role.ingest),
+        metrics,
+        max_body_bytes=settings.max_body_bytes,
+        clock=clock,
+        max_future_skew_s=settings.max_future_skew_s,
+    )
+    rules = [("/api/", Role.read)]
+    if auth.scrape_protected:
+        rules.append(("/metrics", Role.scrape))
+
+    def refused(role: Role, reason: str) -> None:
+        metrics.auth_refused.labels(role.value, reason).inc()
+
+    app.add_middleware(
+        AuthMiddleware,
+        auth=auth,
+        rules=tuple(rules),
+        exempt=frozenset({INGEST_PATH}),  # authenticates in its handler (its own counters)
+        on_refused=refused,
+    )
+    _add_limits(app, metrics, settings.http)
     return app
+
+
+def create_extender_app(
+    store: Store,
+    metrics: ServiceMetrics,
+    limits: HttpLimits,
+    *,
+    settings: ExtenderSettings | None = None,
+    clock: Clock = utc_now,
+) -> FastAPI:
+    """An app serving only the scheduler extender, for its own port (metrics on the
+    service's registry, so the main ``/metrics`` shows them)."""
+    app = FastAPI(title="sits_observe extender", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.metrics = metrics
+    register_extender(app, store, metrics.registry, settings=settings, clock=clock)
+    _add_limits(app, metrics, limits)
+    return app
+
+
+def _add_limits(app: FastAPI, metrics: ServiceMetrics, limits: HttpLimits) -> None:
+    """The limits middleware, and the timing middleware outside everything."""
+
+    def dropped(reason: str) -> None:
+        metrics.dropped.labels(reason).inc()
+
+    app.add_middleware(LimitsMiddleware, limits=limits, on_drop=dropped)
+    app.add_middleware(_TimingMiddleware, metrics=metrics)
+
+
+async def _stop_background(
+    app: FastAPI,
+    budget_s: float,
+    retention: asyncio.Task[None] | None,
+    alerts: AlertingRuntime | None,
+) -> None:
+    """Stop alerting, retention and the exporter's slow pass within ``budget_s`` in all; what
+    has not stopped by then is left to die with the process (logged)."""
+    deadline = time.monotonic() + budget_s
+
+    def left_s() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    derived = getattr(app.state, "exporter", None)
+    if derived is not None:
+        derived.cancel()  # a running slow pass stops at its next step
+    if alerts is not None:
+        await run_in_threadpool(alerts.stop, left_s() / 2)  # it joins two threads
+    if retention is not None:
+        retention.cancel()
+        await asyncio.wait({retention}, timeout=left_s())
+        if not retention.done():
+            log.warning("a retention run is still in progress at shutdown; not waiting for it")
+    if derived is not None and not await run_in_threadpool(derived.close, left_s()):
+        log.warning("a derived-signal pass is still running at shutdown; not waiting for it")
 
 
 class _State:
@@ -148,19 +264,16 @@ def _add_probes(app: FastAPI, store: Store, metrics: ServiceMetrics, state: _Sta
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _add_reads(app: FastAPI, store: Store, auth: BearerAuth, settings: ServiceSettings) -> None:
+def _add_reads(app: FastAPI, store: Store, settings: ServiceSettings) -> None:
+    # Authenticated by AuthMiddleware before FastAPI validates the query (401 before 422).
     @app.get("/api/v1/tables", response_model=None)
-    async def tables(request: Request) -> JSONResponse:
+    async def tables() -> JSONResponse:
         """Every readable table and its row count."""
-        refusal = auth.check(request)
-        if refusal is not None:
-            return refusal.response()
         counts = await run_in_threadpool(table_counts, store)
         return JSONResponse({"tables": counts})
 
     @app.get("/api/v1/tables/{table}", response_model=None)
     async def rows(
-        request: Request,
         table: str,
         *,
         since: datetime | None = Query(None, description="first time included (ISO 8601)"),
@@ -172,9 +285,6 @@ def _add_reads(app: FastAPI, store: Store, auth: BearerAuth, settings: ServiceSe
         fmt: Literal["arrow", "json"] = Query("arrow", alias="format"),
     ) -> Response:
         """Rows of one table, oldest first, as an Arrow IPC stream or JSON."""
-        refusal = auth.check(request)
-        if refusal is not None:
-            return refusal.response()
         return await rows_response(
             store, table, since=since, until=until, node=node, limit=limit, fmt=fmt
         )

@@ -12,6 +12,8 @@ scrape yields the families of the latest *passes*:
   a scrape never waits for it and serves its latest result (nothing before the first one
   finished). While a slow signal has nothing to export (no data yet) or failed, it is retried
   at the fast cadence, so a fresh service does not wait ``slow_cache_s`` for its first data.
+  At shutdown :meth:`DerivedSignals.cancel` makes a running slow pass stop before its next
+  signal; the service waits for it only within its shutdown budget (``background_stop_s``).
 
 Every signal (:data:`SIGNALS`) is computed in isolation: a signal that fails (a missing
 table, a bug) is logged, counted in ``sits_exporter_errors_total{signal}`` once per pass, and
@@ -25,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -167,8 +169,10 @@ class DerivedSignals(Collector):
         clock: Clock,
         monotonic: Monotonic = time.monotonic,
         spawn: Spawn = _thread,
+        signals: Sequence[Signal] = REGISTRY,
     ) -> None:
         self._store = store
+        self._signals = tuple(signals)
         self._settings = settings or ExporterSettings()
         self._clock = clock
         self._monotonic = monotonic
@@ -179,15 +183,16 @@ class DerivedSignals(Collector):
         self._slow_idle = threading.Event()  # set while no slow pass runs
         self._slow_idle.set()
         self._closed = False
+        self._cancel = threading.Event()  # set at shutdown: a running slow pass stops early
         self._errors_lock = threading.Lock()
-        self._errors: dict[str, int] = dict.fromkeys(SIGNALS, 0)
+        self._errors: dict[str, int] = dict.fromkeys((s.name for s in self._signals), 0)
         self._last_error: dict[str, str] = {}
         self.computations = 0
         self.slow_computations = 0
 
     def describe(self) -> Iterable[Metric]:
         """The family names (no samples), so the registry detects clashes without a pass."""
-        families: list[Metric] = [kind(name, "") for s in REGISTRY for name, kind in s.families]
+        families = [kind(name, "") for s in self._signals for name, kind in s.families]
         families.append(CounterMetricFamily("sits_exporter_errors", ""))
         return families
 
@@ -219,11 +224,17 @@ class DerivedSignals(Collector):
                 errors.add_metric((signal,), count)
         yield errors
 
-    def close(self, timeout_s: float = 30.0) -> bool:
-        """Start no more slow passes and wait up to ``timeout_s`` for a running one (the
-        store must not close under it); False when it is still running."""
+    def cancel(self) -> None:
+        """Start no more slow passes and make a running one stop before its next signal
+        (its partial result is discarded); returns at once."""
         with self._lock:
             self._closed = True
+        self._cancel.set()
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """:meth:`cancel`, then wait up to ``timeout_s`` for a running slow pass (the store
+        should not close under it); False when it is still running."""
+        self.cancel()
         return self._slow_idle.wait(timeout_s)
 
     # -- passes ---------------------------------------------------------------------------
@@ -247,7 +258,8 @@ class DerivedSignals(Collector):
                 log.exception("slow derived-signal pass failed")
                 finished = _Pass((), now_s, True)
             with self._lock:
-                self._slow = finished
+                if not self._cancel.is_set():
+                    self._slow = finished
             self._slow_idle.set()
 
         return job
@@ -270,12 +282,17 @@ class DerivedSignals(Collector):
         inputs = PassInputs(self._store, self._settings, self._clock())
         families: list[Metric] = []
         incomplete = False
-        for signal in REGISTRY:
+        for signal in self._signals:
             if signal.slow is not slow:
                 continue
+            if slow and self._cancel.is_set():
+                log.info("slow derived-signal pass cancelled before %s (shutdown)", signal.name)
+                return tuple(families), True
             try:
                 built = signal.build(inputs)
             except Exception as exc:
+                if slow and self._cancel.is_set():  # the store went away under it
+                    return tuple(families), True
                 # One signal never breaks the scrape: count it, log it, serve the others.
                 self._count_error(signal.name, exc)
                 incomplete = True
@@ -309,12 +326,13 @@ def register_exporter(
     clock: Clock = utc_now,
     settings: ExporterSettings | None = None,
     monotonic: Monotonic = time.monotonic,
+    signals: Sequence[Signal] = REGISTRY,
 ) -> DerivedSignals | None:
-    """Register the derived signals on ``registry``; the collector is kept on
-    ``app.state.exporter`` (None when disabled)."""
+    """Register the derived signals (``signals``, every one by default) on ``registry``; the
+    collector is kept on ``app.state.exporter`` (None when disabled)."""
     settings = settings or ExporterSettings()
     exporter = (
-        DerivedSignals(store, settings, clock=clock, monotonic=monotonic)
+        DerivedSignals(store, settings, clock=clock, monotonic=monotonic, signals=signals)
         if settings.enabled
         else None
     )

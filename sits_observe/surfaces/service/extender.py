@@ -10,9 +10,17 @@ only parses, scores in numpy and writes JSON.
 Authentication: none on these two routes. kube-scheduler's extender client sends no
 credentials (it sets only ``Content-Type``; TLS client certificates are its one option), so a
 token would lock out the one caller that matters. The routes are read-only (they reveal node
-names and scores, change nothing) and must be reachable only from kube-scheduler: restrict the
-service port with a NetworkPolicy or serve on a node-local address (deploy/README.md). Ingest
-and reads keep their bearer token.
+names and scores, change nothing) and must be reachable only from kube-scheduler: ``serve
+--extender-port`` serves them alone on a port of their own (``create_extender_app``), which a
+NetworkPolicy opens to kube-scheduler only (deploy/deployment.yaml). Ingest and reads keep
+their tokens.
+
+Limits, since anyone who reaches the port may call: a body limit sized to real payloads
+(``max_body_bytes``, 24 MiB: 500 full Node objects as the API server returns them, images and
+managedFields included, are about 9.2 MiB; kube-scheduler sends at most about 780 of them, at
+3,125 nodes; 5,000 ``NodeNames`` are 80 KB), and the extender port's own header and body
+timeouts and caps on connections and calls in flight (``ServiceSettings.extender_http``), so
+memory stays bounded at about ``max_concurrent_requests x max_body_bytes``.
 
 Failure answers, chosen for what kube-scheduler does with them:
 
@@ -78,10 +86,11 @@ class ExtenderSettings(BaseModel):
 
     enabled: bool = Field(True, description="serve /scheduler/filter and /scheduler/prioritize")
     max_body_bytes: int = Field(
-        64 * MIB,
+        24 * MIB,
         ge=1024,
         le=1024 * MIB,
-        description="largest extender request body, in bytes (full Node objects are large)",
+        description="largest extender request body, in bytes (500 full Node objects are "
+        "about 9.2 MiB, see docs/extender.md)",
     )
     inline_body_bytes: int = Field(
         256 * 1024,

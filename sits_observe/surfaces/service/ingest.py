@@ -5,15 +5,20 @@ headers (422), media type (415), declared ``Content-Length`` (413), then the bod
 in chunks and abandoned as soon as it passes the limit (413), so an oversized or
 unauthenticated request never costs more than the limit in memory. A batch is acknowledged
 (200) only after the store committed it; a batch id seen before is acknowledged as a
-duplicate and not stored again, which makes agent replays idempotent.
+duplicate and not stored again, which makes agent replays idempotent, unless its body differs
+from the one stored under that id (SHA-256 kept in the ledger): that is a conflict (409),
+never a silent drop. Before storing, rows are checked against the domain's range rules
+(:mod:`.ingest_rows`): bad rows are dropped, bad optional values NULLed, and both reported.
 """
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -25,13 +30,22 @@ from sits_observe.collectors.agent.wire import (
     HEADER_BATCH_ID,
     HEADER_NODE,
     NODE_PATTERN,
-    batch_rows,
     decode_batch,
 )
-from sits_observe.errors import ParseError, SchemaError, StoreError
+from sits_observe.errors import BatchConflict, ParseError, SchemaError, StoreError
 from sits_observe.store import BatchReceipt, Store
+from sits_observe.surfaces.service.ingest_rows import (
+    RowDropMetrics,
+    Screened,
+    screen_batch,
+    with_drop_rows,
+)
+from sits_observe.surfaces.service.json_answers import StrictJSONResponse
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.tracing import note, traced
+
+if TYPE_CHECKING:  # auth.py imports Refusal from here
+    from sits_observe.surfaces.service.auth import RoleGuard
 
 log = logging.getLogger(__name__)
 
@@ -62,42 +76,12 @@ class Refusal:
     def response(self) -> JSONResponse:
         """The HTTP answer."""
         body = {"detail": self.detail, "reason": self.reason}
-        return JSONResponse(body, self.status, headers=self.headers or None)
+        return StrictJSONResponse(body, self.status, headers=self.headers or None)
 
 
 def problem(status: int, reason: str, detail: str) -> JSONResponse:
     """A JSON error answer (for routes that do not count refusals)."""
     return Refusal(status, reason, detail).response()
-
-
-class BearerAuth:
-    """Checks ``Authorization: Bearer <token>`` in constant time."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token.encode("utf-8")
-
-    def check(self, request: Request) -> Refusal | None:
-        """None when the request carries the token, else why it is refused (401)."""
-        header = request.headers.get("authorization", "")
-        scheme, _, presented = header.partition(" ")
-        if not header:
-            return Refusal(
-                401,
-                "unauthorized",
-                "missing Authorization header; send 'Authorization: Bearer <token>'",
-                {"WWW-Authenticate": 'Bearer realm="sits_observe"'},
-            )
-        ok = scheme.lower() == "bearer" and hmac.compare_digest(
-            presented.strip().encode("utf-8"), self._token
-        )
-        if ok:
-            return None
-        return Refusal(
-            401,
-            "unauthorized",
-            "invalid bearer token",
-            {"WWW-Authenticate": 'Bearer realm="sits_observe", error="invalid_token"'},
-        )
 
 
 def check_length(
@@ -137,12 +121,22 @@ class IngestEndpoint:
     """The ingest handler, with its dependencies injected."""
 
     def __init__(
-        self, store: Store, auth: BearerAuth, metrics: ServiceMetrics, *, max_body_bytes: int
+        self,
+        store: Store,
+        auth: RoleGuard,
+        metrics: ServiceMetrics,
+        *,
+        max_body_bytes: int,
+        clock: Callable[[], datetime],
+        max_future_skew_s: float,
     ) -> None:
         self._store = store
         self._auth = auth
         self._metrics = metrics
         self._max_body_bytes = max_body_bytes
+        self._clock = clock
+        self._max_future_skew_s = max_future_skew_s
+        self._drops = RowDropMetrics(metrics.registry)
 
     @traced("sits.ingest", task_type="ingest")
     async def handle(self, request: Request) -> JSONResponse:
@@ -167,25 +161,44 @@ class IngestEndpoint:
                 f"agents may send: {', '.join(AGENT_TABLES)}"
             )
             return self._refused(Refusal(400, "unknown_table", detail))
+        now = self._clock()
+        try:
+            screened: Screened = await run_in_threadpool(
+                lambda: screen_batch(tables, now=now, max_future_skew_s=self._max_future_skew_s)
+            )
+        except SchemaError as exc:
+            return self._refused(Refusal(400, "schema", str(exc)))
+        stored = with_drop_rows(screened, at=now, node=node)
+        mismatch = self._auth.check_rows(request, stored)  # a node token: its own rows only
+        if mismatch is not None:
+            return self._refused(mismatch)
+        digest = hashlib.sha256(body).hexdigest()
         try:
             receipt: BatchReceipt = await run_in_threadpool(
-                lambda: self._store.append_batch(tables, batch_id=batch_id, node=node)
+                lambda: self._store.append_batch(
+                    stored, batch_id=batch_id, node=node, body_sha256=digest
+                )
             )
+        except BatchConflict as exc:
+            return self._refused(Refusal(409, "conflict", str(exc)))
         except SchemaError as exc:
             return self._refused(Refusal(400, "schema", str(exc)))
         except StoreError as exc:
             log.error("batch %s from %s not stored: %s", batch_id, node, exc)
             self._metrics.batches.labels("failed").inc()
             return problem(503, "store", f"batch not stored, send it again later: {exc}")
+        dropped: dict[str, int] = {}
         if receipt.duplicate:
             self._metrics.batches.labels("duplicate").inc()
         else:
             self._metrics.batches.labels("stored").inc()
-            for name, table in tables.items():
+            for name, table in stored.items():
                 self._metrics.rows.labels(name).inc(table.num_rows)
-        rows = receipt.rows if receipt.duplicate else batch_rows(tables)
-        note({"sits.ingest.rows": rows, "sits.ingest.duplicate": receipt.duplicate})
-        return JSONResponse({"batch_id": batch_id, "rows": rows, "duplicate": receipt.duplicate})
+            self._drops.count(screened.dropped)
+            dropped = dict(sorted(screened.dropped.items()))
+        note({"sits.ingest.rows": receipt.rows, "sits.ingest.duplicate": receipt.duplicate})
+        answer = {"batch_id": batch_id, "rows": receipt.rows, "duplicate": receipt.duplicate}
+        return StrictJSONResponse({**answer, "dropped": dropped})
 
     def _refused(self, refusal: Refusal) -> JSONResponse:
         note({"sits.ingest.refused": refusal.reason})

@@ -45,6 +45,20 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=reg,
         )
+        self.dropped = Counter(
+            "sits_http_dropped_total",
+            "requests or connections the HTTP server dropped, by reason: header_timeout, "
+            "body_timeout, connection_limit, busy, client_disconnect",
+            ("reason",),
+            registry=reg,
+        )
+        self.auth_refused = Counter(
+            "sits_auth_refused_total",
+            "read and scrape requests refused by authentication, by role and reason "
+            "(unauthorized, forbidden); ingest refusals are in sits_ingest_rejected_total",
+            ("role", "reason"),
+            registry=reg,
+        )
         self.store_rows = Gauge(
             "sits_store_rows", "rows in each store table at scrape time", ("table",), registry=reg
         )

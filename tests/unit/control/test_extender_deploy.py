@@ -21,6 +21,7 @@ MODELS = {
     ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
     ("v1", "Service"): "V1Service",
     ("apps/v1", "Deployment"): "V1Deployment",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
 }
@@ -116,9 +117,8 @@ def test_scheduler_config_calls_the_extender_routes() -> None:
     assert f"{path}/{extender['prioritizeVerb']}" == PRIORITIZE_PATH
     service = only("Service")
     host = prefix.split("://", 1)[1].split("/", 1)[0]
-    assert (
-        host == f"sits-observe.sits-observe.svc.cluster.local:{service['spec']['ports'][0]['port']}"
-    )
+    (port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "extender"]
+    assert host == f"sits-observe.sits-observe.svc.cluster.local:{port}"
     # Validation (pkg/scheduler/apis/config/validation): a prioritize verb needs weight > 0.
     assert isinstance(extender["weight"], int) and extender["weight"] > 0
     assert extender["nodeCacheCapable"] is True

@@ -102,10 +102,11 @@ def test_a_token_is_required_to_build_the_app(store: Store) -> None:
 
 
 def test_batch_is_stored_and_acknowledged_after_commit(client: TestClient, store: Store) -> None:
-    body = encode_batch({"gpu_samples": gpu_table(3), "requests": pa.table({"latency_s": [0.1]})})
+    requests = pa.table({"ts": [T0], "model": ["m"], "latency_s": [0.1]})
+    body = encode_batch({"gpu_samples": gpu_table(3), "requests": requests})
     answer = client.post("/api/v1/ingest", content=body, headers=headers("b-1"))
     assert answer.status_code == 200
-    assert answer.json() == {"batch_id": "b-1", "rows": 4, "duplicate": False}
+    assert answer.json() == {"batch_id": "b-1", "rows": 4, "duplicate": False, "dropped": {}}
     assert store.count("gpu_samples") == 3 and store.count("requests") == 1
     assert store.query("SELECT batch_id, node, rows FROM ingest_batches").to_pylist() == [
         {"batch_id": "b-1", "node": "n1", "rows": 4}
@@ -125,6 +126,7 @@ def test_a_replayed_batch_is_acknowledged_but_stored_once(client: TestClient, st
         "batch_id": "same",
         "rows": 2,
         "duplicate": True,
+        "dropped": {},
     }
     assert store.count("gpu_samples") == 2
     assert metric(client, "sits_ingest_batches_total", result="duplicate") == 1

@@ -1,0 +1,184 @@
+"""What one client may hold of the service: time to send a request, requests in flight.
+
+uvicorn bounds neither the time a client takes to send its headers or body nor the number of
+requests in progress (``limit_concurrency`` counts idle keep-alive connections too and answers
+only once the headers are in), so a few hundred clients trickling bytes used to hold the
+service's memory and connections for as long as they liked. The limits live in two places:
+
+- the HTTP protocol (:mod:`.server`): the header timeout, the connection cap, and closing
+  connections that trickle a body nobody reads;
+- this ASGI middleware, inside the app: the body timeout for handlers that read the body
+  (408 with ``Connection: close``), the cap on requests in flight (503 ``busy`` with
+  ``Retry-After``; probes and ``/metrics`` are exempt, so a saturated service is neither
+  killed as dead nor blind), and a client that closes the connection mid-body becomes one
+  warning line, not a traceback.
+
+Everything dropped is counted in ``sits_http_dropped_total{reason}`` (docs/api.md, "Limits").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sits_observe.surfaces.service.ingest import Refusal
+
+log = logging.getLogger(__name__)
+
+#: Paths never refused as busy: liveness and readiness must answer under load, and a
+#: saturated service is exactly when its metrics matter (the exporter caches its passes).
+EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+#: Counts one dropped request or connection by reason.
+OnDrop = Callable[[str], None]
+
+
+class HttpLimits(BaseModel):
+    """Time and concurrency limits of one listening port."""
+
+    model_config = ConfigDict(frozen=True)
+
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="seconds a client has to send the request line and headers (from "
+        "connecting, or from the first byte of a kept-alive connection's next request); "
+        "then 408 and the connection is closed",
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="seconds a client has to send the whole request body once its headers "
+        "are in; then 408 and the connection is closed",
+    )
+    keep_alive_s: int = Field(
+        5, ge=1, le=600, description="seconds an idle kept-alive connection stays open"
+    )
+    max_connections: int = Field(
+        1024,
+        ge=1,
+        le=100_000,
+        description="open connections at most; one more is answered 503 and closed at once",
+    )
+    max_concurrent_requests: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="requests in progress at most (/healthz, /readyz and /metrics excepted); "
+        "more get 503 'busy' "
+        "with Retry-After: 1",
+    )
+
+
+class BodyTimeout(Exception):
+    """The client did not finish its body in time (raised from ``receive``)."""
+
+
+class LimitsMiddleware:
+    """Body deadline, in-flight cap and quiet client disconnects for one app."""
+
+    def __init__(self, app: ASGIApp, limits: HttpLimits, on_drop: OnDrop) -> None:
+        self._app = app
+        self._limits = limits
+        self._on_drop = on_drop
+        self._in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        path = str(scope.get("path", ""))
+        counted = path not in EXEMPT_PATHS
+        if counted and self._in_flight >= self._limits.max_concurrent_requests:
+            self._on_drop("busy")
+            await _refuse(scope, receive, send, _busy(self._limits.max_concurrent_requests))
+            return
+        self._in_flight += counted
+        started = False
+
+        async def note_start(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._app(scope, _deadline(receive, self._limits.body_timeout_s), note_start)
+        except BodyTimeout:
+            self._on_drop("body_timeout")
+            log.warning(
+                "%s %s from %s: body not received within %g s; answered 408",
+                scope.get("method"),
+                path,
+                _client(scope),
+                self._limits.body_timeout_s,
+            )
+            if not started:
+                refusal = Refusal(
+                    408,
+                    "body_timeout",
+                    f"the request body did not arrive within {self._limits.body_timeout_s:g} s",
+                    {"Connection": "close"},
+                )
+                await refusal.response()(scope, receive, send)
+        except ClientDisconnect:
+            self._on_drop("client_disconnect")
+            log.warning(
+                "%s %s from %s: the client closed the connection before the body ended",
+                scope.get("method"),
+                path,
+                _client(scope),
+            )
+        finally:
+            self._in_flight -= counted
+
+
+def _deadline(receive: Receive, timeout_s: float) -> Receive:
+    """``receive`` that raises :class:`BodyTimeout` when the body is not complete within
+    ``timeout_s`` of the request's start (a total, so a byte every few seconds does not
+    keep a request alive); once the body is complete it waits without a limit (for a
+    disconnect)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    done = False
+
+    async def bounded() -> Message:
+        nonlocal done
+        if done:
+            return await receive()
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise BodyTimeout
+        try:
+            async with asyncio.timeout(remaining):
+                message = await receive()
+        except TimeoutError:
+            raise BodyTimeout from None
+        done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return bounded
+
+
+def _busy(limit: int) -> Refusal:
+    return Refusal(
+        503,
+        "busy",
+        f"{limit} requests are in progress, the most this port takes; retry shortly",
+        {"Retry-After": "1", "Connection": "close"},
+    )
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, refusal: Refusal) -> None:
+    await refusal.response()(scope, receive, send)
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "an unknown client"

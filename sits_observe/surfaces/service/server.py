@@ -1,0 +1,260 @@
+"""The HTTP servers of ``serve``: sockets bound first, protocol-level limits, one shutdown.
+
+- :func:`bind` opens a listening socket before anything else exists, so a port in use is a
+  one-line error and leaves no database file behind.
+- :func:`guarded_protocol` is uvicorn's h11 protocol with what uvicorn lacks: a header
+  timeout (uvicorn waits for headers forever), a cap on open connections (answered 503 and
+  closed before a byte is read), and a body timeout for bodies nobody reads (a client that
+  keeps trickling the body of an already answered request is closed). The h11 protocol is
+  used whatever else is installed, so the limits hold everywhere; the ASGI half of the limits
+  is :mod:`.limits`.
+- :class:`Servers` runs one uvicorn server per listener (the API, and the scheduler extender
+  on its own port) in one event loop, and on SIGTERM / SIGINT stops them together:
+  in-flight requests get ``shutdown_grace_s``, then the apps' lifespans stop their background
+  work (docs/api.md: the process exits within 10 s whatever is running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import h11
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from sits_observe.errors import ConfigError
+from sits_observe.surfaces.service.limits import HttpLimits, OnDrop
+
+log = logging.getLogger(__name__)
+
+_RAW_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"connection: close\r\ncontent-length: 38\r\n\r\nrequest headers not received in time\r\n"
+)
+_RAW_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"connection: close\r\nretry-after: 1\r\ncontent-length: 26\r\n\r\ntoo many open connections\n"
+)
+#: How often a body timer re-checks while the app is still answering the request.
+_RECHECK_S = 1.0
+
+
+def bind(host: str, port: int, what: str) -> socket.socket:
+    """A listening TCP socket on ``host:port``; :class:`ConfigError` when it cannot be had."""
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = info[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({what}): {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[0][4])
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        hint = (
+            "another process is listening there; stop it or choose another port"
+            if exc.errno == errno.EADDRINUSE
+            else "check the address"
+        )
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({what}): {exc.strerror or exc}; {hint}"
+        ) from exc
+    sock.setblocking(False)
+    return sock
+
+
+def guarded_protocol(limits: HttpLimits, on_drop: OnDrop) -> type[H11Protocol]:
+    """uvicorn's h11 protocol class with the header timeout, connection cap and unread-body
+    timeout of ``limits``; drops are reported to ``on_drop(reason)``."""
+
+    class GuardedH11Protocol(H11Protocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._header_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            full = len(self.connections) >= limits.max_connections
+            super().connection_made(transport)
+            if full:
+                on_drop("connection_limit")
+                transport.write(_RAW_503)
+                transport.close()
+                return
+            self._arm_header_timer()
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and self.conn.their_state is h11.IDLE:
+                self._arm_header_timer()  # the next request on a kept-alive connection
+            super().data_received(data)
+            state = self.conn.their_state
+            if state is not h11.IDLE:
+                self._cancel_header_timer()
+                if state is h11.SEND_BODY and self._body_timer is None:
+                    self._body_timer = self.loop.call_later(
+                        limits.body_timeout_s, self._body_timeout
+                    )
+            if state is not h11.SEND_BODY:
+                self._cancel_body_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_timer()
+            self._cancel_body_timer()
+            super().connection_lost(exc)
+
+        def _arm_header_timer(self) -> None:
+            self._cancel_header_timer()
+            self._header_timer = self.loop.call_later(limits.header_timeout_s, self._header_timeout)
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _cancel_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            on_drop("header_timeout")
+            log.warning(
+                "%s: request headers not received within %g s; connection closed",
+                _peer(self.client),
+                limits.header_timeout_s,
+            )
+            self.transport.write(_RAW_408)
+            self.transport.close()
+
+        def _body_timeout(self) -> None:
+            self._body_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+                return
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                # The app still answers: it reads the body under its own deadline
+                # (limits.LimitsMiddleware) or answers without it; look again soon.
+                self._body_timer = self.loop.call_later(_RECHECK_S, self._body_timeout)
+                return
+            on_drop("body_timeout")
+            log.warning(
+                "%s: request body not received within %g s; connection closed",
+                _peer(self.client),
+                limits.body_timeout_s,
+            )
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One app on one bound socket, with that port's limits."""
+
+    app: FastAPI
+    sock: socket.socket
+    limits: HttpLimits
+    name: str
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to :class:`Servers`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Servers:
+    """Serves every listener until SIGTERM / SIGINT, then stops them all."""
+
+    def __init__(
+        self,
+        listeners: list[Listener],
+        *,
+        log_level: str = "info",
+        shutdown_grace_s: int = 5,
+    ) -> None:
+        self._listeners = listeners
+        self._servers: list[_Server] = []
+        for listener in listeners:
+            config = uvicorn.Config(
+                listener.app,
+                http=guarded_protocol(listener.limits, _drop_counter(listener.app)),
+                log_level=log_level.lower(),
+                access_log=log_level.lower() == "debug",
+                timeout_keep_alive=listener.limits.keep_alive_s,
+                timeout_graceful_shutdown=shutdown_grace_s,
+                lifespan="on",
+            )
+            self._servers.append(_Server(config))
+
+    def stop(self) -> None:
+        """Ask every server to stop (what SIGTERM does)."""
+        for server in self._servers:
+            server.should_exit = True
+
+    def run(self) -> None:
+        """Serve until :meth:`stop` or a signal; returns once every server has shut down."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {
+                s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+            }
+        try:
+            asyncio.run(self._serve())
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _: FrameType | None) -> None:
+        log.info("%s received: shutting down", signal.Signals(signum).name)
+        if any(s.should_exit for s in self._servers) and signum == signal.SIGINT:
+            for server in self._servers:  # a second Ctrl-C: do not wait for requests
+                server.force_exit = True
+        self.stop()
+
+    async def _serve(self) -> None:
+        for listener in self._listeners:
+            log.info("serving %s on %s", listener.name, listener.url)
+        await asyncio.gather(
+            *(
+                s.serve(sockets=[lst.sock])
+                for s, lst in zip(self._servers, self._listeners, strict=True)
+            )
+        )
+
+
+def _drop_counter(app: FastAPI) -> OnDrop:
+    """Counts drops in the app's ``sits_http_dropped_total``."""
+    metrics = app.state.metrics
+
+    def count(reason: str) -> None:
+        metrics.dropped.labels(reason).inc()
+
+    return count
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else "a client"
