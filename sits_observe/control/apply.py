@@ -15,9 +15,15 @@ What each mode writes (docs/controller.md has the table):
   advice for a namespace without the managed ResourceQuota) stay ``recommended``. Event
   reason ``SitsApplied``.
 
-Safety: skipped decisions write nothing; each written decision takes one token from the
-write :class:`~sits_observe.control.safety.TokenBucket` (none left: ``skipped:rate-limited``,
-planned again next pass); a replica that lost the Lease mid-pass writes nothing more
+Safety: skipped decisions write nothing. Every API request sent here (PATCH, ConfigMap GET
+and PUT, Event POST), each retry included, takes one token from the
+:class:`~sits_observe.control.safety.TokenBucket`: the budget bounds what the API server sees,
+not how many decisions were made. A decision starts only when the requests it sends without
+retries (or a full bucket, if it needs more) are available, else it is
+``skipped:rate-limited`` and planned again next pass. A retry without a token waits for one,
+at most ``backoff_max_s`` (as long as a backoff); longer, and the decision is deferred the same
+way (``skipped:rate-limited``; an Event without budget is counted as an ``event`` error and the
+change it reports stays). A replica that lost the Lease mid-pass writes nothing more
 (``skipped:not-leader``); 404 means the object is gone (``skipped:gone``, not retried);
 409 / 429 / 5xx / unreachable are retried with exponential backoff up to ``max_attempts``
 (then ``failed:http-<status>`` or ``failed:unreachable``); other errors fail at once. One
@@ -31,8 +37,9 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import yaml
 from kubernetes import client as k8s_client
@@ -58,6 +65,19 @@ log = logging.getLogger(__name__)
 
 EVENT_COMPONENT = "sits-observe-controller"
 _MESSAGE_MAX = 1024  # the API server truncates Event messages past 1 KiB
+
+
+class _BudgetSpent(Exception):
+    """No token for the next API request within ``backoff_max_s``: defer the rest."""
+
+
+@dataclass(frozen=True)
+class _Written:
+    """How one object write ended: its last error, the tries sent, deferred for budget."""
+
+    error: KubeApiError | None
+    attempts: int
+    deferred: bool = False
 
 
 class Recorder(Protocol):
@@ -180,6 +200,8 @@ class Applier:
         self.clock = clock
         #: Checked before every write: a replica that lost the Lease mid-pass stops writing.
         self.may_write: Callable[[], bool] = lambda: True
+        #: API requests sent (each paid with a token), over the Applier's life.
+        self.requests_sent = 0
 
     def apply(self, plan: Plan) -> list[Outcome]:
         """Apply every decision of ``plan``; record and return the outcomes."""
@@ -216,27 +238,65 @@ class Applier:
             return Outcome(decision, "recommended", 0, at, mode)
         if not self.may_write():
             return Outcome(decision, "skipped:not-leader", 0, at, mode)
-        if not self.limiter.try_take():
-            return Outcome(decision, "skipped:rate-limited", 0, at, mode)
-        attempts = 0
         changes = writes_for(decision, self.settings, at)
         by_target: dict[ObjectRef, list[Change]] = {}
         for change in changes:
             by_target.setdefault(change.target, []).append(change)
+        if not self._affordable(by_target):
+            return Outcome(decision, "skipped:rate-limited", 0, at, mode)
+        attempts = 0
         for target, group in by_target.items():
-            result = with_retries(
-                lambda t=target, g=group: self._write(t, g),  # type: ignore[misc]
-                max_attempts=self.settings.max_attempts,
-                backoff_base_s=self.settings.backoff_base_s,
-                backoff_max_s=self.settings.backoff_max_s,
-                sleep=self.sleep,
-            )
+            result = self._write_with_retries(target, group)
             attempts += result.attempts
+            if result.deferred:
+                detail = f"{target}: no API request budget left for a retry"
+                return Outcome(decision, "skipped:rate-limited", attempts, at, mode, detail)
             if result.error is not None:
                 return self._failure(decision, result.error, attempts, at, target)
         applied = actuable(decision.action, decision.ref.kind, self.settings)
         self._event(decision, applied, at)
         return Outcome(decision, "applied" if applied else "recommended", attempts, at, mode)
+
+    def _affordable(self, by_target: dict[ObjectRef, list[Change]]) -> bool:
+        """Whether the requests of one decision without retries (each write, a ConfigMap's
+        GET and PUT, the Event) fit in the bucket now; a full bucket always may start."""
+        return self.limiter.has(1 + sum(2 if t.kind == "ConfigMap" else 1 for t in by_target))
+
+    def _write_with_retries(self, target: ObjectRef, changes: Sequence[Change]) -> _Written:
+        """The object write, retried; ``attempts`` counts the tries that sent a request."""
+        tries = 0
+
+        def once() -> None:
+            nonlocal tries
+            before = self.requests_sent
+            try:
+                self._write(target, changes)
+            finally:
+                tries += self.requests_sent > before
+
+        try:
+            result = with_retries(
+                once,
+                max_attempts=self.settings.max_attempts,
+                backoff_base_s=self.settings.backoff_base_s,
+                backoff_max_s=self.settings.backoff_max_s,
+                sleep=self.sleep,
+            )
+        except _BudgetSpent:
+            return _Written(None, tries, deferred=True)
+        return _Written(result.error, result.attempts)
+
+    def _send(self, method: str, path: str, **options: Any) -> JsonObject:
+        """One API request of the apply path, paid with one token first."""
+        if not self.limiter.try_take():
+            wait_s = self.limiter.wait_s()
+            if wait_s > self.settings.backoff_max_s:
+                raise _BudgetSpent(f"{method} {path}: next token in {wait_s:.1f} s")
+            self.sleep(wait_s)
+            if not self.limiter.try_take():
+                raise _BudgetSpent(f"{method} {path}: no token after waiting {wait_s:.1f} s")
+        self.requests_sent += 1
+        return self.kube.request(method, path, **options)
 
     def _failure(
         self,
@@ -258,7 +318,7 @@ class Applier:
         if target.kind == "ConfigMap":
             self._write_configmap(target, changes)
             return
-        self.kube.request(
+        self._send(
             "PATCH",
             object_path(target.kind, target.namespace, target.name),
             body=_merge_patch(changes),
@@ -268,7 +328,7 @@ class Applier:
     def _write_configmap(self, target: ObjectRef, changes: Sequence[Change]) -> None:
         """Read, set our entries in our data key, replace with the read resourceVersion."""
         path = object_path("ConfigMap", target.namespace, target.name)
-        current = self.kube.request("GET", path)
+        current = self._send("GET", path)
         found = current.get("data")
         data: dict[str, str] = dict(found) if isinstance(found, dict) else {}
         key = self.settings.time_slicing_key
@@ -284,7 +344,7 @@ class Applier:
         entries.update(wanted)
         body = dict(current)
         body["data"] = {**data, key: yaml.safe_dump(entries, sort_keys=True)}
-        self.kube.request("PUT", path, body=body)
+        self._send("PUT", path, body=body)
 
     def _event(self, decision: Decision, applied: bool, at: datetime) -> None:
         rec = decision.recommendation
@@ -316,13 +376,18 @@ class Applier:
             "lastTimestamp": rfc3339_seconds(at),
             "count": 1,
         }
-        result = with_retries(
-            lambda: self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body),
-            max_attempts=self.settings.max_attempts,
-            backoff_base_s=self.settings.backoff_base_s,
-            backoff_max_s=self.settings.backoff_max_s,
-            sleep=self.sleep,
-        )
+        try:
+            result = with_retries(
+                lambda: self._send("POST", f"/api/v1/namespaces/{namespace}/events", body=body),
+                max_attempts=self.settings.max_attempts,
+                backoff_base_s=self.settings.backoff_base_s,
+                backoff_max_s=self.settings.backoff_max_s,
+                sleep=self.sleep,
+            )
+        except _BudgetSpent as exc:
+            self.recorder.count_error("event")
+            log.warning("event for %s %s not sent, rate limit: %s", rec.action, ref, exc)
+            return
         if result.error is not None:
             self.recorder.count_error("event")
             log.warning("event for %s %s failed: %s", rec.action, ref, result.error)

@@ -1,7 +1,7 @@
 """Safety rules: hysteresis, change threshold, maximum step, hard bounds, and the write rate.
 
-All pure and vectorised (NumPy) except :class:`TokenBucket`, which holds the write budget
-between calls and takes an injectable monotonic clock.
+All pure and vectorised (NumPy) except :class:`TokenBucket`, which holds the API request
+budget between calls and takes an injectable monotonic clock.
 
 - Hysteresis (a Schmitt trigger per boundary): a level is *entered* when the signal crosses
   the spec's boundary exactly (so "score above 0.65" means what the spec says), and *left*
@@ -103,10 +103,17 @@ def below_threshold(proposed: FloatArray, current: FloatArray, threshold_ratio: 
     return np.asarray(known & (relative < threshold_ratio), dtype=np.bool_)
 
 
-class TokenBucket:
-    """A write budget: ``rate_per_s`` tokens a second, at most ``burst`` saved up.
+#: Floating-point slack: a bucket refilled for exactly the time :meth:`TokenBucket.wait_s` said
+#: may hold 0.9999999999 tokens, which is one.
+_TOKEN_SLACK = 1e-9
 
-    ``clock`` is a monotonic clock in seconds (injectable for tests). Thread-safe.
+
+class TokenBucket:
+    """A budget of API requests: ``rate_per_s`` tokens a second, at most ``burst`` saved up.
+
+    The controller's apply path takes one token per request it sends, retries included
+    (:class:`~sits_observe.control.apply.Applier`). ``clock`` is a monotonic clock in seconds
+    (injectable for tests). Thread-safe.
     """
 
     def __init__(
@@ -131,10 +138,23 @@ class TokenBucket:
         """Take one token if one is available (never waits)."""
         with self._lock:
             self._refill()
-            if self._tokens >= 1.0:
+            if self._tokens >= 1.0 - _TOKEN_SLACK:
                 self._tokens -= 1.0
                 return True
             return False
+
+    def has(self, tokens: int) -> bool:
+        """Whether ``tokens`` (capped at ``burst``: a full bucket has all it can) are available
+        now; takes none."""
+        with self._lock:
+            self._refill()
+            return self._tokens >= min(tokens, self.burst) - _TOKEN_SLACK
+
+    def wait_s(self) -> float:
+        """Seconds until one token is available; 0 when one is now."""
+        with self._lock:
+            self._refill()
+            return max(0.0, (1.0 - self._tokens) / self.rate_per_s)
 
     @property
     def available(self) -> float:

@@ -230,10 +230,13 @@ class ControllerSettings(BaseModel):
         description="seconds an object's value is left alone after the controller changed it",
     )
     writes_per_minute: float = Field(
-        60.0, gt=0, le=100_000, description="sustained rate of object writes, per minute"
+        60.0,
+        gt=0,
+        le=100_000,
+        description="sustained rate of API requests (writes, retries, Events), per minute",
     )
     write_burst: int = Field(
-        10, ge=1, le=10_000, description="writes allowed at once before the rate applies"
+        10, ge=1, le=10_000, description="API requests allowed at once before the rate applies"
     )
     max_attempts: int = Field(
         5, ge=1, le=20, description="tries of one write on 409 / 429 / 5xx / unreachable"

@@ -7,6 +7,9 @@ Every row the agent produced must arrive exactly once; counts are exact.
 
 from __future__ import annotations
 
+import http.server
+import json
+import logging
 import os
 import signal
 import socket
@@ -397,3 +400,186 @@ def test_cli_agent_ships_a_real_dcgm_body_and_stops_on_sigterm(
     assert {r["node"] for r in rows} == {"l4-node"}
     assert {r["model_name"] for r in rows} == {"NVIDIA L4"}
     assert {r["gpu_uuid"] for r in rows} == {"GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"}
+
+
+# -- a poison batch: one the service cannot take, while it takes the others ------------------
+
+
+class PoisonService:
+    """A real HTTP server on loopback that answers ``poison_status`` to the batch ids in
+    ``poison`` (every batch when it is None; the first id it sees when "first") and stores
+    every other batch."""
+
+    def __init__(
+        self, poison: set[str] | str | None, *, poison_status: int = 500, port: int = 0
+    ) -> None:
+        self.poison = poison
+        self.poison_status = poison_status
+        self.stored: list[str] = []
+        self.attempts: list[str] = []
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                batch_id = self.headers["X-Sits-Batch-Id"]
+                status = owner.answer(batch_id)
+                body = json.dumps({"batch_id": batch_id, "duplicate": False}).encode()
+                if status != 200:
+                    body = json.dumps({"detail": "Internal Server Error"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, batch_id: str) -> int:
+        with self._lock:
+            self.attempts.append(batch_id)
+            if self.poison == "first":
+                self.poison = {batch_id}
+            if self.poison is None or batch_id in self.poison:
+                return self.poison_status
+            if batch_id not in self.stored:
+                self.stored.append(batch_id)
+            return 200
+
+    def __enter__(self) -> PoisonService:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def quarantine_loop(url: str, tmp_path: Path, *, after: int) -> AgentLoop:
+    """An agent loop on ``url`` whose batch ids are batch-0000, batch-0001, ..."""
+    ids = iter(f"batch-{i:04d}" for i in range(10_000))
+    return AgentLoop(
+        [CountingGpus(gpus=2)],
+        Shipper(url, TOKEN, node="agent-node", timeout_s=2.0, retries=1, backoff_s=0.01),
+        Spool(tmp_path / "spool", max_bytes=50_000_000, max_files=1000),
+        interval_s=1.0,
+        node="agent-node",
+        dead_letter=Spool(tmp_path / "spool" / "dead-letter", max_bytes=10**7, max_files=10),
+        quarantine=Spool(tmp_path / "spool" / "quarantine", max_bytes=10**7, max_files=10),
+        quarantine_after_failures=after,
+        metrics=AgentMetrics(),
+        batch_ids=lambda: next(ids),
+    )
+
+
+def test_a_poison_batch_is_quarantined_and_newer_batches_keep_flowing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with PoisonService({"batch-0000"}) as svc, caplog.at_level(logging.WARNING):
+        loop = quarantine_loop(svc.url, tmp_path, after=3)
+        reports = [loop.tick() for _ in range(8)]
+    # The poison batch failed on the first tick (no evidence yet that it, not the service, is
+    # at fault), then three times while newer batches were stored: quarantined on tick 4.
+    assert reports[0].result == "spooled"
+    assert [r.result for r in reports[1:]] == ["shipped"] * 7
+    assert svc.stored == [f"batch-{i:04d}" for i in range(1, 8)]
+    assert len(loop._spool) == 0
+    (kept,) = Spool(tmp_path / "spool" / "quarantine", max_bytes=10**7, max_files=10).entries()
+    assert (kept.batch_id, kept.rows) == ("batch-0000", 2)
+    tries = svc.attempts.count("batch-0000")
+    assert tries <= 2 + 3  # first tick with one retry, then one try per tick, then never again
+    assert metric(loop, "sits_agent_batches_quarantined_total") == 1
+    assert metric(loop, "sits_agent_samples_dropped_total", reason="quarantined") == 2
+    assert caplog.text.count("quarantined") == 1
+    assert metric(loop, "sits_agent_spool_batches") == 0
+
+
+def test_a_poison_batch_ahead_of_others_does_not_stop_the_replay(tmp_path: Path) -> None:
+    port = free_port()
+    loop = quarantine_loop(f"http://127.0.0.1:{port}", tmp_path, after=2)
+    for _ in range(4):  # an outage first: four batches spooled, the oldest is the poison one
+        assert loop.tick().result == "spooled"
+    with PoisonService({"batch-0000"}, port=port) as svc:
+        first = loop.tick()
+        assert first.replayed == 3 and first.result == "shipped"
+        loop.tick()
+    assert svc.stored == [f"batch-{i:04d}" for i in range(1, 6)]
+    quarantined = Spool(tmp_path / "spool" / "quarantine", max_bytes=10**7, max_files=10)
+    assert [e.batch_id for e in quarantined.entries()] == ["batch-0000"]
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_service_failing_every_batch_quarantines_nothing(tmp_path: Path, status: int) -> None:
+    with PoisonService(None, poison_status=status) as svc:
+        loop = quarantine_loop(svc.url, tmp_path, after=2)
+        for _ in range(10):
+            assert loop.tick().result == "spooled"
+        per_tick = len(svc.attempts) / 10
+    assert len(loop._spool) == 10
+    assert metric(loop, "sits_agent_batches_quarantined_total") == 0
+    assert not list((tmp_path / "spool" / "quarantine").glob("*.batch"))
+    assert per_tick <= 5  # a few probes per tick, not the whole spool
+
+
+def test_an_outage_quarantines_nothing(tmp_path: Path) -> None:
+    loop = quarantine_loop(f"http://127.0.0.1:{free_port()}", tmp_path, after=1)
+    for _ in range(10):
+        assert loop.tick().result == "spooled"
+    assert len(loop._spool) == 10
+    assert metric(loop, "sits_agent_batches_quarantined_total") == 0
+    assert not list((tmp_path / "spool" / "quarantine").glob("*.batch"))
+
+
+def test_cli_agent_quarantines_a_poison_batch(tmp_path: Path) -> None:
+    """The real ``agent`` command: the quarantine directory sits beside the dead letters and
+    ``--quarantine-after-failures`` sets N."""
+    dcgm = tmp_path / "dcgm.prom"
+    dcgm.write_text(
+        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-0",modelName="NVIDIA L4",Hostname="n1"} 1024\n'
+    )
+    spool = tmp_path / "agent-spool"
+    metrics_port = free_port()
+    with PoisonService("first") as svc:
+        args = [sys.executable, "-m", "sits_observe.surfaces.cli.agent", "--service", svc.url]
+        args += ["--node", "n1", "--dcgm-url", str(dcgm), "--no-nvml", "--interval-s", "0.2"]
+        args += ["--spool-dir", str(spool), "--quarantine-after-failures", "2"]
+        args += ["--ship-retries", "0", "--metrics-port", str(metrics_port)]
+        log = tmp_path / "agent.log"
+        with log.open("wb") as out:
+            agent = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "SITS_TOKEN": TOKEN}
+            )
+        try:
+            wait_until(
+                lambda: (
+                    agent.poll() is not None
+                    or (
+                        len(list((spool / "quarantine").glob("*.batch"))) == 1
+                        and len(svc.stored) >= 3
+                    )
+                ),
+                60,
+                "the poison batch quarantined and newer batches stored",
+            )
+            assert agent.poll() is None, log.read_text()
+            text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+            assert "sits_agent_batches_quarantined_total 1.0" in text
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(timeout=30) == 0, log.read_text()
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=10)
+    (kept,) = (spool / "quarantine").glob("*.batch")
+    assert isinstance(svc.poison, set) and kept.name.endswith(f"_{svc.poison.pop()}.batch")
+    assert not list(spool.glob("*.batch"))

@@ -62,34 +62,58 @@ def test_every_object_round_trips_through_the_client_models(path: Path) -> None:
         assert api.sanitize_for_serialization(model) == doc, f"{path.name}: {key} lost fields"
 
 
-def test_cluster_role_only_reads_nodes_and_pods() -> None:
-    role = only("ClusterRole")
-    assert "aggregationRule" not in role
-    for rule in role["rules"]:
-        assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
-        assert rule.get("apiGroups") == [""], rule
-        assert set(rule["resources"]) <= {"nodes", "pods"}, rule
-        assert "nonResourceURLs" not in rule and "resourceNames" not in rule
-        assert "*" not in rule["verbs"] + rule["resources"]
-    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {(r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")}
+AGENT_ACCOUNT = ("sits-observe", "sits-observe-agent")
+#: Every manifest a cluster may hold: a binding anywhere could grant the agent access.
+ALL_MANIFESTS = MANIFESTS + sorted((DEPLOYABLES.parent / "deploy").glob("*.yaml"))
+BINDINGS = ("RoleBinding", "ClusterRoleBinding")
 
 
-def test_binding_ties_the_role_to_the_agent_account() -> None:
-    binding = only("ClusterRoleBinding")
+def _binds_the_agent(subject: dict[str, Any], binding_namespace: str | None) -> bool:
+    namespace, name = AGENT_ACCOUNT
+    if subject.get("kind") == "ServiceAccount":
+        ns = subject.get("namespace") or binding_namespace
+        return (ns, subject.get("name")) == AGENT_ACCOUNT
+    if subject.get("kind") == "Group":
+        # The groups every service account (of the namespace) belongs to.
+        return subject.get("name") in (
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{namespace}",
+        )
+    return subject.get("kind") == "User" and subject.get("name") == (
+        f"system:serviceaccount:{namespace}:{name}"
+    )
+
+
+def test_no_role_is_bound_to_the_agent_account() -> None:
+    """The agent never calls the Kubernetes API (it reads cgroups, DCGM, NVML and vLLM on its
+    node): no binding in any manifest may give its account a role."""
+    docs = [d for path in ALL_MANIFESTS for d in yaml.safe_load_all(path.read_text()) if d]
+    bindings = [d for d in docs if d["kind"] in BINDINGS]
+    assert bindings, "expected the service's and the controller's bindings in deploy/"
+    for binding in bindings:
+        namespace = binding["metadata"].get("namespace")
+        for subject in binding.get("subjects") or []:
+            assert not _binds_the_agent(subject, namespace), (binding["metadata"], subject)
+    assert not [d for d in all_objects() if d["kind"] in ("Role", "ClusterRole", *BINDINGS)]
+
+
+def test_the_agent_gets_no_service_account_token() -> None:
     account = only("ServiceAccount")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": only("ClusterRole")["metadata"]["name"],
-    }
-    assert binding["subjects"] == [
-        {
-            "kind": "ServiceAccount",
-            "name": account["metadata"]["name"],
-            "namespace": account["metadata"]["namespace"],
-        }
+    assert (account["metadata"]["namespace"], account["metadata"]["name"]) == AGENT_ACCOUNT
+    assert account["automountServiceAccountToken"] is False
+    pod = _pod()
+    assert pod["automountServiceAccountToken"] is False
+    projected = [
+        source
+        for volume in pod["volumes"]
+        for source in volume.get("projected", {}).get("sources", [])
+        if "serviceAccountToken" in source
     ]
+    assert projected == []
+
+
+def test_the_daemonset_runs_under_the_agent_account() -> None:
+    account = only("ServiceAccount")
     daemonset = only("DaemonSet")
     assert daemonset["metadata"]["namespace"] == account["metadata"]["namespace"]
     assert (
@@ -176,7 +200,8 @@ def test_daemonset_spool_is_a_writable_empty_dir() -> None:
     spool_bytes = int(
         next(a for a in agent["args"] if a.startswith("--spool-max-bytes=")).split("=", 1)[1]
     )
-    assert size_limit >= 2 * spool_bytes  # spool plus dead letters
+    # The spool, the dead letters and the quarantine are each bounded by --spool-max-bytes.
+    assert size_limit >= 3 * spool_bytes
 
 
 def test_daemonset_budget() -> None:

@@ -10,11 +10,16 @@ Each tick:
 2. Each collector's tables are conformed to the domain schema (so outputs of several
    collectors concatenate, and one collector with a bad column cannot spoil the batch),
    merged, and the collectors' drop counts are added as ``collector_drops`` rows.
-3. Batches left in the spool are replayed oldest first (at most ``replay_max_per_tick``);
-   only when the spool is empty is the new batch sent directly, so the service receives
-   batches in the order they were collected.
+3. Batches left in the spool are replayed oldest first (at most ``replay_max_per_tick``
+   sends); the new batch is sent directly only when none is left waiting, so the service
+   receives batches in the order they were collected. A 5xx answer to a spooled batch does
+   not stop the replay: the next ones are tried (after three such answers with nothing
+   delivered, only the new batch is, as the probe). No answer does stop it.
 4. The new batch is shipped; if the service cannot take it, it is spooled. A batch the
    service rejects (4xx) goes to the dead-letter spool and is never retried.
+5. Spooled batches answered 5xx in a tick in which another batch was stored get a strike;
+   after ``quarantine_after_failures`` they move to the quarantine directory
+   (:mod:`.quarantine` has the rule and why it cannot fire during an outage).
 
 Between 2 and 3 the tick's tables are handed to ``metrics.latest`` (one reference swap) so
 ``/metrics`` serves the newest GPU samples under dcgm-exporter's names (:mod:`.latest`).
@@ -39,6 +44,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from sits_observe.collectors.agent.metrics import AgentMetrics
+from sits_observe.collectors.agent.quarantine import Quarantine, Round
 from sits_observe.collectors.agent.shipper import ShipOutcome, ShipResult
 from sits_observe.collectors.agent.spool import Spool
 from sits_observe.collectors.agent.wire import batch_rows, encode_batch
@@ -95,6 +101,8 @@ class AgentLoop:
         interval_s: float,
         node: str,
         dead_letter: Spool | None = None,
+        quarantine: Spool | None = None,
+        quarantine_after_failures: int = 5,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], datetime] = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
@@ -115,6 +123,9 @@ class AgentLoop:
         self.interval_s = interval_s
         self.node = node
         self.metrics = metrics or AgentMetrics()
+        self._quarantine = Quarantine(
+            quarantine, after_failures=quarantine_after_failures, metrics=self.metrics
+        )
         self._clock = clock
         self._monotonic = monotonic
         self._stop = stop_event or threading.Event()
@@ -171,16 +182,18 @@ class AgentLoop:
         if drops is not None:
             tables["collector_drops"] = drops
         rows = batch_rows(tables)
-        replayed = self._replay()
+        deliveries = Round()
+        replayed, waiting = self._replay(deliveries)
         batch_id: str | None = None
         result = "empty"
         if rows:
             batch_id = self._batch_ids()
             body = encode_batch(tables, compression=self._compression)
-            if len(self._spool):
+            if waiting:
                 result = self._spool_batch(batch_id, body, rows)
             else:
-                result = self._ship_new(batch_id, body, rows)
+                result = self._ship_new(batch_id, body, rows, deliveries)
+        self._settle(deliveries)
         self._update_gauges()
         self.metrics.tick_seconds.observe(self._monotonic() - started)
         return TickReport(rows, errors, batch_id, result, replayed)
@@ -256,11 +269,17 @@ class AgentLoop:
 
     # -- delivery -----------------------------------------------------------------------
 
-    def _replay(self) -> int:
-        replayed = 0
-        while len(self._spool) and replayed < self._replay_max and not self._stop.is_set():
-            entry = self._spool.peek()
-            assert entry is not None
+    def _replay(self, deliveries: Round) -> tuple[int, bool]:
+        """Send spooled batches oldest first; returns how many were delivered and whether
+        batches still wait their turn (then the new batch queues behind them)."""
+        replayed = sent = 0
+        retries = self._retries()
+        for entry in self._spool.entries():
+            if sent >= self._replay_max or self._stop.is_set():
+                return replayed, True
+            if deliveries.service_down or deliveries.too_many_suspects:
+                # Down: keep the order. Too many 5xx: let the new batch probe past them.
+                return replayed, deliveries.service_down
             try:
                 body = entry.read()
             except OSError as exc:
@@ -268,10 +287,14 @@ class AgentLoop:
                 self._spool.remove(entry)
                 self.metrics.samples_dropped.labels("unreadable").inc(entry.rows)
                 continue
-            result = self._shipper.ship(entry.batch_id, body, retries=self._retries())
+            sent += 1
+            # A batch with strikes has shown what it gets; one try per tick is enough.
+            tries = 0 if self._quarantine.strikes(entry.batch_id) else retries
+            result = self._shipper.ship(entry.batch_id, body, retries=tries)
             if result.outcome.delivered:
                 self._spool.remove(entry)
-                self._went_online()
+                deliveries.delivered = True
+                retries = None
                 replayed += 1
                 self.metrics.batches.labels("replayed").inc()
                 self.metrics.samples_shipped.inc(entry.rows)
@@ -279,16 +302,23 @@ class AgentLoop:
                 self._spool.remove(entry)
                 self._reject(entry.batch_id, body, entry.rows, result)
             else:
-                self._went_offline(result)
-                break
+                deliveries.failed(result)
+                retries = 0
+                if not deliveries.service_down:
+                    deliveries.suspects.append((entry, result))
         if replayed and not len(self._spool):
             log.info("spool drained: every batch kept during the outage was delivered")
-        return replayed
+        return replayed, deliveries.service_down or self._unsuspected_left(deliveries)
 
-    def _ship_new(self, batch_id: str, body: bytes, rows: int) -> str:
-        result = self._shipper.ship(batch_id, body, retries=self._retries())
+    def _unsuspected_left(self, deliveries: Round) -> bool:
+        suspects = {entry for entry, _ in deliveries.suspects}
+        return any(entry not in suspects for entry in self._spool.entries())
+
+    def _ship_new(self, batch_id: str, body: bytes, rows: int, deliveries: Round) -> str:
+        retries = 0 if deliveries.failure is not None else self._retries()
+        result = self._shipper.ship(batch_id, body, retries=retries)
         if result.outcome.delivered:
-            self._went_online()
+            deliveries.delivered = True
             label = "duplicate" if result.outcome is ShipOutcome.DUPLICATE else "shipped"
             self.metrics.batches.labels(label).inc()
             self.metrics.samples_shipped.inc(rows)
@@ -296,8 +326,16 @@ class AgentLoop:
         if result.outcome is ShipOutcome.REJECTED:
             self._reject(batch_id, body, rows, result)
             return "rejected"
-        self._went_offline(result)
+        deliveries.failed(result)
         return self._spool_batch(batch_id, body, rows)
+
+    def _settle(self, deliveries: Round) -> None:
+        """The end of a tick's deliveries: online or offline, strikes and quarantine."""
+        if deliveries.delivered:
+            self._went_online()
+        elif deliveries.failure is not None:
+            self._went_offline(deliveries.failure)
+        self._quarantine.settle(self._spool, deliveries)
 
     def _spool_batch(self, batch_id: str, body: bytes, rows: int) -> str:
         try:
@@ -349,7 +387,7 @@ class AgentLoop:
 
     def _went_online(self) -> None:
         if self._offline:
-            log.info("service answers again; %d spooled batches to replay", len(self._spool))
+            log.info("service answers again; %d batches left in the spool", len(self._spool))
         self._offline = False
 
     def _safe_tick(self) -> None:

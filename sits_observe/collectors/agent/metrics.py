@@ -38,7 +38,8 @@ class AgentMetrics:
         )
         self.samples_dropped = _counter(
             "sits_agent_samples_dropped_total",
-            "rows lost by the agent: spool_full, too_large, rejected (kept in dead letters)",
+            "rows lost by the agent: spool_full, too_large, spool_error, unreadable, rejected "
+            "(kept in dead letters), quarantined (kept in quarantine)",
             ("reason",),
             reg,
         )
@@ -59,6 +60,11 @@ class AgentMetrics:
             "batches by result: shipped, duplicate, spooled, replayed, rejected, evicted",
             ("result",),
             reg,
+        )
+        self.batches_quarantined = Counter(
+            "sits_agent_batches_quarantined_total",
+            "spooled batches moved to quarantine after repeated 5xx while others were stored",
+            registry=reg,
         )
         self.collectors_disabled = Gauge(
             "sits_agent_collectors_disabled",

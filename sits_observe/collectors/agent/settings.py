@@ -43,8 +43,18 @@ class AgentSettings(BaseModel):
     dead_letter_max_files: int = Field(
         100, ge=1, description="rejected batch files kept for inspection (oldest dropped)"
     )
+    quarantine_after_failures: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="ticks in which one spooled batch got a 5xx while the service stored "
+        "others, before it is moved to quarantine",
+    )
+    quarantine_max_files: int = Field(
+        100, ge=1, description="quarantined batch files kept for inspection (oldest dropped)"
+    )
     replay_max_per_tick: int = Field(
-        50, ge=1, le=100_000, description="spooled batches replayed per collection at most"
+        50, ge=1, le=100_000, description="spooled batches sent per collection at most"
     )
     compression: str | None = Field(
         None, pattern="^(lz4|zstd)$", description="Arrow IPC buffer compression: lz4, zstd"

@@ -14,14 +14,21 @@ The shipper never raises for a failed delivery: it returns a :class:`ShipResult`
 Retries (for UNAVAILABLE only) back off exponentially and wait on the stop event, so a
 shutdown during a back-off is immediate. A batch id makes every retry idempotent: the
 service stores a batch id at most once.
+
+The service URL is checked once, when the shipper is built (:func:`service_url`): a URL
+httpx cannot send to would otherwise look like an outage, and the agent would spool every
+batch until its spool overflowed.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from enum import Enum
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -31,12 +38,65 @@ from sits_observe.collectors.agent.wire import (
     HEADER_NODE,
     INGEST_PATH,
 )
+from sits_observe.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: 4xx answers that say "not now" rather than "never": request timeout, too many requests,
 #: and authentication (an operator fixes the token; the data is still good).
 _RETRYABLE_4XX = frozenset({401, 403, 408, 429})
+
+#: A DNS name: dot-separated labels of letters, digits and inner hyphens (RFC 1123).
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?\Z")
+_URL_SHAPE = "http(s)://HOST:PORT/PATH, e.g. http://sits-observe:8080"
+
+
+def service_url(text: str) -> str:
+    """``text`` checked as the service's base URL, without a trailing slash.
+
+    Allowed: scheme ``http`` or ``https``, a host (DNS name, IPv4 or bracketed IPv6), an
+    optional port and path prefix. Refused, with the reason: whitespace, any other scheme, no
+    host, a bad port, a query or fragment (the shipper appends the ingest path), and
+    credentials (the token travels in the ``Authorization`` header, never in a URL that ends
+    up in logs). Raises :class:`ConfigError`.
+    """
+    problem = _url_problem(text)
+    if problem is not None:
+        raise ConfigError(f"--service {text!r} is not a service URL: {problem}; use {_URL_SHAPE}")
+    return text.rstrip("/")
+
+
+def _url_problem(text: str) -> str | None:
+    if not text or any(c.isspace() for c in text):
+        return "it is empty or contains whitespace"
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"the scheme must be http or https, not {parts.scheme or 'missing'!r}"
+    if parts.username is not None or parts.password is not None:
+        return "credentials in the URL are not allowed (pass the token with --token-file)"
+    if parts.query or text.endswith("?"):
+        return "a query (?...) is not allowed"
+    if parts.fragment or "#" in text:
+        return "a fragment (#...) is not allowed"
+    host = parts.hostname
+    if not host:
+        return "it names no host"
+    if not _host_ok(host, bracketed=parts.netloc.startswith("[")):
+        return f"{host!r} is not a host name or IP address"
+    try:
+        parts.port  # noqa: B018 -- the property validates the port
+    except ValueError:
+        return f"the port in {parts.netloc!r} is not a number in 0-65535"
+    return None
+
+
+def _host_ok(host: str, *, bracketed: bool) -> bool:
+    if bracketed:
+        try:
+            return ipaddress.ip_address(host).version == 6
+        except ValueError:
+            return False
+    return _HOSTNAME.match(host) is not None
 
 
 class ShipOutcome(Enum):
@@ -64,11 +124,11 @@ class ShipResult:
 
 
 class Shipper:
-    """Deliver wire-format batches to ``POST {service_url}/api/v1/ingest``."""
+    """Deliver wire-format batches to ``POST {base_url}/api/v1/ingest``."""
 
     def __init__(
         self,
-        service_url: str,
+        base_url: str,
         token: str,
         *,
         node: str,
@@ -79,7 +139,7 @@ class Shipper:
         backoff_max_s: float = 5.0,
         stop_event: threading.Event | None = None,
     ) -> None:
-        self.url = service_url.rstrip("/") + INGEST_PATH
+        self.url = service_url(base_url) + INGEST_PATH
         self._headers = {
             "Authorization": f"Bearer {token}",
             "Content-Type": CONTENT_TYPE,

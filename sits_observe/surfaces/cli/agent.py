@@ -1,8 +1,9 @@
 """CLI: ``sits-observe agent``, the composition root of the node agent.
 
 Builds the collectors named by the flags (imported lazily, so a node only loads what it
-uses), the shipper, the spool and the dead-letter spool, serves the agent's own metrics on
-``--metrics-port`` when given, and runs :class:`AgentLoop` until SIGTERM / SIGINT.
+uses), the shipper, the spool, the dead-letter and the quarantine directories, serves the
+agent's own metrics on ``--metrics-port`` when given, and runs :class:`AgentLoop` until
+SIGTERM / SIGINT.
 
 The agent must stay small on every GPU node (target: < 2 % of one core, < 100 MB RSS).
 ``python -m sits_observe.surfaces.cli.agent ...`` runs the same command without loading the
@@ -80,6 +81,9 @@ def agent(
     spool_max_files: int = typer.Option(_DEFAULTS.spool_max_files, help=_help("spool_max_files")),
     ship_timeout_s: float = typer.Option(_DEFAULTS.ship_timeout_s, help=_help("ship_timeout_s")),
     ship_retries: int = typer.Option(_DEFAULTS.ship_retries, help=_help("ship_retries")),
+    quarantine_after_failures: int = typer.Option(
+        _DEFAULTS.quarantine_after_failures, help=_help("quarantine_after_failures")
+    ),
     compression: str | None = typer.Option(None, help=_help("compression")),
     metrics_port: int | None = typer.Option(
         None, "--metrics-port", help="serve the agent's own /metrics on this port"
@@ -104,6 +108,7 @@ def agent(
             spool_max_files=spool_max_files,
             ship_timeout_s=ship_timeout_s,
             ship_retries=ship_retries,
+            quarantine_after_failures=quarantine_after_failures,
             compression=compression,
         )
         token = _token(token_file)
@@ -143,9 +148,12 @@ def run_agent(
     from prometheus_client import start_http_server
 
     from sits_observe.collectors.agent import AgentLoop, AgentMetrics, Shipper, Spool
+    from sits_observe.collectors.agent.shipper import service_url
     from sits_observe.collectors.agent.wire import NODE_PATTERN
     from sits_observe.collectors.http import new_client
 
+    # Checked before anything is built: a URL httpx cannot use would look like an outage.
+    service = service_url(service)
     if not NODE_PATTERN.match(node):
         raise ConfigError(f"--node {node!r} is not a node name (letters, digits, '.', '_', '-')")
     stop = threading.Event()
@@ -157,6 +165,11 @@ def run_agent(
             spool_dir / "dead-letter",
             max_bytes=settings.spool_max_bytes,
             max_files=settings.dead_letter_max_files,
+        )
+        quarantine = Spool(
+            spool_dir / "quarantine",
+            max_bytes=settings.spool_max_bytes,
+            max_files=settings.quarantine_max_files,
         )
     except OSError as exc:
         raise ConfigError(
@@ -184,6 +197,8 @@ def run_agent(
         interval_s=settings.interval_s,
         node=node,
         dead_letter=dead,
+        quarantine=quarantine,
+        quarantine_after_failures=settings.quarantine_after_failures,
         metrics=metrics,
         stop_event=stop,
         replay_max_per_tick=settings.replay_max_per_tick,

@@ -214,7 +214,8 @@ def test_rate_limit_defers_writes_to_later_passes(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock, store: Store
 ) -> None:
     seed(kube)
-    settings = ControllerSettings(mode="act", writes_per_minute=1, write_burst=2)
+    # Every decision here is one PATCH and one Event: two API requests, two tokens.
+    settings = ControllerSettings(mode="act", writes_per_minute=1, write_burst=4)
     bucket = TokenBucket(
         settings.writes_per_minute / 60, settings.write_burst, clock=clock.monotonic
     )
@@ -223,7 +224,7 @@ def test_rate_limit_defers_writes_to_later_passes(
     assert counts.count("applied") + counts.count("recommended") == 2
     assert counts.count("skipped:rate-limited") == len(first) - 2
     assert len(emu.objects("events")) == 2
-    clock.advance(60)  # one more token
+    clock.advance(120)  # two more tokens: one more decision
     second = one_pass(kube, settings, recorder, clock, limiter=bucket)
     assert sum(o.outcome != "skipped:rate-limited" for o in second) == 1
     # A backlog skip is stored once, not on every pass.
@@ -232,6 +233,68 @@ def test_rate_limit_defers_writes_to_later_passes(
         "WHERE outcome = 'skipped:rate-limited' GROUP BY kind, namespace, name, action)"
     )
     assert again == 1
+
+
+class Sleeper(FakeClock):
+    """A clock whose ``sleep`` lets the time pass (as ``time.sleep`` does)."""
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(seconds)
+
+
+class Counting(KubeJson):
+    """Notes the (monotonic) time of every request sent."""
+
+    def __init__(self, base: KubeJson, clock: FakeClock) -> None:
+        super().__init__(base.api, timeout_s=base.timeout_s)
+        self.clock = clock
+        self.sent: list[tuple[float, str, str]] = []
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        self.sent.append((self.clock.monotonic(), method, path))
+        return super().request(method, path, **kw)
+
+
+def test_the_rate_limit_counts_every_api_request_retries_included(
+    emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder
+) -> None:
+    """With 500s and 429s answered, patches and Events are retried: the requests sent must
+    still never exceed the bucket (burst + rate x elapsed) at any moment of the pass."""
+    seed(kube)
+    clock = Sleeper()
+    settings = ControllerSettings(
+        mode="act",
+        writes_per_minute=12,
+        write_burst=5,
+        time_slicing_configmap="gpu-operator/time-slicing",
+    )
+    emu.inject_error(r"PATCH /api/v1/nodes/n1", 500, reason="Injected", times=3)
+    emu.inject_error(r"POST /api/v1/namespaces/default/events", 429, reason="Injected", times=2)
+    emu.inject_error(r"PUT /api/v1/namespaces/gpu-operator/configmaps", 409, times=1)
+    bucket = TokenBucket(
+        settings.writes_per_minute / 60, settings.write_burst, clock=clock.monotonic
+    )
+    counting = Counting(kube, clock)
+    applier = Applier(counting, settings, recorder, limiter=bucket, sleep=clock.sleep, clock=clock)
+    start = clock.monotonic()
+    outcomes: list[Outcome] = []
+    for _ in range(10):  # the bucket persists across passes, as in the loop
+        state = read_state(kube, settings)
+        outcomes += applier.apply(plan(cluster_signals(clock()), state, settings, at=clock()))
+        clock.advance(60)
+    rate_per_s = settings.writes_per_minute / 60
+    for count, (at, _, _) in enumerate(counting.sent, start=1):
+        assert count <= settings.write_burst + rate_per_s * (at - start) + 1e-6, counting.sent
+    assert applier.requests_sent == len(counting.sent)
+    # Not vacuous: retries happened, decisions were written, and others were deferred.
+    methods = [(method, path) for _, method, path in counting.sent]
+    assert methods.count(("PATCH", "/api/v1/nodes/n1")) >= 2
+    assert methods.count(("PUT", "/api/v1/namespaces/gpu-operator/configmaps/time-slicing")) >= 2
+    by_outcome = [o.outcome for o in outcomes]
+    assert by_outcome.count("applied") >= 3 and "skipped:rate-limited" in by_outcome
+    written = [o for o in outcomes if o.outcome in ("applied", "recommended")]
+    assert len(counting.sent) >= 2 * len(written)  # at least a write and an Event each
 
 
 # -- errors ----------------------------------------------------------------------------------

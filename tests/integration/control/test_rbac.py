@@ -1,4 +1,17 @@
-"""deploy/controller-rbac.yaml grants exactly what the controller does on the API, no more."""
+"""The controller's RBAC files grant exactly what each mode does on the API, no more.
+
+Three files, one per need (docs/controller.md, "RBAC"):
+
+- ``deploy/controller-rbac.yaml``: dry-run (``sits-observe controller`` without ``--annotate``
+  / ``--act``, and the in-process controller of ``serve --controller``): list the objects the
+  plan reads, and the leader-election Lease;
+- ``deploy/controller-write-rbac.yaml``: ``--annotate`` / ``--act``: patches and Events;
+- ``deploy/controller-time-slicing-rbac.yaml``: ``--time-slicing-configmap``: that ConfigMap.
+
+Each test records every request a real pass sends to the emulator and checks it against what
+the files grant to the account that runs it, evaluated the way the API server's RBAC
+authorizer does (bindings -> roles -> rules), and that the files grant nothing unused.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +24,7 @@ import polars as pl
 import pytest
 import yaml
 from kubernetes import client as k8s_client
+from prometheus_client import CollectorRegistry
 
 from sits_observe.control.apply import Applier
 from sits_observe.control.inputs import Signals
@@ -21,12 +35,22 @@ from sits_observe.control.record import StoreRecorder
 from sits_observe.control.safety import TokenBucket
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.state import read_state
+from sits_observe.store import Store
+from sits_observe.surfaces.cli.controller import build_loop
 from tests.integration.control.conftest import FakeClock, seed
 from tests.integration.control.signals import cluster_signals
 
 pytestmark = pytest.mark.k8s
 
-RBAC = Path(__file__).resolve().parents[3] / "deploy" / "controller-rbac.yaml"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+DRY_RUN = DEPLOY / "controller-rbac.yaml"
+WRITE = DEPLOY / "controller-write-rbac.yaml"
+TIME_SLICING = DEPLOY / "controller-time-slicing-rbac.yaml"
+SERVICE = DEPLOY / "rbac.yaml"
+CONTROLLER_FILES = (DRY_RUN, WRITE, TIME_SLICING)
+#: (namespace, name) of the accounts: the standalone controller's and the service's.
+CONTROLLER = ("sits-observe", "sits-observe-controller")
+SERVICE_ACCOUNT = ("sits-observe", "sits-observe")
 MODELS = {
     "ServiceAccount": "V1ServiceAccount",
     "ClusterRole": "V1ClusterRole",
@@ -38,6 +62,7 @@ _PATH = re.compile(
     r"^/apis?/(?:(?P<group>[^/]+)/)?v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)"
     r"(?:/(?P<name>[^/?]+))?$"
 )
+Request = tuple[str, str, str, str | None, str | None]  # verb, group, resource, namespace, name
 
 
 class Recording(KubeJson):
@@ -45,7 +70,7 @@ class Recording(KubeJson):
 
     def __init__(self, base: KubeJson) -> None:
         super().__init__(base.api, timeout_s=base.timeout_s)
-        self.seen: set[tuple[str, str, str, str | None, str | None]] = set()
+        self.seen: set[Request] = set()
 
     def request(self, method: str, path: str, **kw: Any) -> JsonObject:
         match = _PATH.match(path)
@@ -58,32 +83,113 @@ class Recording(KubeJson):
         return super().request(method, path, **kw)
 
 
-def documents() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(RBAC.read_text(encoding="utf-8")) if d]
+def documents(*paths: Path) -> list[dict[str, Any]]:
+    return [d for p in paths for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d]
 
 
-def allowed(verb: str, group: str, resource: str, ns: str | None, name: str | None) -> bool:
-    for doc in documents():
-        if doc["kind"] not in ("ClusterRole", "Role"):
+def _subject_is(subject: dict[str, Any], account: tuple[str, str]) -> bool:
+    return (
+        subject.get("kind") == "ServiceAccount"
+        and (
+            subject.get("namespace"),
+            subject.get("name"),
+        )
+        == account
+    )
+
+
+def rules_of(account: tuple[str, str], docs: list[dict[str, Any]]) -> list[tuple[str | None, Any]]:
+    """(namespace the rule holds in, or None for cluster-wide; rule) bound to ``account``."""
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
+    found: list[tuple[str | None, Any]] = []
+    for binding in docs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
             continue
-        if doc["kind"] == "Role" and doc["metadata"]["namespace"] != ns:
+        if not any(_subject_is(s, account) for s in binding.get("subjects") or []):
             continue
-        for rule in doc["rules"]:
-            names = rule.get("resourceNames")
-            if (group in rule["apiGroups"] and resource in rule["resources"]
-                    and verb in rule["verbs"] and (names is None or name in names)):  # fmt: skip
-                return True
+        ref = binding["roleRef"]
+        where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        role_ns = where if ref["kind"] == "Role" else None
+        role = roles.get((ref["kind"], role_ns, ref["name"]))
+        assert role is not None, f"{binding['metadata']['name']} refers to a missing {ref}"
+        found += [(where, rule) for rule in role["rules"]]
+    return found
+
+
+def allowed(rules: list[tuple[str | None, Any]], request: Request) -> bool:
+    verb, group, resource, ns, name = request
+    for where, rule in rules:
+        names = rule.get("resourceNames")
+        if (
+            (where is None or where == ns)
+            and group in rule["apiGroups"]
+            and resource in rule["resources"]
+            and verb in rule["verbs"]
+            and (names is None or name in names)
+        ):
+            return True
     return False
 
 
-def test_every_object_round_trips_through_the_client_models() -> None:
+def granted(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {
+        (verb, resource)
+        for doc in docs
+        if doc["kind"] in ("ClusterRole", "Role")
+        for rule in doc["rules"]
+        for verb in rule["verbs"]
+        for resource in rule["resources"]
+    }
+
+
+def used(seen: set[Request]) -> set[tuple[str, str]]:
+    return {(verb, resource) for verb, _, resource, _, _ in seen}
+
+
+@pytest.mark.parametrize("path", [*CONTROLLER_FILES, SERVICE], ids=lambda p: p.name)
+def test_every_object_round_trips_through_the_client_models(path: Path) -> None:
     api = k8s_client.ApiClient()
-    for doc in documents():
+    docs = documents(path)
+    assert docs, f"{path.name} holds nothing"
+    for doc in docs:
         model = api.deserialize(json.dumps(doc), MODELS[doc["kind"]], "application/json")
         assert api.sanitize_for_serialization(model) == doc
 
 
-def test_the_roles_cover_every_request_of_an_act_pass_and_nothing_else(
+def test_dry_run_needs_only_the_dry_run_file_for_serve_and_for_the_controller(
+    kube: KubeJson, store: Store
+) -> None:
+    """What ``serve --controller`` builds (``build_loop`` with the default, dry-run settings),
+    run for two passes and a shutdown against the emulator."""
+    seed(kube)
+    recording = Recording(kube)
+    loop = build_loop(
+        store=store, kube=recording, settings=ControllerSettings(), registry=CollectorRegistry()
+    )
+    assert loop.run_once().leader  # create the Lease, read the cluster, plan, record
+    assert loop.run_once().error is None  # get + update the Lease
+    assert loop.elector is not None
+    loop.elector.release()
+    assert {r[2] for r in recording.seen} == {
+        "leases",
+        "nodes",
+        "pods",
+        "namespaces",
+        "resourcequotas",
+    }
+    dry_run = documents(DRY_RUN)
+    for account, files in ((SERVICE_ACCOUNT, [SERVICE, DRY_RUN]), (CONTROLLER, [DRY_RUN])):
+        rules = rules_of(account, documents(*files))
+        denied = sorted(r for r in recording.seen if not allowed(rules, r))
+        assert denied == [], account
+    # Least privilege: the dry-run file grants nothing a dry-run pass does not use, and no
+    # write but on its own Lease.
+    assert granted(dry_run) == used(recording.seen)
+    writes = {(v, r) for v, r in granted(dry_run) if v not in ("get", "list", "watch")}
+    assert writes == {("create", "leases"), ("update", "leases")}
+
+
+def test_the_write_files_cover_an_act_pass_and_nothing_else(
     kube: KubeJson, clock: FakeClock, recorder: StoreRecorder
 ) -> None:
     seed(kube)
@@ -115,15 +221,24 @@ def test_the_roles_cover_every_request_of_an_act_pass_and_nothing_else(
     Applier(recording, settings, recorder, limiter=TokenBucket(1000, 1000),
             sleep=clock.sleep, clock=clock).apply(decisions)  # fmt: skip
     elector.release()
-    denied = [r for r in recording.seen if not allowed(*r)]
+    rules = rules_of(CONTROLLER, documents(*CONTROLLER_FILES))
+    denied = sorted(r for r in recording.seen if not allowed(rules, r))
     assert denied == []
-    used = {(verb, resource) for verb, _, resource, _, _ in recording.seen}
-    granted = {
-        (verb, resource)
-        for doc in documents()
-        if doc["kind"] in ("ClusterRole", "Role")
-        for rule in doc["rules"]
-        for verb in rule["verbs"]
-        for resource in rule["resources"]
-    }
-    assert granted == used  # least privilege: nothing granted that the controller never uses
+    assert granted(documents(*CONTROLLER_FILES)) == used(recording.seen)
+    # The write file holds exactly the object writes; the time-slicing file that ConfigMap.
+    assert granted(documents(WRITE)) == {
+        ("patch", r) for r in ("nodes", "pods", "namespaces", "resourcequotas")
+    } | {("create", "events")}
+    assert granted(documents(TIME_SLICING)) == {("get", "configmaps"), ("update", "configmaps")}
+
+
+def test_the_service_account_is_never_given_a_write_role() -> None:
+    """``serve --controller`` is dry-run only: the write files bind the controller alone."""
+    for path in (WRITE, TIME_SLICING):
+        docs = documents(path)
+        assert rules_of(SERVICE_ACCOUNT, docs) == [], path.name
+        assert rules_of(CONTROLLER, docs), path.name
+        assert not [d for d in docs if d["kind"] == "ServiceAccount"]  # defined once, dry-run
+    assert [d["metadata"]["name"] for d in documents(DRY_RUN) if d["kind"] == "ServiceAccount"] == [
+        CONTROLLER[1]
+    ]

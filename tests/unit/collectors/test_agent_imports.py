@@ -1,4 +1,8 @@
-"""The agent runs on every GPU node: it must not load the store (DuckDB) or the service."""
+"""The agent runs on every GPU node: it must not load the store (DuckDB) or the service.
+
+Nor the Kubernetes client: the agent has no API access (collectors/rbac.yaml binds no role to
+its account and mounts no token), so none of the collectors it builds may need one.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,17 @@ print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('duckdb', 
 
 
 @pytest.mark.parametrize(
-    "module", ["sits_observe.collectors.agent", "sits_observe.surfaces.cli.agent"]
+    "module",
+    [
+        "sits_observe.collectors.agent",
+        "sits_observe.surfaces.cli.agent",
+        # What surfaces.cli.agent.collector_factories builds, and the client they share.
+        "sits_observe.collectors.dcgm",
+        "sits_observe.collectors.cgroup",
+        "sits_observe.collectors.nvml",
+        "sits_observe.collectors.vllm",
+        "sits_observe.collectors.http",
+    ],
 )
 def test_agent_modules_do_not_load_the_store_or_the_service(module: str) -> None:
     out = subprocess.run(
