@@ -50,6 +50,7 @@ from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.simulator.kube_publish import KubePublisher
 from sits_observe.simulator.runtime import SimulationRuntime
 from sits_observe.store import Store
+from sits_observe.surfaces.demo_workdir import PreviousRun, WorkdirLock, prepare_workdir
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.inventory import InventoryLoop
@@ -120,6 +121,11 @@ class DemoSettings(BaseModel):
         description="serve the Streamlit app on this loopback port, reading through the "
         "service (none = no app)",
     )
+    keep_db: bool = Field(
+        False,
+        description="append to the database an earlier run left instead of replacing it "
+        "(the simulated node files are always replaced)",
+    )
 
 
 @dataclass
@@ -172,11 +178,27 @@ class Demo:
         self._controller_stop = threading.Event()
         self._controller: threading.Thread | None = None
         self.ui: subprocess.Popen[bytes] | None = None
+        self.previous = PreviousRun()
+        self._workdir_lock: WorkdirLock | None = None
 
     # -- life cycle -------------------------------------------------------------------
 
     def start(self) -> Demo:
-        """Start every part, in dependency order."""
+        """Start every part, in dependency order.
+
+        The work folder is locked and cleared of an earlier run's files first
+        (:mod:`.demo_workdir`); :attr:`previous` says what was replaced or kept.
+        """
+        s = self.settings
+        self._workdir_lock, self.previous = prepare_workdir(s.workdir, s.db_path, keep_db=s.keep_db)
+        try:
+            self._start_parts()
+        except BaseException:
+            self.stop()  # whatever did start stops, and the work folder is unlocked
+            raise
+        return self
+
+    def _start_parts(self) -> None:
         s = self.settings
         self.emulator.start()
         publisher = KubePublisher(self.emulator.api_client())
@@ -196,7 +218,6 @@ class Demo:
         self._controller = self._start_controller(self.store)
         if s.ui_port is not None:
             self.ui = self._start_ui(self.service.url, s.ui_port)
-        return self
 
     def stop(self) -> None:
         """Stop every part in reverse order; the DuckDB file stays."""
@@ -225,6 +246,9 @@ class Demo:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self._workdir_lock is not None:
+            self._workdir_lock.release()
+            self._workdir_lock = None
 
     def __enter__(self) -> Demo:
         return self.start()

@@ -40,6 +40,12 @@ def demo(
         8501, "--ui-port", help="loopback port of the Streamlit app (see docs/ui.md)"
     ),
     ui: bool = typer.Option(True, "--ui/--no-ui", help="also serve the Streamlit app"),
+    keep_db: bool = typer.Option(
+        False,
+        "--keep-db",
+        help="append to the database an earlier run left (default: replace it; the "
+        "simulated node files are always replaced)",
+    ),
 ) -> None:
     """Start a simulated GPU cluster and the real pipeline against it (Ctrl-C to stop)."""
 
@@ -57,6 +63,7 @@ def demo(
             workdir=workdir,
             interval_s=interval_s,
             ui_port=ui_port if ui else None,
+            keep_db=keep_db,
         )
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
@@ -72,6 +79,8 @@ def demo(
         )
         started = time.monotonic()
         the_demo = Demo(settings).start()
+        for line in the_demo.previous.lines():
+            err.print(line)
         try:
             err.print(
                 f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)"
@@ -86,7 +95,7 @@ def demo(
                         break
             counts = the_demo.counts()
         finally:
-            err.print("\nstopping: agents, inventory, service, simulation ...")
+            err.print("", "stopping: agents, inventory, service, simulation ...", sep="\n")
             the_demo.stop()
             signal.signal(signal.SIGINT, previous)
         _summary(settings.db_path, settings.workdir, counts)
