@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics import schedsim_policies as policies
 from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
+from sits_observe.analytics.schedsim_kube import KubePolicy
 from sits_observe.analytics.schedsim_results import PolicyResult, ReplayResult, Spread
 from sits_observe.analytics.schedsim_sits import SitsPolicy
 from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState
@@ -107,6 +108,9 @@ _POLICIES: dict[str, PolicyFactory] = {
     "bestfit": policies.BestFitPolicy,
     "fgd": policies.FgdPolicy,
     "sits": SitsPolicy,
+    # kube-scheduler as users run it, no extender (kube-sits* are registered by the control
+    # layer: they call the service's extender handler).
+    "kube-default": KubePolicy,
 }
 
 
