@@ -38,8 +38,9 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sits_observe.collectors.kube import GPU_RESOURCE, parse_quantity, pod_requests, workload_of
+from sits_observe.collectors.kube import GPU_RESOURCE, pod_requests, workload_of
 from sits_observe.control.extender_scoring import PodRequest
+from sits_observe.domain.quantity import parse_quantity
 from sits_observe.domain.strict_json import dumps
 from sits_observe.errors import ParseError
 

@@ -18,11 +18,11 @@ from typing import Any
 import polars as pl
 import yaml
 
-from sits_observe.collectors.kube import parse_quantity
 from sits_observe.control.inputs import CurrentState
 from sits_observe.control.kube import KubeJson, object_path
 from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommendation_annotation
 from sits_observe.control.settings import ControllerSettings
+from sits_observe.domain.quantity import parse_quantity
 from sits_observe.errors import KubeApiError, ParseError
 
 _RECOMMENDATION_PREFIX = recommendation_annotation("")

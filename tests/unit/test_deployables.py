@@ -13,7 +13,7 @@ import typer
 import yaml
 from kubernetes import client as k8s_client
 
-from sits_observe.collectors.kube import quantity_milli, quantity_value
+from sits_observe.domain.quantity import quantity_milli, quantity_value
 
 DEPLOYABLES = Path(__file__).resolve().parents[2] / "collectors"
 MANIFESTS = sorted(DEPLOYABLES.glob("*.yaml"))

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as reference_parse
 
-from sits_observe.collectors.kube import parse_quantity, quantity_milli, quantity_value
+from sits_observe.domain.quantity import parse_quantity, quantity_milli, quantity_value
 from sits_observe.errors import ParseError
 
 
