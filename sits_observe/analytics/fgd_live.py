@@ -5,33 +5,49 @@
   ``gpu_product`` (``unknown`` when the label is missing) and ``cpu_allocatable_milli`` CPU.
   Nodes whose Ready condition is false are left out: their GPUs are not schedulable.
 - Allocations: the latest ``pods`` snapshot; every pod bound to a node and not finished
-  (phase not Succeeded / Failed) holds its ``cpu_request_milli`` and ``gpu_request`` whole GPUs
-  on that node. Kubernetes' ``nvidia.com/gpu`` is an integer resource, so a pod holds whole
-  GPUs (per-GPU share 1000); which GPU it holds is not in the inventory, and it does not
-  matter for the measure (only how many are left), so the lowest free indices are taken.
-  Sharing schemes (time-slicing, MPS, MIG) that advertise replicas are not modelled.
-- Workload M: the distinct pods (by UID) seen in ``pods`` snapshots within ``since_s`` before
-  the latest one, each with its latest request; their shapes are CPU, GPU count, 1000 milli
-  per GPU, any GPU model (the inventory does not record node selectors).
+  (phase not Succeeded / Failed) holds its ``cpu_request_milli`` and ``gpu_request`` devices
+  with ``gpu_milli`` each (1000 = whole; NULL, as in rows stored before schema version 4, is
+  a whole GPU). Which devices:
 
-Inconsistent rows (a pod on a node missing from the snapshot, requests above what is left)
-never fail the measure: they are reported in :attr:`LiveCluster.warnings` and clamped.
+  * the ones it was assigned (``gpu_uuids``, HAMi's allocation annotation), each UUID turned
+    into the node's GPU index by the latest ``gpu_samples`` row of that UUID on that node
+    within ``devices_since_s`` before the node snapshot (whole GPUs only, not MIG instances;
+    when two UUIDs claim one index, the more recently sampled one holds it). Assigned devices
+    are taken first, for every pod, so a pod without one never lands on a device another pod
+    is known to hold;
+  * otherwise, and for a UUID that names no GPU of the node (a warning): a share takes the
+    GPU with the least free share that still fits it (lowest index on ties), as the replay's
+    default; whole GPUs take the lowest-indexed fully free ones.
+
+  Sharing schemes that advertise replicas (time-slicing, MPS, MIG) are not modelled.
+- Workload M: the distinct pods (by UID) seen in ``pods`` snapshots within ``since_s`` before
+  the latest one, each with its latest request: CPU, GPU count, the share of each GPU and the
+  allowed GPU products (``gpu_types``).
+
+Inconsistent rows (a pod on a node missing from the snapshot, requests above what is left, a
+share outside 1-1000 or a partial share of several GPUs) never fail the measure: they are
+reported in :attr:`LiveCluster.warnings`, clamped, or counted as whole GPUs.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
 
 from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape, normalise_gpu_types
 from sits_observe.errors import StoreError
 from sits_observe.store.duck import Store
 
 #: Free CPU given to a node whose allocatable CPU is unknown: never the limiting resource.
 UNKNOWN_CPU_MILLI = 1 << 40
+#: Seconds before the node snapshot in which a GPU's latest sample names its index. Device
+#: indices change only when a node reboots or a GPU is replaced; an hour covers agents that
+#: ship every few minutes without scanning a day of samples on every view rebuild.
+DEVICES_SINCE_S = 3600.0
 _DONE_PHASES = ("Succeeded", "Failed")
 
 
@@ -47,7 +63,21 @@ class LiveCluster:
     warnings: tuple[str, ...]
 
 
-def live_cluster(store: Store, *, since_s: float = 86_400.0) -> LiveCluster:
+@dataclass(frozen=True)
+class _Holding:
+    """What one bound pod holds on one node row: ``num_gpu`` devices of ``gpu_milli`` each."""
+
+    who: str
+    node: int
+    node_name: str
+    num_gpu: int
+    gpu_milli: int
+    uuids: tuple[str, ...]
+
+
+def live_cluster(
+    store: Store, *, since_s: float = 86_400.0, devices_since_s: float = DEVICES_SINCE_S
+) -> LiveCluster:
     """Build the cluster state and workload shapes from ``store`` (see the module docstring).
 
     Raises :class:`StoreError` when there is no ``nodes`` snapshot or no pod in the window.
@@ -61,8 +91,15 @@ def live_cluster(store: Store, *, since_s: float = 86_400.0) -> LiveCluster:
     warnings: list[str] = []
     state = _nodes(store, nodes_at, warnings)
     pods_at = store.scalar("SELECT max(ts) FROM pods")
-    placed = 0 if pods_at is None else _allocate(store, state, pods_at, warnings)
-    shapes = () if pods_at is None else _shapes(store, pods_at, since_s)
+    placed = 0
+    shapes: tuple[PodShape, ...] = ()
+    if pods_at is not None:
+        holdings, placed = _bound_pods(store, state, pods_at, warnings)
+        devices_from = nodes_at - timedelta(seconds=devices_since_s)
+        _place_gpus(
+            store, state, holdings, since=devices_from, since_s=devices_since_s, warnings=warnings
+        )
+        shapes = _shapes(store, pods_at, since_s, warnings)
     if not shapes:
         raise StoreError(
             f"no pods in the store within {since_s:g} s of the latest snapshot; "
@@ -94,14 +131,27 @@ def _nodes(store: Store, at: datetime, warnings: list[str]) -> ClusterState:
     return ClusterState.empty(names, cpu, gpus, models)
 
 
-def _allocate(store: Store, state: ClusterState, at: datetime, warnings: list[str]) -> int:
+def _share(num_gpu: int, gpu_milli: int | None) -> int | None:
+    """The per-GPU share of a GPU pod's row; None when the row's share is impossible."""
+    if gpu_milli is None:
+        return MILLI_PER_GPU  # rows stored before schema version 4: whole GPUs
+    if not 1 <= gpu_milli <= MILLI_PER_GPU or (num_gpu > 1 and gpu_milli < MILLI_PER_GPU):
+        return None
+    return int(gpu_milli)
+
+
+def _bound_pods(
+    store: Store, state: ClusterState, at: datetime, warnings: list[str]
+) -> tuple[list[_Holding], int]:
+    """Take every bound pod's CPU; return the GPUs they hold (not yet placed) and the count."""
     rows = store.query(
-        "SELECT namespace, pod, node, coalesce(gpu_request, 0) AS gpus, "
-        "coalesce(cpu_request_milli, 0) AS cpu FROM pods "
+        "SELECT namespace, pod, node, coalesce(gpu_request, 0) AS gpus, gpu_milli AS milli, "
+        "gpu_uuids AS uuids, coalesce(cpu_request_milli, 0) AS cpu FROM pods "
         "WHERE ts = ? AND node IS NOT NULL AND coalesce(phase, '') NOT IN (?, ?) "
         "ORDER BY namespace, pod",
         [at, *_DONE_PHASES],
     ).to_pylist()
+    holdings: list[_Holding] = []
     placed = 0
     for r in rows:
         who = f"pod {r['namespace']}/{r['pod']}"
@@ -115,27 +165,139 @@ def _allocate(store: Store, state: ClusterState, at: datetime, warnings: list[st
         if cpu > free_cpu:
             warnings.append(f"{who}: requests {cpu} milli-CPU, {free_cpu} left on {r['node']}")
         state.cpu_free_milli[node] = max(free_cpu - cpu, 0)
-        want = int(r["gpus"])
-        free_gpus = np.flatnonzero(state.gpu_free_milli[node] >= MILLI_PER_GPU)
-        if want > free_gpus.size:
-            warnings.append(f"{who}: requests {want} GPU(s), {free_gpus.size} left on {r['node']}")
-        state.gpu_free_milli[node, free_gpus[:want]] = 0
         placed += 1
-    return placed
+        gpus = max(int(r["gpus"]), 0)
+        if gpus:
+            uuids = tuple(u for u in str(r["uuids"] or "").split(",") if u)
+            milli = _share(gpus, r["milli"]) or MILLI_PER_GPU
+            holdings.append(_Holding(who, node, str(r["node"]), gpus, milli, uuids))
+    return holdings, placed
 
 
-def _shapes(store: Store, at: datetime, since_s: float) -> tuple[PodShape, ...]:
+def _devices(store: Store, state: ClusterState, since: datetime) -> dict[str, dict[str, int]]:
+    """node -> {GPU UUID -> index} from each UUID's latest whole-GPU sample since ``since``."""
+    rows = store.query(
+        "SELECT node, gpu_uuid AS uuid, arg_max(gpu_index, ts) AS idx, max(ts) AS seen_at "
+        "FROM gpu_samples WHERE ts >= ? AND mig_instance_id IS NULL AND node IS NOT NULL "
+        "AND gpu_uuid IS NOT NULL AND gpu_index IS NOT NULL "
+        "GROUP BY node, gpu_uuid ORDER BY node, seen_at DESC, uuid",
+        [since],
+    ).to_pylist()
+    devices: dict[str, dict[str, int]] = {}
+    for r in rows:
+        name, index = str(r["node"]), int(r["idx"])
+        try:
+            node = state.node_index(name)
+        except KeyError:
+            continue
+        known = devices.setdefault(name, {})
+        # Newest first: an index already named belongs to the more recently sampled UUID.
+        if 0 <= index < int(state.gpu_count[node]) and index not in known.values():
+            known[str(r["uuid"])] = index
+    return devices
+
+
+def _place_gpus(
+    store: Store,
+    state: ClusterState,
+    holdings: list[_Holding],
+    *,
+    since: datetime,
+    since_s: float,
+    warnings: list[str],
+) -> None:
+    """Assigned devices first (every pod), then the rest by the default rules."""
+    devices = _devices(store, state, since) if any(h.uuids for h in holdings) else {}
+    unsampled: Counter[str] = Counter()
+    rest: list[tuple[_Holding, int]] = []
+    for h in holdings:
+        known = devices.get(h.node_name)
+        if h.uuids and known is None:
+            unsampled[h.node_name] += 1
+        taken = 0 if known is None else _take_assigned(state, h, known, warnings)
+        if taken < h.num_gpu:
+            rest.append((h, h.num_gpu - taken))
+    for name, count in sorted(unsampled.items()):
+        warnings.append(
+            f"node {name}: no GPU samples within {since_s:g} s of the inventory, so the assigned "
+            f"GPUs of {count} pod(s) are unknown; placed as if unassigned"
+        )
+    for h, count in rest:
+        _default(state, h, count, warnings)
+
+
+def _take_assigned(
+    state: ClusterState, h: _Holding, known: dict[str, int], warnings: list[str]
+) -> int:
+    """Take the devices of ``h`` that ``known`` (UUID -> index) names; returns how many."""
+    taken = 0
+    for uuid in h.uuids[: h.num_gpu]:
+        index = known.get(uuid)
+        if index is None:
+            rule = "least-free" if h.gpu_milli < MILLI_PER_GPU else "lowest free"
+            warnings.append(
+                f"{h.who}: assigned GPU {uuid} is not one of {h.node_name}'s GPUs in recent "
+                f"gpu_samples; placed on the {rule} GPU that fits"
+            )
+            continue
+        free = int(state.gpu_free_milli[h.node, index])
+        if free < h.gpu_milli:
+            warnings.append(
+                f"{h.who}: holds {h.gpu_milli} milli of GPU {uuid} (index {index}), "
+                f"{free} left on {h.node_name}"
+            )
+        state.gpu_free_milli[h.node, index] = max(free - h.gpu_milli, 0)
+        taken += 1
+    return taken
+
+
+def _default(state: ClusterState, h: _Holding, count: int, warnings: list[str]) -> None:
+    """Place ``count`` devices of ``h`` whose assignment is unknown (module docstring)."""
+    free = state.gpu_free_milli[h.node]  # a view: writes change the state
+    if h.gpu_milli >= MILLI_PER_GPU:
+        whole = np.flatnonzero(free >= MILLI_PER_GPU)
+        if count > whole.size:
+            warnings.append(f"{h.who}: requests {count} GPU(s), {whole.size} left on {h.node_name}")
+        free[whole[:count]] = 0
+        return
+    fits = np.flatnonzero(free >= h.gpu_milli)
+    if fits.size:
+        gpu = int(fits[np.argmin(free[fits])])  # argmin: the first (lowest index) on ties
+    else:
+        warnings.append(
+            f"{h.who}: requests 1 GPU(s) of {h.gpu_milli} milli, 0 fit on {h.node_name}"
+        )
+        gpu = int(np.argmax(free))
+    free[gpu] = max(int(free[gpu]) - h.gpu_milli, 0)
+
+
+def _shapes(
+    store: Store, at: datetime, since_s: float, warnings: list[str]
+) -> tuple[PodShape, ...]:
     start = at - timedelta(seconds=since_s)
     rows = store.query(
-        "SELECT arg_max(coalesce(cpu_request_milli, 0), ts) AS cpu, "
-        "arg_max(coalesce(gpu_request, 0), ts) AS gpus FROM pods "
-        "WHERE ts >= ? AND ts <= ? "
-        "GROUP BY coalesce(pod_uid, namespace || '/' || pod)",
+        "SELECT coalesce(cpu_request_milli, 0) AS cpu, coalesce(gpu_request, 0) AS gpus, "
+        "gpu_milli AS milli, gpu_types AS types FROM pods WHERE ts >= ? AND ts <= ? "
+        "QUALIFY row_number() OVER ("
+        "PARTITION BY coalesce(pod_uid, namespace || '/' || pod) ORDER BY ts DESC) = 1",
         [start, at],
     ).to_pylist()
     shapes = []
+    impossible = 0
     for r in rows:
         gpus = max(int(r["gpus"]), 0)
         cpu = max(int(r["cpu"]), 0)
-        shapes.append(PodShape(cpu, gpus, MILLI_PER_GPU if gpus else 0))
+        if not gpus:
+            shapes.append(PodShape(cpu, 0, 0))
+            continue
+        milli = _share(gpus, r["milli"])
+        if milli is None:
+            impossible += 1
+        types = normalise_gpu_types(r["types"])
+        shapes.append(PodShape(cpu, gpus, milli or MILLI_PER_GPU, types))
+    if impossible:
+        warnings.append(
+            f"{impossible} pod row(s) with a GPU share outside 1-1000 milli, or a partial share "
+            "of more than one GPU: counted as whole GPUs"
+        )
     return tuple(shapes)

@@ -38,7 +38,8 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sits_observe.collectors.kube import GPU_RESOURCE, pod_requests, workload_of
+from sits_observe.collectors.kube_gpu import GPU_RESOURCE
+from sits_observe.collectors.kube_pods import pod_requests, workload_of
 from sits_observe.control.extender_scoring import PodRequest
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.domain.strict_json import dumps

@@ -215,6 +215,9 @@ PODS = TableSpec(
         ("initialized_at", TS, "Initialized condition time"),
         ("containers_ready_at", TS, "ContainersReady condition time"),
         ("ready_at", TS, "Ready condition time"),
+        ("gpu_milli", pa.int32(), "share of each GPU, milli (1000 = whole); NULL = no GPU"),
+        ("gpu_types", pa.string(), "allowed GPU products, sorted, joined by a bar; NULL = any"),
+        ("gpu_uuids", pa.string(), "UUIDs of the assigned GPUs, comma-joined; NULL = unknown"),
     ),
     "Kubernetes pod inventory snapshots",
 )

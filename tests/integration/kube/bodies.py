@@ -59,10 +59,14 @@ def pod(
     created: str | None = "2024-05-01T10:00:00Z",
     conditions: dict[str, str] | None = None,
     container_ids: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Pod body WITHOUT ``metadata.namespace``: the URL's namespace must be used."""
     containers = containers or [container("main")]
     metadata: dict[str, Any] = {"name": name, "labels": labels or {}}
+    if annotations is not None:
+        metadata["annotations"] = annotations
     if created is not None:
         metadata["creationTimestamp"] = created
     if owner is not None:
@@ -83,6 +87,8 @@ def pod(
         spec["nodeName"] = node_name
     if priority_class is not None:
         spec["priorityClassName"] = priority_class
+    if node_selector is not None:
+        spec["nodeSelector"] = node_selector
     status: dict[str, Any] = {"phase": phase}
     if qos_class is not None:
         status["qosClass"] = qos_class

@@ -148,6 +148,9 @@ def test_pods_every_column(core: k8s_client.CoreV1Api, api: k8s_client.ApiClient
         "initialized_at": datetime(2024, 5, 1, 10, 2, 0),
         "containers_ready_at": datetime(2024, 5, 1, 10, 4, 0),
         "ready_at": datetime(2024, 5, 1, 10, 4, 0, 500000),
+        "gpu_milli": 1000,  # the NVIDIA device plugin: whole GPUs, devices not recorded
+        "gpu_types": None,
+        "gpu_uuids": None,
     }
     job = by_name["llm-pretrain-0"]
     assert (job["owner_kind"], job["owner_name"], job["workload"]) == (

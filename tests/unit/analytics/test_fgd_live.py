@@ -128,3 +128,203 @@ def test_empty_store_and_no_pods(store: Store) -> None:
     fill(store, [node(T2, "g1", 1, "L4", 1000)], [])
     with pytest.raises(StoreError, match="no pods in the store within"):
         live_cluster(store)
+
+
+# -- shared GPUs: assigned devices, unknown devices, shares and types in M --------------------
+
+
+def share_pod(ts: datetime, uid: str, node_name: str | None, gpus: int, milli: int | None,
+              uuids: str | None = None, types: str | None = None,
+              cpu: int = 1000) -> dict[str, object]:  # fmt: skip
+    row = pod(ts, uid, node_name, "Running", gpus, cpu)
+    row.update({"gpu_milli": milli, "gpu_uuids": uuids, "gpu_types": types})
+    return row
+
+
+def gpu_sample(ts: datetime, node_name: str, uuid: str, index: int,
+               mig: int | None = None) -> dict[str, object]:  # fmt: skip
+    return {"ts": ts, "node": node_name, "gpu_uuid": uuid, "gpu_index": index,
+            "mig_instance_id": mig}  # fmt: skip
+
+
+def fill_devices(store: Store, samples: list[dict[str, object]]) -> None:
+    store.append_batch({"gpu_samples": pa.Table.from_pylist(samples)})
+
+
+def test_shares_on_known_and_unknown_devices_by_hand(store: Store) -> None:
+    """g1 (2 x A10, 8 CPU), g2 (2 x L4, 8 CPU); every pod 1 CPU.
+
+    g1: a 300 m on GPU-b (index 1) -> [1000, 700]; b 300 m on GPU-zzz (not sampled): the
+    least-free GPU that fits, index 1 -> [1000, 400]; c 300 m, no device known: index 1 again
+    -> [1000, 100]. g2: d a whole GPU on GPU-d (index 1) -> [1000, 0]; f 300 m, unknown: the
+    only GPU that fits -> [700, 0]. (Counted as whole GPUs in name order, both of g2's GPUs
+    would be gone and g1 would hold three.)
+
+    M: 1x300m any (b, c, f: p 3/5), 1x300m [A10] (a: 1/5), 1x1000m [L4] (d: 1/5).
+    F_g1 = 3/5 * 100 + 1/5 * 100 (GPU 1 is below 300 m) + 1/5 * 1100 (L4 only) = 300.
+    F_g2 = 3/5 * 0 + 1/5 * 700 (A10 only) + 1/5 * 700 (no whole GPU left) = 280.
+    """
+    fill_devices(
+        store,
+        [
+            gpu_sample(T2, "g1", "GPU-a", 0),
+            gpu_sample(T2, "g1", "GPU-b", 1),
+            gpu_sample(T2, "g1", "MIG-b-1", 1, mig=1),  # a MIG instance is not a device
+            gpu_sample(T2, "g2", "GPU-c", 0),
+            gpu_sample(T2, "g2", "GPU-d", 1),
+        ],
+    )
+    fill(
+        store,
+        [node(T2, "g1", 2, "A10", 8000), node(T2, "g2", 2, "L4", 8000)],
+        [
+            share_pod(T2, "a", "g1", 1, 300, "GPU-b", "A10"),
+            share_pod(T2, "b", "g1", 1, 300, "GPU-zzz"),
+            share_pod(T2, "c", "g1", 1, 300),
+            share_pod(T2, "d", "g2", 1, 1000, "GPU-d", "L4"),
+            share_pod(T2, "f", "g2", 1, 300),
+        ],
+    )
+    live = live_cluster(store)
+    np.testing.assert_array_equal(live.state.gpu_free_milli, [[1000, 100], [700, 0]])
+    assert live.state.cpu_free_milli.tolist() == [5000, 6000]
+    assert sorted(live.shapes) == sorted(
+        [
+            PodShape(1000, 1, 300, ("A10",)),
+            PodShape(1000, 1, 300),
+            PodShape(1000, 1, 300),
+            PodShape(1000, 1, 1000, ("L4",)),
+            PodShape(1000, 1, 300),
+        ]
+    )
+    assert live.pods_placed == 5
+    assert len(live.warnings) == 1
+    assert live.warnings[0] == (
+        "pod ml/pod-b: assigned GPU GPU-zzz is not one of g1's GPUs in recent gpu_samples; "
+        "placed on the least-free GPU that fits"
+    )
+    report = fragmentation(live.state, typical_pods(live.shapes))
+    np.testing.assert_allclose(report.node_frag_milli, [300.0, 280.0])
+    assert report.frag_ratio == pytest.approx(580 / 1800)
+    assert report.by_cause["gpu_type"] == pytest.approx(220 + 140)
+    assert report.by_cause["lack_gpu"] == pytest.approx(60 + 20 + 140)
+
+
+def test_assigned_devices_are_held_before_unknown_ones_are_chosen(store: Store) -> None:
+    """'aa' (no device known) sorts before 'zz' (GPU-a, index 0): zz keeps its GPU, aa gets
+    the other. A pair naming one known and one unknown device takes the known one and the
+    lowest free other; a device past the node's advertised GPUs is unknown."""
+    fill_devices(
+        store,
+        [
+            gpu_sample(T2, "g1", "GPU-a", 0),
+            gpu_sample(T2, "g1", "GPU-b", 1),
+            gpu_sample(T2, "g2", "GPU-p", 0),
+            gpu_sample(T2, "g2", "GPU-q", 1),
+            gpu_sample(T2, "g2", "GPU-r", 2),
+            gpu_sample(T2, "g2", "GPU-s", 3),
+            gpu_sample(T2, "g2", "GPU-extra", 4),  # the node advertises 4 of its 5 GPUs
+        ],
+    )
+    fill(
+        store,
+        [node(T2, "g1", 2, "A10", 8000), node(T2, "g2", 4, "A10", 8000)],
+        [
+            share_pod(T2, "aa", "g1", 1, 1000),
+            share_pod(T2, "zz", "g1", 1, 1000, "GPU-a"),
+            share_pod(T2, "pair", "g2", 2, 1000, "GPU-r,GPU-gone"),
+            share_pod(T2, "tail", "g2", 1, 1000, "GPU-extra"),
+        ],
+    )
+    live = live_cluster(store)
+    np.testing.assert_array_equal(live.state.gpu_free_milli, [[0, 0, 0, 0], [0, 0, 0, 1000]])
+    assert live.warnings == (
+        "pod ml/pod-pair: assigned GPU GPU-gone is not one of g2's GPUs in recent gpu_samples; "
+        "placed on the lowest free GPU that fits",
+        "pod ml/pod-tail: assigned GPU GPU-extra is not one of g2's GPUs in recent "
+        "gpu_samples; placed on the lowest free GPU that fits",
+    )
+
+
+def test_the_latest_sample_of_an_index_names_its_device(store: Store) -> None:
+    """GPU-old held index 0 until GPU-new replaced it: a pod naming GPU-old is on an unknown
+    device. GPU-ancient was sampled before the device window (an hour): unknown too.
+
+    b holds index 1 first (500 left); a (200 m) and c (100 m) then take the least-free GPU
+    that fits, index 1 both times: [1000, 200, 1000]."""
+    fill_devices(
+        store,
+        [
+            gpu_sample(T2 - timedelta(minutes=30), "g1", "GPU-old", 0),
+            gpu_sample(T2, "g1", "GPU-new", 0),
+            gpu_sample(T2 - timedelta(minutes=1), "g1", "GPU-one", 1),
+            gpu_sample(T0, "g1", "GPU-ancient", 2),
+        ],
+    )
+    fill(
+        store,
+        [node(T2, "g1", 3, "A10", 8000)],
+        [
+            share_pod(T2, "a", "g1", 1, 200, "GPU-old"),
+            share_pod(T2, "b", "g1", 1, 500, "GPU-one"),
+            share_pod(T2, "c", "g1", 1, 100, "GPU-ancient"),
+        ],
+    )
+    live = live_cluster(store)
+    np.testing.assert_array_equal(live.state.gpu_free_milli, [[1000, 200, 1000]])
+    assert [w.split(":")[0] for w in live.warnings] == ["pod ml/pod-a", "pod ml/pod-c"]
+    assert "GPU GPU-old is not one of g1's GPUs" in live.warnings[0]
+    assert "GPU GPU-ancient is not one of g1's GPUs" in live.warnings[1]
+
+
+def test_a_node_without_gpu_samples_warns_once(store: Store) -> None:
+    fill(
+        store,
+        [node(T2, "g1", 2, "A10", 8000)],
+        [share_pod(T2, "a", "g1", 1, 200, "GPU-a"), share_pod(T2, "b", "g1", 1, 300, "GPU-b")],
+    )
+    live = live_cluster(store)
+    np.testing.assert_array_equal(live.state.gpu_free_milli, [[500, 1000]])
+    assert live.warnings == (
+        "node g1: no GPU samples within 3600 s of the inventory, so the assigned GPUs of "
+        "2 pod(s) are unknown; placed as if unassigned",
+    )
+
+
+def test_over_committed_devices_are_clamped_and_reported(store: Store) -> None:
+    fill_devices(store, [gpu_sample(T2, "g1", "GPU-a", 0)])
+    fill(
+        store,
+        [node(T2, "g1", 1, "A10", 8000)],
+        [
+            share_pod(T2, "a", "g1", 1, 700, "GPU-a"),
+            share_pod(T2, "b", "g1", 1, 600, "GPU-a"),
+            share_pod(T2, "c", "g1", 1, 200),
+        ],
+    )
+    live = live_cluster(store)
+    np.testing.assert_array_equal(live.state.gpu_free_milli, [[0]])
+    assert live.warnings == (
+        "pod ml/pod-b: holds 600 milli of GPU GPU-a (index 0), 300 left on g1",
+        "pod ml/pod-c: requests 1 GPU(s) of 200 milli, 0 fit on g1",
+    )
+
+
+def test_impossible_shares_count_as_whole_gpus(store: Store) -> None:
+    """Rows from elsewhere (or before schema version 4: gpu_milli NULL) are whole GPUs."""
+    fill(
+        store,
+        [node(T2, "g1", 4, "A10", 8000)],
+        [
+            share_pod(T2, "old", "g1", 1, None),
+            share_pod(T2, "pair", "g1", 2, 300),
+            share_pod(T2, "zero", "g1", 1, 0),
+        ],
+    )
+    live = live_cluster(store)
+    np.testing.assert_array_equal(live.state.gpu_free_milli, [[0, 0, 0, 0]])
+    assert sorted(live.shapes) == [PodShape(1000, 1, 1000)] * 2 + [PodShape(1000, 2, 1000)]
+    assert live.warnings == (
+        "2 pod row(s) with a GPU share outside 1-1000 milli, or a partial share of more than "
+        "one GPU: counted as whole GPUs",
+    )

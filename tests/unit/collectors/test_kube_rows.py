@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 
-from sits_observe.collectors.kube import (
-    _Malformed,
-    derive_qos,
-    node_row,
-    pod_requests,
-    pod_row,
-    workload_of,
-)
+from sits_observe.collectors.kube import node_row
+from sits_observe.collectors.kube_json import Malformed
+from sits_observe.collectors.kube_pods import derive_qos, pod_requests, pod_row, workload_of
 
 
 def gpu_node(**status: Any) -> dict[str, Any]:
@@ -112,7 +107,7 @@ def test_node_bad_fields_become_null_and_are_counted() -> None:
     ],
 )
 def test_malformed_node_raises(node: Any) -> None:
-    with pytest.raises(_Malformed):
+    with pytest.raises(Malformed):
         node_row(node, Counter())
 
 
@@ -248,6 +243,9 @@ def test_pod_row_every_column() -> None:
         "initialized_at": datetime(2024, 5, 1, 10, 3, 0),
         "containers_ready_at": datetime(2024, 5, 1, 10, 5, 30),
         "ready_at": datetime(2024, 5, 1, 10, 5, 30, 250000),
+        "gpu_milli": 1000,  # no share annotation or HAMi percentage: whole GPUs
+        "gpu_types": None,
+        "gpu_uuids": None,
     }
     assert not dropped
 
@@ -315,7 +313,7 @@ def test_bad_timestamp_nulls_and_counts() -> None:
 def test_malformed_pod_raises(mutate: Any) -> None:
     pod = vllm_pod()
     mutate(pod)
-    with pytest.raises(_Malformed):
+    with pytest.raises(Malformed):
         pod_row(pod, Counter())
 
 
