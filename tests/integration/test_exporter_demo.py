@@ -45,6 +45,9 @@ CONTRACT = (
     "sits_gpu_trend_cluster",
     "sits_pod_start_seconds",
     "sits_request_latency_window_seconds_bucket",
+    "sits_gpu_idle_gpus",
+    "sits_gpu_idle_wasted_gpu_hours",
+    "sits_gpu_idle_ratio",
 )
 #: Families the demo cannot fill today, with why (the lead may change the demo).
 NOT_IN_DEMO: dict[str, str] = {

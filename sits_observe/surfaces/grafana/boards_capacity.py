@@ -12,6 +12,7 @@ from sits_observe.surfaces.grafana import names as m
 from sits_observe.surfaces.grafana.panels import (
     HIGH_IS_BAD,
     Json,
+    Panel,
     Query,
     dashboard,
     dashed,
@@ -25,6 +26,8 @@ from sits_observe.surfaces.grafana.promql import MODEL, NAMESPACE, NODE, agg, la
 
 #: Thresholds of a measured / limit ratio: under 80% fine, over 100% violated.
 OVER_LIMIT = ((None, "green"), (0.8, "orange"), (1.0, "red"))
+#: Thresholds of a count of wasted GPUs: none is fine, any is worth a look.
+HIGH_COUNT_IS_BAD = ((None, "green"), (0.5, "orange"))
 
 
 def _by_model(metric: str, **labels: str) -> str:
@@ -275,6 +278,38 @@ def _per_gpu(metric: str) -> str:
     return agg("max", ("node", "gpu"), sel(metric, node=NODE))
 
 
+def _wasted() -> tuple[Panel, ...]:
+    """GPUs allocated but idle, oversized or stranded, their GPU-hours, and idle share per GPU."""
+    return (
+        stat(
+            "GPUs wasted, by kind",
+            "GPUs allocated but idle, allocated far above use (oversized) and idle capacity no "
+            "typical pod can use (stranded, FGD), over the exporter's idle window.",
+            Query(sel(m.IDLE_GPUS), legend="{{kind}}"),
+            unit="short",
+            thresholds=HIGH_COUNT_IS_BAD,
+            minimum=0,
+            width=12,
+        ),
+        timeseries(
+            "Wasted GPU-hours, by kind",
+            "GPU-hours the idle, oversized and stranded GPUs wasted in the exporter's idle "
+            "window (docs/analytics/rightsizing.md).",
+            Query(sel(m.IDLE_WASTED_GPU_HOURS), legend="{{kind}}"),
+            unit="short",
+            minimum=0,
+        ),
+        table(
+            "Idle share of each held GPU",
+            "Share of the window in which each GPU held by a workload had utilisation and "
+            "memory activity under the idle floors, most idle first.",
+            Query(f"sort_desc({sel(m.IDLE_RATIO)})", instant=True, fmt="table"),
+            unit="percentunit",
+            width=24,
+        ),
+    )
+
+
 def attribution() -> Json:
     """Who holds the GPUs: framebuffer bytes per pod and MIG instance, shared GPUs,
     per-namespace SMF and quotas, per-GPU occupancy, memory classes."""
@@ -387,9 +422,15 @@ def attribution() -> Json:
         "sits-attribution",
         "sits-observe / MIG and shared-GPU attribution",
         "Which pods and namespaces hold GPUs and how well they use them: framebuffer per "
-        "pod and MIG instance, shared GPUs, SMF and GPU quota per namespace, and per GPU "
-        "occupancy, SMF, trend cluster and pod count.",
-        (("Pods and MIG instances", pods), ("Namespaces", namespaces), ("GPUs", gpus)),
+        "pod and MIG instance, shared GPUs, SMF and GPU quota per namespace, per GPU "
+        "occupancy, SMF, trend cluster and pod count, and the GPUs wasted idle, oversized or "
+        "stranded.",
+        (
+            ("Pods and MIG instances", pods),
+            ("Namespaces", namespaces),
+            ("GPUs", gpus),
+            ("Idle, oversized and stranded GPUs", _wasted()),
+        ),
         variables=(
             query_variable("node", "Node", label_values(m.FB_USED, "node")),
             query_variable("namespace", "Namespace", label_values(m.QUOTA, "namespace")),

@@ -36,6 +36,11 @@ TREND_CLUSTER = "sits_gpu_trend_cluster"
 FB_USED_BYTES = "sits_gpu_framebuffer_used_bytes"
 SHARED_PODS = "sits_gpu_shared_pods"
 
+# -- idle, oversized and stranded GPUs ----------------------------------------------------------
+IDLE_GPUS = "sits_gpu_idle_gpus"
+IDLE_WASTED_GPU_HOURS = "sits_gpu_idle_wasted_gpu_hours"
+IDLE_RATIO = "sits_gpu_idle_ratio"
+
 # -- workloads, interference, quotas ------------------------------------------------------------
 INTERFERENCE = "sits_interference_score_ratio"
 MEMORY_CLASS = "sits_memory_class_workloads"

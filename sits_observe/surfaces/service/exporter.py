@@ -7,13 +7,14 @@ scrape yields the families of the latest *passes*:
   health ...) runs in the scrape at most once every ``cache_s`` seconds; a scrape within that
   time returns the cached families, so Prometheus replicas or a short scrape interval never
   multiply the work;
-- the slow pass (heatmap knee and safe maximum, memory classes, DBSCAN trend clusters) runs in
-  the background (``spawn``, a daemon thread by default) at most once every ``slow_cache_s``;
-  a scrape never waits for it and serves its latest result (nothing before the first one
-  finished). While a slow signal has nothing to export (no data yet) or failed, it is retried
-  at the fast cadence, so a fresh service does not wait ``slow_cache_s`` for its first data.
-  At shutdown :meth:`DerivedSignals.cancel` makes a running slow pass stop before its next
-  signal; the service waits for it only within its shutdown budget (``background_stop_s``).
+- the slow pass (heatmap knee and safe maximum, memory classes, DBSCAN trend clusters, idle
+  GPUs) runs in the background (``spawn``, a daemon thread by default) at most once every
+  ``slow_cache_s``; a scrape never waits for it and serves its latest result (nothing before
+  the first one finished). While a slow signal has nothing to export (no data yet) or
+  failed, it is retried at the fast cadence, so a fresh service does not wait
+  ``slow_cache_s`` for its first data. At shutdown :meth:`DerivedSignals.cancel` makes a
+  running slow pass stop before its next signal; the service waits for it only within its
+  shutdown budget (``background_stop_s``).
 
 Every signal (:data:`SIGNALS`) is computed in isolation: a signal that fails (a missing
 table, a bug) is logged, counted in ``sits_exporter_errors_total{signal}`` once per pass, and
@@ -44,6 +45,7 @@ from prometheus_client.registry import Collector
 from sits_observe.store import Store
 from sits_observe.surfaces.service import exporter_signals as fast
 from sits_observe.surfaces.service import exporter_signals_cluster as cluster
+from sits_observe.surfaces.service import exporter_signals_idle as idle
 from sits_observe.surfaces.service import exporter_signals_slow as slow
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.exporter_signals import QUANTILES, UNKNOWN, PassInputs
@@ -138,6 +140,16 @@ REGISTRY: tuple[Signal, ...] = (
         "memory_classes", slow.memory_classes, (("sits_memory_class_workloads", _G),), slow=True
     ),
     Signal("gpu_trends", slow.gpu_trends, (("sits_gpu_trend_cluster", _G),), slow=True),
+    Signal(
+        "gpu_idle",
+        idle.gpu_idle,
+        (
+            ("sits_gpu_idle_gpus", _G),
+            ("sits_gpu_idle_wasted_gpu_hours", _G),
+            ("sits_gpu_idle_ratio", _G),
+        ),
+        slow=True,
+    ),
 )
 
 #: Every signal name used in ``sits_exporter_errors_total{signal}`` (a bounded label set).

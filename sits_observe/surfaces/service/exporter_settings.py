@@ -14,6 +14,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sits_observe.analytics.heatmap import HeatmapSettings
+from sits_observe.analytics.idle_gpus import IdleSettings
 from sits_observe.analytics.settings import ClassSettings, InterferenceSettings
 from sits_observe.analytics.smf import SmfSettings
 from sits_observe.analytics.trends import TrendSettings
@@ -54,8 +55,8 @@ class ExporterSettings(BaseModel):
         300.0,
         ge=0,
         le=86400,
-        description="seconds the slow signals (heatmap knee, memory classes, DBSCAN trends) "
-        "are served before they are recomputed in the background",
+        description="seconds the slow signals (heatmap knee, memory classes, DBSCAN trends, "
+        "idle GPUs) are served before they are recomputed in the background",
     )
     window_s: float = Field(
         300.0,
@@ -114,6 +115,12 @@ class ExporterSettings(BaseModel):
         le=30 * 86400,
         description="seconds back from now in which a pod's creation counts for pod start",
     )
+    idle_window_s: float = Field(
+        3600.0,
+        gt=0,
+        le=7 * 86400,
+        description="seconds of GPU samples behind the idle / oversized / stranded GPUs",
+    )
     max_models: int = Field(
         100,
         ge=1,
@@ -138,6 +145,9 @@ class ExporterSettings(BaseModel):
     smf: SmfSettings = Field(default_factory=SmfSettings, description="SMF alignment settings")
     trends: TrendSettings = Field(
         default_factory=TrendSettings, description="DBSCAN trend clustering settings"
+    )
+    idle: IdleSettings = Field(
+        default_factory=IdleSettings, description="floors and shares of the idle-GPU rules"
     )
 
     @field_validator("latency_buckets_s")

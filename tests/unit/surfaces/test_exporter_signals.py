@@ -490,4 +490,9 @@ def test_an_empty_slow_signal_is_retried_at_the_fast_cadence(store: Store) -> No
 def test_every_signal_is_described_once() -> None:
     names = [name for s in REGISTRY for name, _ in s.families]
     assert len(names) == len(set(names))
-    assert {s.name for s in REGISTRY if s.slow} == {"heatmap", "memory_classes", "gpu_trends"}
+    assert {s.name for s in REGISTRY if s.slow} == {
+        "heatmap",
+        "memory_classes",
+        "gpu_trends",
+        "gpu_idle",
+    }

@@ -1,0 +1,79 @@
+"""Per-signal builders of the exporter, part 4: idle, oversized and stranded GPUs.
+
+One slow signal (its window reads an hour of GPU samples by default, so it runs in the
+background pass): :func:`~sits_observe.analytics.idle_gpus.find_waste` over the GPUs held by
+pods in the last ``idle_window_s``, with the stranded capacity (FGD F_n(M)) of the latest
+inventory when there is one. Families (docs/metrics.md):
+
+- ``sits_gpu_idle_gpus{kind}``: GPUs allocated but idle, oversized (allocated far above use)
+  or stranded by fragmentation; every ``kind`` always present (0 when none), so a panel or an
+  alert has a series from the first pass;
+- ``sits_gpu_idle_wasted_gpu_hours{kind}``: the GPU-hours they waste in the window;
+- ``sits_gpu_idle_ratio{node, gpu, namespace, workload}``: share of the window's samples in
+  which each held GPU was idle (0-1), the ``max_gpus`` most idle kept.
+
+Money needs a price table, which the exporter does not take; the analysis prices findings
+when given one (docs/analytics/rightsizing.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from sits_observe.analytics.fgd_live import LiveCluster, live_cluster
+from sits_observe.analytics.idle_gpus import KINDS, find_waste, load_held_samples
+from sits_observe.errors import StoreError
+from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
+from sits_observe.surfaces.service.exporter_signals_cluster import has_inventory
+
+
+def _live(p: PassInputs) -> LiveCluster | None:
+    if not has_inventory(p.store):
+        return None
+    try:
+        return live_cluster(p.store, since_s=p.settings.fgd_since_s)
+    except StoreError:  # no pod in the FGD window: nothing can be stranded for it
+        return None
+
+
+def gpu_idle(p: PassInputs) -> list[Metric]:
+    """The three ``sits_gpu_idle`` families over the last ``idle_window_s``."""
+    s = p.settings
+    samples = load_held_samples(p.store, p.ago(s.idle_window_s), p.until)
+    report = find_waste(samples, s.idle, window_s=s.idle_window_s, live=_live(p))
+    window = f"over the last {s.idle_window_s:g} s"
+    gpus = GaugeMetricFamily(
+        "sits_gpu_idle_gpus",
+        f"GPUs allocated but idle, allocated far above use (oversized) or stranded by "
+        f"fragmentation (FGD), {window}",
+        labels=("kind",),
+    )
+    hours = GaugeMetricFamily(
+        "sits_gpu_idle_wasted_gpu_hours",
+        f"GPU-hours wasted by idle, oversized and stranded GPUs {window}",
+        labels=("kind",),
+    )
+    for kind in KINDS:
+        gpus.add_metric((kind,), report.gpus[kind])
+        hours.add_metric((kind,), report.wasted_gpu_hours[kind])
+    shares: dict[tuple[str, str, str, str], float] = defaultdict(float)
+    for row in report.holdings.iter_rows(named=True):
+        key = (
+            label(row["node"]),
+            label(row["gpu_uuid"]),
+            label(row["namespace"]),
+            label(row["workload"]),
+        )
+        # Two pods of one workload on one GPU in the window share a label set: the idler.
+        shares[key] = max(shares[key], float(row["idle_share_ratio"]))
+    ratio = GaugeMetricFamily(
+        "sits_gpu_idle_ratio",
+        f"share (0-1) of each held GPU's samples with utilisation and memory activity under "
+        f"the idle floors, {window}",
+        labels=("node", "gpu", "namespace", "workload"),
+    )
+    for key in capped(shares, s.max_gpus, lambda k: (-shares[k], k)):
+        ratio.add_metric(key, shares[key])
+    return [gpus, hours, ratio]
