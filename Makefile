@@ -5,7 +5,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEBIAN_PACKAGES := $(shell grep -v '^\#' .ci/debian-packages.txt 2>/dev/null)
 
-.PHONY: demo test check lint typecheck pytest bench lock debian clean
+# Interpreters the agent is smoke-tested on (the suite itself runs on $(PYTHON), 3.11): found
+# under pyenv, else on PATH as pythonX.Y.
+SMOKE_VERSIONS ?= 3.12 3.13
+PYENV_ROOT ?= $(HOME)/.pyenv
+smoke_python = $(firstword $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)) $(shell command -v python$(1)))
+# One cached venv per version, inside .venv/ (ignored, removed by `make clean`).
+SMOKE_STAMPS := $(foreach v,$(SMOKE_VERSIONS),$(VENV)/smoke-$(v)/.installed)
+
+.PHONY: demo test check lint typecheck pytest smoke bench lock debian clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +26,9 @@ $(STAMP): pyproject.toml requirements.lock
 demo: $(STAMP)
 	$(BIN)/sits-observe demo $(DEMO_ARGS)
 
-## test: environment + Debian packages + ruff + mypy + import contracts + pytest
-test: $(STAMP) debian check
+## test: environment + Debian packages + ruff + mypy + import contracts + pytest (3.11),
+## then the agent's install and a real agent run on 3.12 and 3.13 (smoke)
+test: $(STAMP) debian check smoke
 
 check: lint typecheck pytest
 
@@ -34,6 +43,19 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The agent extra alone, as a GPU node installs it: no test tools, no store, no service.
+$(VENV)/smoke-%/.installed: pyproject.toml requirements-agent.lock
+	@py="$(call smoke_python,$*)"; \
+	if [ -z "$$py" ]; then echo "no Python $* (looked in $(PYENV_ROOT)/versions and PATH)"; exit 1; fi; \
+	rm -rf $(VENV)/smoke-$*; "$$py" -m venv $(VENV)/smoke-$*
+	$(VENV)/smoke-$*/bin/pip install --quiet -r requirements-agent.lock
+	$(VENV)/smoke-$*/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+## smoke: on each of SMOKE_VERSIONS, the agent's install is slim and a real agent ships a batch
+smoke: $(SMOKE_STAMPS)
+	for v in $(SMOKE_VERSIONS); do $(VENV)/smoke-$$v/bin/python tests/agent_smoke.py --slim || exit 1; done
+
 ## debian: install the Debian packages the tests and benchmarks talk to
 debian:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -47,11 +69,19 @@ debian:
 bench: $(STAMP) debian
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
-## lock: re-resolve requirements.lock from pyproject.toml
+## lock: re-resolve requirements.lock (everything, for .venv) from pyproject.toml, then the
+## agent's and the service's locks (the images, the smoke venvs) within the same versions
 lock:
-	rm -rf /tmp/sits-lock && $(PYTHON) -m venv /tmp/sits-lock
-	/tmp/sits-lock/bin/pip install --quiet '.[dev]'
+	rm -rf /tmp/sits-lock /tmp/sits-lock-src && mkdir -p /tmp/sits-lock-src
+	cp -r pyproject.toml README.md sits_observe /tmp/sits-lock-src/
+	$(PYTHON) -m venv /tmp/sits-lock
+	/tmp/sits-lock/bin/pip install --quiet '/tmp/sits-lock-src[dev]'
 	/tmp/sits-lock/bin/pip freeze --exclude sits-observe > requirements.lock
+	for role in agent service; do \
+	  rm -rf /tmp/sits-lock && $(PYTHON) -m venv /tmp/sits-lock && \
+	  /tmp/sits-lock/bin/pip install --quiet -c requirements.lock "/tmp/sits-lock-src[$$role]" && \
+	  /tmp/sits-lock/bin/pip freeze --exclude sits-observe > requirements-$$role.lock || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

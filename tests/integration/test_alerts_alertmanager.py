@@ -183,7 +183,7 @@ def test_serve_app_with_stale_data_alerts_a_signed_webhook(
     (message,) = [m for m in _messages(hook.received, "/direct") if m["status"] == "firing"]
     assert all(r.verified for r in hook.received)
     labels = [a["labels"] for a in message["alerts"]]
-    assert {"alertname": "SitsCollectorDown", "severity": "critical", "node": "n1",
+    assert {"alertname": "SitsCollectorDown", "severity": "critical", "Hostname": "n1",
             "source": "gpu_samples"} in labels  # fmt: skip
     assert 'sits_alerts_firing{alertname="SitsCollectorDown"} 1.0' in metrics
     assert 'sits_alert_notifications_total{outcome="sent",target="webhook-0"}' in metrics

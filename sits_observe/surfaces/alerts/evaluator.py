@@ -157,6 +157,7 @@ class AlertEvaluator:
             state.annotations = {
                 "summary": render(rule.summary, labels, value),
                 "description": render(rule.description, labels, value),
+                "runbook_url": rule.runbook_url,
             }
             if now - state.active_at >= timedelta(seconds=rule.for_s):
                 state.firing = True

@@ -29,11 +29,20 @@ def rule_entry(rule: AlertRule) -> dict[str, object]:
     if rule.for_s > 0:
         entry["for"] = prom_duration(rule.for_s)
     entry["labels"] = {"severity": rule.severity}
-    entry["annotations"] = {"summary": rule.summary, "description": rule.description}
+    entry["annotations"] = {
+        "summary": rule.summary,
+        "description": rule.description,
+        "runbook_url": rule.runbook_url,
+    }
     return entry
+
+
+def rule_groups(settings: AlertSettings | None = None) -> list[dict[str, object]]:
+    """The rule groups (one), as a rules file and a PrometheusRule's ``spec.groups`` hold them."""
+    return [{"name": GROUP, "rules": [rule_entry(r) for r in alert_rules(settings)]}]
 
 
 def rules_yaml(settings: AlertSettings | None = None) -> str:
     """The whole rules file as text."""
-    doc = {"groups": [{"name": GROUP, "rules": [rule_entry(r) for r in alert_rules(settings)]}]}
+    doc = {"groups": rule_groups(settings)}
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)

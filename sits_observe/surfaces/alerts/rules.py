@@ -18,7 +18,7 @@ Each rule names its condition (a PromQL expression that is also evaluated in pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from sits_observe.surfaces.alerts.conditions import (
@@ -38,7 +38,9 @@ Severity = Literal["info", "warning", "critical"]
 @dataclass(frozen=True)
 class AlertRule:
     """One alert: ``name`` (the ``alertname`` label) fires when ``condition`` has held for
-    ``for_s`` seconds; ``summary`` and ``description`` are Prometheus templates."""
+    ``for_s`` seconds; ``summary`` and ``description`` are Prometheus templates;
+    ``runbook_url`` is the rule's section of docs/alerts.md (the ``runbook_url``
+    annotation, as kube-prometheus names it)."""
 
     name: str
     severity: Severity
@@ -46,6 +48,7 @@ class AlertRule:
     condition: Condition
     summary: str
     description: str
+    runbook_url: str = ""
 
     @property
     def prometheus_only(self) -> bool:
@@ -60,6 +63,12 @@ def _pct(ratio: float) -> str:
 def alert_rules(settings: AlertSettings | None = None) -> tuple[AlertRule, ...]:
     """Every alert rule with the thresholds of ``settings`` (defaults when None)."""
     s = settings or AlertSettings()
+    return tuple(
+        replace(rule, runbook_url=f"{s.runbook_base_url}#{rule.name.lower()}") for rule in _rules(s)
+    )
+
+
+def _rules(s: AlertSettings) -> tuple[AlertRule, ...]:
     return (
         AlertRule(
             name="SitsFragmentationHigh",
@@ -104,9 +113,9 @@ def alert_rules(settings: AlertSettings | None = None) -> tuple[AlertRule, ...]:
             severity="critical",
             for_s=s.collector_for_s,
             condition=OlderThan("sits_collector_last_seen_timestamp_seconds", s.collector_stale_s),
-            summary="No {{ $labels.source }} data from {{ $labels.node }}",
-            description="The newest {{ $labels.source }} sample from node {{ $labels.node }} is "
-            "{{ $value | humanizeDuration }} old (limit "
+            summary="No {{ $labels.source }} data from {{ $labels.Hostname }}",
+            description="The newest {{ $labels.source }} sample from node "
+            "{{ $labels.Hostname }} is {{ $value | humanizeDuration }} old (limit "
             f"{prom_duration(s.collector_stale_s)}). Check the node agent there.",
         ),
         AlertRule(

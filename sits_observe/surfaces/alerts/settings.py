@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from sits_observe.errors import ConfigError
 
 DAY_S = 86400.0
+#: docs/alerts.md of the released tree: each rule's ``runbook_url`` is this + ``#<name>``
+#: (the anchor GitHub gives the rule's heading under "Runbooks").
+DEFAULT_RUNBOOK_BASE_URL = "https://github.com/example/sits-observe/blob/main/docs/alerts.md"
 
 
 class AlertSettings(BaseModel):
@@ -51,6 +54,14 @@ class AlertSettings(BaseModel):
     )
     collector_for_s: float = Field(
         60.0, ge=0, le=DAY_S, description="seconds a collector must stay silent past the limit"
+    )
+    runbook_base_url: str = Field(
+        DEFAULT_RUNBOOK_BASE_URL,
+        min_length=1,
+        max_length=500,
+        pattern=r"^https?://[^\s#]+$",
+        description="URL of docs/alerts.md (no #fragment); every rule's runbook_url is this "
+        "with #<alert name in lower case>, its section under Runbooks",
     )
     scrape_job_regex: str = Field(
         "sits.*",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sits_observe.control.settings import QUOTA_GPU  # the ResourceQuota key of GPUs
 from sits_observe.surfaces.grafana import names as m
+from sits_observe.surfaces.grafana.boards_gpus import hardware
 from sits_observe.surfaces.grafana.panels import (
     HIGH_IS_BAD,
     Json,
@@ -142,18 +143,21 @@ def latency_throughput() -> Json:
     )
 
 
-def _with_cluster(gpu_expr: str) -> str:
-    """``gpu_expr`` (per node/gpu) with a ``cluster`` label: the GPU's DBSCAN trend cluster.
+def _with_trend_cluster(gpu_expr: str) -> str:
+    """``gpu_expr`` (per GPU) with a ``trend_cluster`` label: the GPU's DBSCAN trend cluster.
 
     ``count_values`` turns the cluster id (a sample value) into a label on a series of value
-    1, which the ``group_left`` join copies onto each GPU's series without changing it."""
-    clusters = f'count_values by (node, gpu) ("cluster", {sel(m.TREND_CLUSTER, node=NODE)})'
-    return f"{gpu_expr} * on (node, gpu) group_left (cluster) {clusters}"
+    1, which the ``group_left`` join copies onto each GPU's series without changing it. The
+    label is not ``cluster``: that one names the Kubernetes cluster."""
+    key = ", ".join(m.GPU_KEY)
+    trend = sel(m.TREND_CLUSTER, Hostname=NODE)
+    clusters = f'count_values by ({key}) ("trend_cluster", {trend})'
+    return f"{gpu_expr} * on ({key}) group_left (trend_cluster) {clusters}"
 
 
 def fragmentation() -> Json:
     """Cluster and per-node FGD, SMF per GPU/node/namespace, framebuffer trends by cluster."""
-    fb = sel(m.FB_USED, node=NODE)
+    fb = sel(m.FB_USED, Hostname=NODE)
     fgd = (
         stat(
             "FGD fragmentation (of idle GPUs)",
@@ -176,7 +180,7 @@ def fragmentation() -> Json:
         stat(
             "Fragmented GPUs",
             "Sum over the selected nodes of the FGD fragmentation amount, in GPUs.",
-            Query(agg("sum", (), sel(m.FGD_NODE_GPUS, node=NODE)), legend="GPUs"),
+            Query(agg("sum", (), sel(m.FGD_NODE_GPUS, Hostname=NODE)), legend="GPUs"),
             unit="short",
             width=12,
         ),
@@ -192,7 +196,7 @@ def fragmentation() -> Json:
         timeseries(
             "FGD fragmentation per node",
             "Each node's FGD fragmentation amount, in GPUs.",
-            Query(sel(m.FGD_NODE_GPUS, node=NODE), legend="{{node}}"),
+            Query(sel(m.FGD_NODE_GPUS, Hostname=NODE), legend="{{Hostname}}"),
             unit="short",
             minimum=0,
         ),
@@ -201,7 +205,7 @@ def fragmentation() -> Json:
         timeseries(
             "SMF per node",
             "Mean SMF fragmentation rate of the node's GPUs (0-1).",
-            Query(sel(m.SMF_NODE, node=NODE), legend="{{node}}"),
+            Query(sel(m.SMF_NODE, Hostname=NODE), legend="{{Hostname}}"),
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -217,7 +221,12 @@ def fragmentation() -> Json:
         table(
             "SMF per GPU",
             "The latest SMF fragmentation rate of each GPU.",
-            Query(sel(m.SMF_GPU, node=NODE), legend="{{node}}/{{gpu}}", instant=True, fmt="table"),
+            Query(
+                sel(m.SMF_GPU, Hostname=NODE),
+                legend="{{Hostname}}/{{gpu}}",
+                instant=True,
+                fmt="table",
+            ),
             unit="percentunit",
             width=24,
         ),
@@ -227,7 +236,7 @@ def fragmentation() -> Json:
             "Framebuffer occupancy per GPU, with its trend cluster",
             "Framebuffer used / total of each GPU; the legend names the DBSCAN cluster of "
             "the GPU's fragmentation trend (-1 = noise: a trend like no other).",
-            Query(_with_cluster(fb), legend="{{node}}/{{gpu}} cluster {{cluster}}"),
+            Query(_with_trend_cluster(fb), legend="{{Hostname}}/{{gpu}} cluster {{trend_cluster}}"),
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -236,7 +245,10 @@ def fragmentation() -> Json:
         timeseries(
             "Mean framebuffer occupancy per trend cluster",
             "Mean occupancy of the GPUs in each DBSCAN trend cluster.",
-            Query(agg("avg", ("cluster",), _with_cluster(fb)), legend="cluster {{cluster}}"),
+            Query(
+                agg("avg", ("trend_cluster",), _with_trend_cluster(fb)),
+                legend="cluster {{trend_cluster}}",
+            ),
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -245,8 +257,8 @@ def fragmentation() -> Json:
             "GPUs per trend cluster",
             "How many GPUs fall in each DBSCAN trend cluster (-1 = noise).",
             Query(
-                f'count_values ("cluster", {sel(m.TREND_CLUSTER, node=NODE)})',
-                legend="cluster {{cluster}}",
+                f'count_values ("trend_cluster", {sel(m.TREND_CLUSTER, Hostname=NODE)})',
+                legend="cluster {{trend_cluster}}",
             ),
             unit="short",
             width=12,
@@ -254,7 +266,7 @@ def fragmentation() -> Json:
         table(
             "Trend cluster of each GPU",
             "The DBSCAN cluster id of each GPU's framebuffer trend.",
-            Query(sel(m.TREND_CLUSTER, node=NODE), instant=True, fmt="table"),
+            Query(sel(m.TREND_CLUSTER, Hostname=NODE), instant=True, fmt="table"),
             unit="none",
             width=24,
         ),
@@ -266,7 +278,7 @@ def fragmentation() -> Json:
         "namespace, and framebuffer occupancy trends grouped by their DBSCAN cluster.",
         (("FGD", fgd), ("SMF", smf), ("Framebuffer trends and DBSCAN clusters", trends)),
         variables=(
-            query_variable("node", "Node", label_values(m.FB_USED, "node")),
+            query_variable("node", "Node", label_values(m.FB_USED, m.NODE_LABEL)),
             query_variable("namespace", "Namespace", label_values(m.SMF_NAMESPACE, "namespace")),
         ),
         tags=("fragmentation",),
@@ -274,8 +286,8 @@ def fragmentation() -> Json:
 
 
 def _per_gpu(metric: str) -> str:
-    """``metric`` labelled by node and gpu only (so the three tables merge into one)."""
-    return agg("max", ("node", "gpu"), sel(metric, node=NODE))
+    """``metric`` labelled by the GPU's identity only (so the four tables merge into one)."""
+    return agg("max", (*m.GPU_KEY, m.MODEL_LABEL), sel(metric, Hostname=NODE))
 
 
 def _wasted() -> tuple[Panel, ...]:
@@ -314,13 +326,13 @@ def attribution() -> Json:
     """Who holds the GPUs: framebuffer bytes per pod and MIG instance, shared GPUs,
     per-namespace SMF and quotas, per-GPU occupancy, memory classes."""
     gpu_quota = sel(m.QUOTA, namespace=NAMESPACE, resource=QUOTA_GPU)
-    held = sel(m.FB_USED_BYTES, node=NODE, namespace=NAMESPACE)
+    held = sel(m.FB_USED_BYTES, Hostname=NODE, namespace=NAMESPACE)
     pods = (
         stat(
             "Shared GPUs",
             "Physical GPUs on which more than one pod was seen in the exporter's window "
             "(MIG instances or time-slicing).",
-            Query(f"count({sel(m.SHARED_PODS, node=NODE)} > 1) or vector(0)", legend="shared"),
+            Query(f"count({sel(m.SHARED_PODS, Hostname=NODE)} > 1) or vector(0)", legend="shared"),
             unit="short",
             height=8,
         ),
@@ -411,7 +423,7 @@ def attribution() -> Json:
         timeseries(
             "Framebuffer occupancy per GPU",
             "Framebuffer used / total of each GPU (or MIG instance) over time.",
-            Query(sel(m.FB_USED, node=NODE), legend="{{node}}/{{gpu}}"),
+            Query(sel(m.FB_USED, Hostname=NODE), legend="{{Hostname}}/{{gpu}}"),
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -423,16 +435,18 @@ def attribution() -> Json:
         "sits-observe / MIG and shared-GPU attribution",
         "Which pods and namespaces hold GPUs and how well they use them: framebuffer per "
         "pod and MIG instance, shared GPUs, SMF and GPU quota per namespace, per GPU "
-        "occupancy, SMF, trend cluster and pod count, and the GPUs wasted idle, oversized or "
+        "occupancy, SMF, trend cluster and pod count, dcgm-exporter's utilisation, SM activity, "
+        "power, temperature and XID errors per GPU, and the GPUs wasted idle, oversized or "
         "stranded.",
         (
             ("Pods and MIG instances", pods),
             ("Namespaces", namespaces),
             ("GPUs", gpus),
+            ("GPU hardware (dcgm-exporter)", hardware()),
             ("Idle, oversized and stranded GPUs", _wasted()),
         ),
         variables=(
-            query_variable("node", "Node", label_values(m.FB_USED, "node")),
+            query_variable("node", "Node", label_values(m.FB_USED, m.NODE_LABEL)),
             query_variable("namespace", "Namespace", label_values(m.QUOTA, "namespace")),
         ),
         tags=("attribution",),

@@ -77,7 +77,7 @@ def fleet_overview() -> Json:
         stat(
             "Nodes reporting",
             "Nodes with at least one sample source in the store.",
-            Query(f"count(count by (node) ({m.LAST_SEEN}))", legend="nodes"),
+            Query(f"count(count by (cluster, Hostname) ({m.LAST_SEEN}))", legend="nodes"),
             unit="short",
         ),
     )
@@ -85,7 +85,7 @@ def fleet_overview() -> Json:
         timeseries(
             "Interference score per node",
             "0.4 bandwidth + 0.35 NVLink conflict + 0.25 NUMA miss, over the exporter window.",
-            Query(sel(m.INTERFERENCE, node=NODE), legend="{{node}}"),
+            Query(sel(m.INTERFERENCE, Hostname=NODE), legend="{{Hostname}}"),
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -93,7 +93,7 @@ def fleet_overview() -> Json:
         timeseries(
             "SMF per node",
             "Mean SMF fragmentation rate of each node's GPUs.",
-            Query(sel(m.SMF_NODE, node=NODE), legend="{{node}}"),
+            Query(sel(m.SMF_NODE, Hostname=NODE), legend="{{Hostname}}"),
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -102,7 +102,7 @@ def fleet_overview() -> Json:
             "Age of the newest sample",
             "Seconds since each node's newest sample of each source table: a collector "
             "that stops sending climbs here.",
-            Query(f"time() - {sel(m.LAST_SEEN, node=NODE)}", legend="{{node}} {{source}}"),
+            Query(f"time() - {sel(m.LAST_SEEN, Hostname=NODE)}", legend="{{Hostname}} {{source}}"),
             unit="s",
             minimum=0,
             width=24,
@@ -157,7 +157,7 @@ def fleet_overview() -> Json:
         "The GPU fleet at a glance: fragmentation, load against the SLOs, per-node "
         "interference and SMF, and the health of the collection pipeline.",
         (("Now", now), ("Nodes", nodes), ("Pipeline", pipeline)),
-        variables=(query_variable("node", "Node", label_values(m.LAST_SEEN, "node")),),
+        variables=(query_variable("node", "Node", label_values(m.LAST_SEEN, m.NODE_LABEL)),),
         tags=("fleet",),
     )
 

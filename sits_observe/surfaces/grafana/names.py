@@ -1,4 +1,5 @@
-"""The metric names the dashboards query: one constant per family, as ``serve`` exports it.
+"""The metric and label names the dashboards query: one constant per family, as ``serve``
+(and, for ``DCGM_FI_*``, dcgm-exporter) exports it.
 
 Every PromQL expression of every generated panel is built from these constants (see
 :mod:`.promql`), never typed inline, so a renamed metric is a one-line change here and the
@@ -6,9 +7,25 @@ unit test ``tests/unit/surfaces/test_grafana.py`` fails when a constant names a 
 service does not export. Names follow docs/metrics.md: ``sits_`` prefix, base units,
 ``_ratio`` for 0-1 fractions, ``_total`` on counter samples. Counter constants carry the
 ``_total`` suffix (the sample name PromQL sees); the GaugeHistogram carries its three series.
+
+Node and GPU labels are dcgm-exporter's (``Hostname``, ``gpu`` = the index, ``UUID``,
+``modelName``; :mod:`sits_observe.surfaces.service.exporter_labels`), so a panel joins a sits
+series with a ``DCGM_FI_*`` one on them; the unit test checks the two modules agree. The
+``DCGM_FI_*`` fields a panel reads must be in ``collectors/dcgm-counters.csv`` (tested too).
 """
 
 from __future__ import annotations
+
+# -- labels -------------------------------------------------------------------------------------
+#: The Kubernetes cluster, from Prometheus (an external label, or a relabeling of the scrape):
+#: every query is scoped by the dashboards' ``cluster`` variable (:func:`.promql.scoped`).
+CLUSTER_LABEL = "cluster"
+NODE_LABEL = "Hostname"
+GPU_INDEX_LABEL = "gpu"
+GPU_UUID_LABEL = "UUID"
+MODEL_LABEL = "modelName"
+#: What identifies one physical GPU across clusters, on sits and DCGM series alike.
+GPU_KEY: tuple[str, ...] = (CLUSTER_LABEL, NODE_LABEL, GPU_INDEX_LABEL, GPU_UUID_LABEL)
 
 # -- latency and throughput (per model) -------------------------------------------------------
 LATENCY = "sits_latency_seconds"
@@ -60,3 +77,10 @@ INGEST_ROWS = "sits_ingest_rows_total"
 INGEST_BATCHES = "sits_ingest_batches_total"
 STORE_ROWS = "sits_store_rows"
 HTTP_DURATION_BUCKET = "sits_http_request_duration_seconds_bucket"
+
+# -- dcgm-exporter (collectors/dcgm-counters.csv; units as dcgm-exporter exports them) ---------
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
+DCGM_SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"  # ratio 0-1 (profiling metrics, datacenter GPUs)
+DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"  # watts
+DCGM_GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # degrees Celsius
+DCGM_XID = "DCGM_FI_DEV_XID_ERRORS"  # the code of the last XID error, 0 = none

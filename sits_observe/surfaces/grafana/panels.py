@@ -3,7 +3,9 @@
 Targets Grafana 10/11 (``schemaVersion`` 39): the Prometheus data source is chosen by the
 ``datasource`` template variable, every panel and target refers to it as ``${datasource}``,
 and panels are laid out on Grafana's 24-column grid by :func:`dashboard` (left to right,
-wrapping, one ``row`` panel per section), so no helper hand-places coordinates. The JSON is
+wrapping, one ``row`` panel per section), so no helper hand-places coordinates. Every
+dashboard has a ``cluster`` variable, and :func:`dashboard` scopes every expression and
+variable query by it (:func:`.promql.scoped`), so no builder can forget it. The JSON is
 plain data (``Json``) because Grafana's model is open-ended; it never leaves this package
 except as a file.
 """
@@ -13,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from sits_observe.surfaces.grafana import names as m
+from sits_observe.surfaces.grafana.promql import CLUSTER, label_values, scoped
 
 Json = dict[str, Any]
 
@@ -265,6 +270,12 @@ def datasource_variable() -> Json:
     }
 
 
+def cluster_variable() -> Json:
+    """The ``cluster`` variable: the values of the ``cluster`` label on the service's own
+    always-exported series; "All" (``.*``) also matches series without the label."""
+    return query_variable(CLUSTER.name, "Cluster", label_values(m.EXPORTER_ERRORS, m.CLUSTER_LABEL))
+
+
 def query_variable(name: str, label: str, query: str) -> Json:
     """A multi-value variable filled by ``query`` (``label_values(...)``); "All" is ``.*``."""
     return {
@@ -331,7 +342,18 @@ def dashboard(
     variables: Sequence[Json] = (),
     tags: Sequence[str] = (),
 ) -> Json:
-    """A whole dashboard: the ``datasource`` variable first, then ``variables``."""
+    """A whole dashboard: the ``datasource`` and ``cluster`` variables first, then
+    ``variables``; every target expression and variable query scoped by ``cluster``."""
+    panels = _layout(sections)
+    for panel in panels:
+        for target in panel.get("targets", []):
+            target["expr"] = scoped(target["expr"])
+    scoped_variables = []
+    for variable in variables:
+        query = scoped(variable["query"]["query"])
+        scoped_variables.append(
+            {**variable, "definition": query, "query": {**variable["query"], "query": query}}
+        )
     return {
         "annotations": {
             "list": [
@@ -362,11 +384,11 @@ def dashboard(
                 "type": "dashboards",
             }
         ],
-        "panels": _layout(sections),
+        "panels": panels,
         "refresh": "30s",
         "schemaVersion": SCHEMA_VERSION,
         "tags": [TAG, *tags],
-        "templating": {"list": [datasource_variable(), *variables]},
+        "templating": {"list": [datasource_variable(), cluster_variable(), *scoped_variables]},
         "time": {"from": "now-6h", "to": "now"},
         "timepicker": {},
         "timezone": "utc",

@@ -31,6 +31,26 @@ class Var:
 MODEL = Var("model")
 NODE = Var("node")
 NAMESPACE = Var("namespace")
+#: The Kubernetes cluster: every selector of every dashboard is scoped by it (:func:`scoped`).
+CLUSTER = Var("cluster")
+
+#: A selector of a metric the dashboards read (``sits_*`` or ``DCGM_FI_*``) with its optional
+#: matcher list; names inside a matcher value or a string (``"cluster"``) are not matched.
+_SELECTOR = re.compile(r'(?<![\w"$])((?:sits|DCGM_FI)_[A-Za-z0-9_]*)(\{[^{}]*\})?')
+
+
+def scoped(expr: str, var: Var = CLUSTER, label: str = "cluster") -> str:
+    """``expr`` with ``label=~"$var"`` added to every selector of a ``sits_*`` or
+    ``DCGM_FI_*`` metric, so a dashboard over a store of several clusters shows one (or
+    "All": ``.*`` also matches series without the label, a single-cluster Prometheus)."""
+    matcher = var.matcher(label)
+
+    def scope(match: re.Match[str]) -> str:
+        name, braces = match.group(1), match.group(2)
+        inner = (braces or "{}")[1:-1].strip()
+        return f"{name}{{{matcher}, {inner}}}" if inner else f"{name}{{{matcher}}}"
+
+    return _SELECTOR.sub(scope, expr)
 
 
 def sel(metric: str, **labels: str | Var) -> str:

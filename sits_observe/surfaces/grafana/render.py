@@ -1,8 +1,9 @@
 """Render every generated Grafana file, write them, or compare them with what is on disk.
 
-The generator owns ``grafana/dashboards/*.json``, ``grafana/provisioning/**`` and the alert
+The generator owns ``grafana/dashboards/*.json``, ``grafana/provisioning/**``, the alert
 rules file ``grafana/alerts/sits-observe.rules.yml`` (rendered from the alert rule list,
-:mod:`sits_observe.surfaces.alerts.promfile`): the
+:mod:`sits_observe.surfaces.alerts.promfile`) and the Kubernetes objects of
+``grafana/kubernetes/`` with ``grafana/kustomization.yaml`` (:mod:`.kube`): the
 committed files must equal :func:`render`'s output byte for byte (``sits-observe grafana
 --check`` and the unit test enforce it), so they are regenerated, never edited by hand.
 JSON is written with two-space indents, keys in the builders' order and a final newline,
@@ -23,6 +24,7 @@ from sits_observe.surfaces.grafana.boards_capacity import (
     latency_throughput,
 )
 from sits_observe.surfaces.grafana.boards_fleet import controller, fleet_overview, pod_starts
+from sits_observe.surfaces.grafana.kube import files as kube_files
 from sits_observe.surfaces.grafana.panels import Json
 
 #: Dashboard file stem -> builder, in the order the docs list them.
@@ -90,6 +92,7 @@ def render() -> dict[str, str]:
     files["provisioning/datasources/sits-observe.yaml"] = DATASOURCE_YAML
     files["provisioning/dashboards/sits-observe.yaml"] = DASHBOARD_PROVIDER_YAML
     files[RULES_FILE] = rules_yaml()
+    files.update(kube_files([p for p in files if p.startswith(f"{DASHBOARD_DIR}/")]))
     return files
 
 

@@ -35,6 +35,7 @@ from sits_observe.analytics.latency import (
 from sits_observe.store import Store, utc_naive
 from sits_observe.store.freshness import newest_by_node
 from sits_observe.surfaces.durations import prom_duration
+from sits_observe.surfaces.service.exporter_labels import NODE, GpuNames
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 
 #: The latency quantiles exported (label ``quantile``), as in the ``latency`` command.
@@ -61,6 +62,15 @@ class PassInputs:
         # in no window, so it cannot hold a "last N minutes" signal until the clock catches up.
         self.until = self.now + timedelta(microseconds=1)
         self.window = prom_duration(settings.window_s)
+        self._gpu_names: dict[datetime, GpuNames] = {}
+
+    def gpu_names(self, since: datetime | None = None) -> GpuNames:
+        """Index and model name of every GPU seen from ``since`` (default: the window's
+        start) to now, read once per pass and start (:mod:`.exporter_labels`)."""
+        start = self.since if since is None else since
+        if start not in self._gpu_names:
+            self._gpu_names[start] = GpuNames(self.store, start, self.until, unknown=UNKNOWN)
+        return self._gpu_names[start]
 
     def ago(self, seconds: float) -> datetime:
         """``seconds`` before now (naive UTC); windows from it end at :attr:`until`."""
@@ -241,7 +251,7 @@ def collector_last_seen(p: PassInputs) -> list[Metric]:
     family = GaugeMetricFamily(
         "sits_collector_last_seen_timestamp_seconds",
         "unix time of the newest stored row per node and source table",
-        labels=("node", "source"),
+        labels=(NODE, "source"),
     )
     for row in sorted(rows, key=lambda r: (label(r["node"]), r["source"])):
         if label(row["node"]) in kept:

@@ -32,6 +32,7 @@ from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_seri
 from sits_observe.control.model import QUOTA_ACTIONS
 from sits_observe.control.settings import QUOTA_CPU
 from sits_observe.store import Store
+from sits_observe.surfaces.service.exporter_labels import GPU_LABELS, NODE
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, finite, label
 
 #: Bucket of the framebuffer occupancy read for ``sits_gpu_framebuffer_used_ratio``: the
@@ -69,7 +70,7 @@ def fragmentation(p: PassInputs) -> list[Metric]:
     nodes = GaugeMetricFamily(
         "sits_fgd_node_fragmentation_gpus",
         "FGD fragmentation F_n(M) of each node, in GPUs (latest inventory)",
-        labels=("node",),
+        labels=(NODE,),
     )
     per_node = list(zip(cluster.state.node_names, report.node_frag_milli.tolist(), strict=True))
     for node, milli in capped(per_node, p.settings.max_nodes, lambda x: (-x[1], x[0])):
@@ -78,14 +79,14 @@ def fragmentation(p: PassInputs) -> list[Metric]:
 
 
 def interference(p: PassInputs) -> list[Metric]:
-    """``sits_interference_score_ratio{node}`` over the window's GPU samples."""
+    """``sits_interference_score_ratio{Hostname}`` over the window's GPU samples."""
     samples = load_gpu_samples(p.store, since=p.since, until=p.until)
     report = interference_report(samples, p.settings.interference)
     family = GaugeMetricFamily(
         "sits_interference_score_ratio",
         f"interference score per node (0-1: 0.4 bandwidth + 0.35 NVLink conflict + "
         f"0.25 NUMA miss) over the last {p.settings.window_s:g} s",
-        labels=("node",),
+        labels=(NODE,),
     )
     scores = [(label(n.node), n.score.score) for n in report.nodes]
     for node, score in capped(scores, p.settings.max_nodes, lambda x: (-x[1], x[0])):
@@ -116,12 +117,13 @@ def smf(p: PassInputs) -> list[Metric]:
     gpu_family = GaugeMetricFamily(
         "sits_smf_ratio",
         "SMF fragmentation rate of each GPU (0-1), latest aligned sample",
-        labels=("node", "gpu"),
+        labels=GPU_LABELS,
     )
+    names = p.gpu_names()
     for node, gpu, value in capped(gpus, s.max_gpus, lambda x: (-float(x[2] or 0), x[0], x[1])):
-        gpu_family.add_metric((node, gpu), float(value))  # type: ignore[arg-type]
+        gpu_family.add_metric(names.labels(node, gpu), float(value))  # type: ignore[arg-type]
     node_family = GaugeMetricFamily(
-        "sits_smf_node_ratio", "mean SMF of the node's GPUs (0-1)", labels=("node",)
+        "sits_smf_node_ratio", "mean SMF of the node's GPUs (0-1)", labels=(NODE,)
     )
     node_means = {n: fmean(v) for n, v in per_node.items()}
     for node in capped(node_means, s.max_nodes, lambda n: (-node_means[n], n)):
@@ -138,7 +140,8 @@ def smf(p: PassInputs) -> list[Metric]:
 
 
 def framebuffer(p: PassInputs) -> list[Metric]:
-    """``sits_gpu_framebuffer_used_ratio{node, gpu}``: the newest minute's mean occupancy."""
+    """``sits_gpu_framebuffer_used_ratio{Hostname, gpu, UUID, modelName}``: the newest
+    minute's mean occupancy."""
     series = read_occupancy_series(
         p.store, since=p.since, level=TrendLevel.gpu, bucket_s=FRAMEBUFFER_BUCKET_S
     )
@@ -146,7 +149,7 @@ def framebuffer(p: PassInputs) -> list[Metric]:
         "sits_gpu_framebuffer_used_ratio",
         "framebuffer occupancy of each GPU (fb_used / fb_total, 0-1), mean of the newest "
         "minute with samples",
-        labels=("node", "gpu"),
+        labels=GPU_LABELS,
     )
     codes = series.codes
     if codes.size == 0:
@@ -158,8 +161,9 @@ def framebuffer(p: PassInputs) -> list[Metric]:
         for i in last
         if (v := finite(series.values[i])) is not None
     ]
+    names = p.gpu_names()
     for node, gpu, value in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1])):
-        family.add_metric((node, gpu), value)
+        family.add_metric(names.labels(node, gpu), value)
     return [family]
 
 
@@ -168,7 +172,7 @@ def framebuffer(p: PassInputs) -> list[Metric]:
 # repeats the device's values once per pod) keep one row, attributed ones first, so the bytes
 # of an instance are never counted twice.
 _ATTRIBUTION_SQL = """
-SELECT node, gpu_uuid, mig_profile, namespace, pod, fb_used_bytes
+SELECT node, gpu_uuid, gpu_index, model_name, mig_profile, namespace, pod, fb_used_bytes
 FROM gpu_samples
 WHERE ts >= ? AND ts < ? AND fb_used_bytes IS NOT NULL
 QUALIFY row_number() OVER (
@@ -179,6 +183,8 @@ QUALIFY row_number() OVER (
 
 _SHARED_SQL = """
 SELECT gpu_uuid, arg_max(node, ts) AS node,
+       arg_max(gpu_index, ts) FILTER (WHERE gpu_index IS NOT NULL) AS gpu_index,
+       arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name,
        count(DISTINCT (namespace, pod)) FILTER (WHERE pod IS NOT NULL) AS pods
 FROM gpu_samples
 WHERE ts >= ? AND ts < ?
@@ -187,16 +193,19 @@ GROUP BY gpu_uuid
 
 
 def gpu_attribution(p: PassInputs) -> list[Metric]:
-    """``sits_gpu_framebuffer_used_bytes{node, gpu, mig_profile, namespace, pod}`` (newest
-    framebuffer use of each GPU instance in the window, with the pod holding it) and
-    ``sits_gpu_shared_pods{node, gpu}`` (distinct attributed pods per physical GPU in the
-    window: more than 1 = shared by MIG or time-slicing)."""
-    used: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
+    """``sits_gpu_framebuffer_used_bytes{Hostname, gpu, UUID, modelName, mig_profile,
+    namespace, pod}`` (newest framebuffer use of each GPU instance in the window, with the pod
+    holding it) and ``sits_gpu_shared_pods{Hostname, gpu, UUID, modelName}`` (distinct
+    attributed pods per physical GPU in the window: more than 1 = shared by MIG or
+    time-slicing)."""
+    used: dict[tuple[str, ...], float] = defaultdict(float)
     for row in p.store.query(_ATTRIBUTION_SQL, [p.since, p.until]).to_pylist():
         profile = row["mig_profile"]
         key = (
             label(row["node"]),
+            label(row["gpu_index"]),
             label(row["gpu_uuid"]),
+            label(row["model_name"]),
             str(profile) if profile not in (None, "") else WHOLE_GPU,
             label(row["namespace"]),
             label(row["pod"]),
@@ -204,31 +213,34 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
         # Two unattributed instances of one profile on one GPU share a label set: summed.
         used[key] += float(row["fb_used_bytes"])
     per_gpu: dict[tuple[str, str], float] = defaultdict(float)
-    for key, value in used.items():
-        per_gpu[key[:2]] += value
+    for instance, value in used.items():
+        per_gpu[(instance[0], instance[2])] += value
     kept = set(capped(per_gpu, p.settings.max_gpus, lambda g: (-per_gpu[g], g)))
     used_family = GaugeMetricFamily(
         "sits_gpu_framebuffer_used_bytes",
         f"framebuffer used by each GPU instance (MIG instance, or mig_profile=none for a "
         f"whole GPU) and the pod holding it (unknown = unattributed), newest sample in the "
         f"last {p.settings.window_s:g} s",
-        labels=("node", "gpu", "mig_profile", "namespace", "pod"),
+        labels=(*GPU_LABELS, "mig_profile", "namespace", "pod"),
     )
-    for key in sorted(used):
-        if key[:2] in kept:
-            used_family.add_metric(key, used[key])
+    for instance in sorted(used):
+        if (instance[0], instance[2]) in kept:
+            used_family.add_metric(instance, used[instance])
     rows = [
-        (label(r["node"]), label(r["gpu_uuid"]), int(r["pods"]))
+        (
+            (label(r["node"]), label(r["gpu_index"]), label(r["gpu_uuid"]), label(r["model_name"])),
+            int(r["pods"]),
+        )
         for r in p.store.query(_SHARED_SQL, [p.since, p.until]).to_pylist()
     ]
     shared_family = GaugeMetricFamily(
         "sits_gpu_shared_pods",
         f"distinct attributed pods seen on each physical GPU in the last "
         f"{p.settings.window_s:g} s (more than 1: shared by MIG or time-slicing)",
-        labels=("node", "gpu"),
+        labels=GPU_LABELS,
     )
-    for node, gpu, pods in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1])):
-        shared_family.add_metric((node, gpu), pods)
+    for gpu_labels, pods in capped(rows, p.settings.max_gpus, lambda x: (-x[1], x[0][0], x[0][2])):
+        shared_family.add_metric(gpu_labels, pods)
     return [used_family, shared_family]
 
 

@@ -9,8 +9,9 @@ inventory when there is one. Families (docs/metrics.md):
   or stranded by fragmentation; every ``kind`` always present (0 when none), so a panel or an
   alert has a series from the first pass;
 - ``sits_gpu_idle_wasted_gpu_hours{kind}``: the GPU-hours they waste in the window;
-- ``sits_gpu_idle_ratio{node, gpu, namespace, workload}``: share of the window's samples in
-  which each held GPU was idle (0-1), the ``max_gpus`` most idle kept.
+- ``sits_gpu_idle_ratio{Hostname, gpu, UUID, modelName, namespace, workload}``: share of
+  the window's samples in which each held GPU was idle (0-1), the ``max_gpus`` most idle
+  kept.
 
 Money needs a price table, which the exporter does not take; the analysis prices findings
 when given one (docs/analytics/rightsizing.md).
@@ -25,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sits_observe.analytics.fgd_live import LiveCluster, live_cluster
 from sits_observe.analytics.idle_gpus import KINDS, find_waste, load_held_samples
 from sits_observe.errors import StoreError
+from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
 from sits_observe.surfaces.service.exporter_signals_cluster import has_inventory
 
@@ -58,11 +60,11 @@ def gpu_idle(p: PassInputs) -> list[Metric]:
     for kind in KINDS:
         gpus.add_metric((kind,), report.gpus[kind])
         hours.add_metric((kind,), report.wasted_gpu_hours[kind])
-    shares: dict[tuple[str, str, str, str], float] = defaultdict(float)
+    names = p.gpu_names(p.ago(s.idle_window_s))
+    shares: dict[tuple[str, ...], float] = defaultdict(float)
     for row in report.holdings.iter_rows(named=True):
         key = (
-            label(row["node"]),
-            label(row["gpu_uuid"]),
+            *names.labels(label(row["node"]), label(row["gpu_uuid"])),
             label(row["namespace"]),
             label(row["workload"]),
         )
@@ -72,8 +74,9 @@ def gpu_idle(p: PassInputs) -> list[Metric]:
         "sits_gpu_idle_ratio",
         f"share (0-1) of each held GPU's samples with utilisation and memory activity under "
         f"the idle floors, {window}",
-        labels=("node", "gpu", "namespace", "workload"),
+        labels=(*GPU_LABELS, "namespace", "workload"),
     )
-    for key in capped(shares, s.max_gpus, lambda k: (-shares[k], k)):
-        ratio.add_metric(key, shares[key])
+    # Keep-order as before the dcgm-exporter label names: share, then node, UUID, holder.
+    for held in capped(shares, s.max_gpus, lambda k: (-shares[k], k[0], k[2], k[4], k[5])):
+        ratio.add_metric(held, shares[held])
     return [gpus, hours, ratio]

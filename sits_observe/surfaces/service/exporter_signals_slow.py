@@ -28,6 +28,7 @@ from sits_observe.analytics.heatmap_knee import find_safe_max
 from sits_observe.analytics.latency import RequestSelection
 from sits_observe.analytics.trends import cluster_trends
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
+from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
 from sits_observe.surfaces.service.exporter_signals_cluster import has_inventory
 
@@ -97,7 +98,8 @@ def memory_classes(p: PassInputs) -> list[Metric]:
 
 
 def gpu_trends(p: PassInputs) -> list[Metric]:
-    """``sits_gpu_trend_cluster{node, gpu}``: DBSCAN cluster id of each GPU's trend."""
+    """``sits_gpu_trend_cluster{Hostname, gpu, UUID, modelName}``: DBSCAN cluster id of
+    each GPU's trend."""
     s = p.settings
     series = read_occupancy_series(p.store, since=p.ago(s.trend_window_s), level=TrendLevel.gpu)
     result = cluster_trends(series, s.trends)
@@ -107,8 +109,9 @@ def gpu_trends(p: PassInputs) -> list[Metric]:
         "sits_gpu_trend_cluster",
         f"DBSCAN cluster id of each GPU's framebuffer-occupancy trend over the last "
         f"{s.trend_window_s:g} s (-1 = noise); ids are renumbered on every run",
-        labels=("node", "gpu"),
+        labels=GPU_LABELS,
     )
+    names = p.gpu_names(p.ago(s.trend_window_s))
     for node, gpu, cluster in capped(members, s.max_gpus, lambda x: (x[0], x[1])):
-        family.add_metric((node, gpu), float(cluster))
+        family.add_metric(names.labels(node, gpu), float(cluster))
     return [family]

@@ -226,3 +226,31 @@ def test_in_process_evaluator_agrees_with_promtool(
         for e in check_.get("exp_alerts") or []
     )
     assert got == want
+
+
+def test_every_rule_links_its_runbook_section_in_docs_alerts() -> None:
+    """``runbook_url`` (Prometheus file, PrometheusRule, in-process alerts) points at the
+    rule's own section of docs/alerts.md: a heading whose GitHub anchor is the URL's
+    fragment, under "Runbooks"."""
+    text = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    runbooks = text.split("\n## Runbooks\n", 1)
+    assert len(runbooks) == 2, "docs/alerts.md has no '## Runbooks' section"
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", line[4:].strip().lower()).replace(" ", "-")
+        for line in runbooks[1].split("\n## ", 1)[0].splitlines()
+        if line.startswith("### ")
+    }
+    base = AlertSettings().runbook_base_url
+    in_file = {
+        r["alert"]: r["annotations"]["runbook_url"]
+        for r in yaml.safe_load(rules_yaml())["groups"][0]["rules"]
+    }
+    for rule in alert_rules():
+        assert rule.runbook_url == in_file[rule.name]
+        page, anchor = rule.runbook_url.split("#")
+        assert page == base and base.endswith("/docs/alerts.md")
+        assert anchor in anchors, f"{rule.name}: no '### {rule.name}' under Runbooks"
+    moved = alert_rules(AlertSettings(runbook_base_url="https://docs.example/alerts.md"))
+    assert moved[0].runbook_url == f"https://docs.example/alerts.md#{moved[0].name.lower()}"
+    with pytest.raises(ValueError):
+        AlertSettings(runbook_base_url="docs/alerts.md#x")

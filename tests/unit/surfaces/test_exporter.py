@@ -181,7 +181,9 @@ def test_every_signal_has_its_exact_value(store: Store) -> None:
     assert one(expo, "sits_fgd_fragmentation_ratio") == pytest.approx(1000 / 3000)
     assert one(expo, "sits_fgd_fragmentation_amount_ratio") == pytest.approx(1000 / 4000)
     # Bandwidth = mean DRAM activity 0.4; NVLink and NUMA missing count 0: 0.4 x 0.4.
-    assert values(expo, "sits_interference_score_ratio") == {(("node", "n1"),): pytest.approx(0.16)}
+    assert values(expo, "sits_interference_score_ratio") == {
+        (("Hostname", "n1"),): pytest.approx(0.16)
+    }
     assert values(expo, "sits_collector_drops_total") == {
         (("collector", "cgroup"), ("reason", "parse")): 1.0,
         (("collector", "dcgm"), ("reason", "nan")): 7.0,
@@ -212,7 +214,7 @@ def test_a_failing_signal_is_counted_and_skipped(store: Store) -> None:
     assert one(expo, "sits_exporter_errors_total", signal="latency") == 0.0
     p95 = one(expo, "sits_latency_seconds", model="a", quantile="0.95", window="5m")
     assert p95 == pytest.approx(float(np.percentile(latencies["a"], 95)), rel=1e-12)
-    assert one(expo, "sits_interference_score_ratio", node="n1") == pytest.approx(0.16)
+    assert one(expo, "sits_interference_score_ratio", Hostname="n1") == pytest.approx(0.16)
     assert one(expo, "sits_fgd_fragmentation_ratio") == pytest.approx(1000 / 3000)
 
 

@@ -48,6 +48,24 @@ def key(**labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
+#: Each test GPU's index on its node and product name, stored as the DCGM collector stores
+#: them; the exporter labels its series with dcgm-exporter's names for them.
+GPUS = {
+    "GPU-M": (3, "NVIDIA A100-SXM4-80GB"),
+    "GPU-W": (0, "NVIDIA L4"),
+    "GPU-OLD": (1, "NVIDIA L4"),
+    "GPU-T": (5, "NVIDIA H100 80GB HBM3"),
+    "GPU-A": (0, "NVIDIA A100-SXM4-80GB"),
+    "GPU-B": (1, "NVIDIA A100-SXM4-80GB"),
+}
+
+
+def gpu(node: str, uuid: str) -> dict[str, str]:
+    """dcgm-exporter's labels of one GPU: Hostname, gpu (index), UUID, modelName."""
+    index, model = GPUS[uuid]
+    return {"Hostname": node, "gpu": str(index), "UUID": uuid, "modelName": model}
+
+
 def add_gpu_rows(store: Store, rows: list[tuple[object, ...]]) -> None:
     """Rows of (seconds ago, node, gpu_uuid, mig_profile, mig_instance_id, namespace, pod,
     fb_used_bytes)."""
@@ -58,6 +76,8 @@ def add_gpu_rows(store: Store, rows: list[tuple[object, ...]]) -> None:
         {
             "ts": pa.array([ago(float(str(s))) for s in columns[0]], pa.timestamp("us")),
             **{n: pa.array(c, t) for n, c, t in zip(names, columns[1:7], types, strict=True)},
+            "gpu_index": pa.array([GPUS[str(u)][0] for u in columns[2]], pa.int16()),
+            "model_name": [GPUS[str(u)][1] for u in columns[2]],
             "fb_used_bytes": pa.array(columns[7], pa.int64()),
             "source": ["dcgm"] * len(rows),
         }
@@ -82,17 +102,17 @@ def test_a_mig_gpu_with_two_pods_and_an_unattributed_whole_gpu(store: Store) -> 
         ],
     )
     expo = scrape(store)
-    mig = {"node": "n1", "gpu": "GPU-M", "mig_profile": "3g.40gb"}
+    mig = {**gpu("n1", "GPU-M"), "mig_profile": "3g.40gb"}
     assert series(expo, USED) == {
         key(**mig, namespace="ns1", pod="a"): 5 * GIB,
         key(**mig, namespace="ns2", pod="b"): 9 * GIB,
-        key(node="n2", gpu="GPU-W", mig_profile="none", namespace="unknown", pod="unknown"): (
+        key(**gpu("n2", "GPU-W"), mig_profile="none", namespace="unknown", pod="unknown"): (
             2 * GIB
         ),
     }
     assert series(expo, SHARED) == {
-        key(node="n1", gpu="GPU-M"): 2.0,
-        key(node="n2", gpu="GPU-W"): 0.0,
+        key(**gpu("n1", "GPU-M")): 2.0,
+        key(**gpu("n2", "GPU-W")): 0.0,
     }
     assert expo.types[USED] == "gauge"
     assert all(v == 0 for v in series(expo, "sits_exporter_errors_total").values())
@@ -112,9 +132,9 @@ def test_time_slicing_counts_pods_but_not_bytes_twice(store: Store) -> None:
     )
     expo = scrape(store)
     assert series(expo, USED) == {
-        key(node="n1", gpu="GPU-T", mig_profile="none", namespace="ns", pod="p"): 4 * GIB
+        key(**gpu("n1", "GPU-T"), mig_profile="none", namespace="ns", pod="p"): 4 * GIB
     }
-    assert series(expo, SHARED) == {key(node="n1", gpu="GPU-T"): 3.0}
+    assert series(expo, SHARED) == {key(**gpu("n1", "GPU-T")): 3.0}
 
 
 def test_caps_keep_whole_gpus_by_bytes_and_the_most_shared(store: Store) -> None:
@@ -128,5 +148,5 @@ def test_caps_keep_whole_gpus_by_bytes_and_the_most_shared(store: Store) -> None
     )
     expo = scrape(store, max_gpus=1)
     # GPU-B holds more bytes (3 GiB against 2 GiB): all of its instances are kept, none of A's.
-    assert {dict(k)["gpu"] for k in series(expo, USED)} == {"GPU-B"}
-    assert series(expo, SHARED) == {key(node="n1", gpu="GPU-A"): 2.0}
+    assert {dict(k)["UUID"] for k in series(expo, USED)} == {"GPU-B"}
+    assert series(expo, SHARED) == {key(**gpu("n1", "GPU-A")): 2.0}

@@ -27,6 +27,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield s
 
 
+MODEL = "NVIDIA A100-SXM4-80GB"
+
+
 def fill(store: Store, *, inventory: bool = True) -> None:
     """n1 has 2 GPUs: ``train-0`` keeps GPU-0 busy; ``nb-0`` holds half of GPU-1, idle, for
     the last hour (60 samples a minute apart); the free half of GPU-1 is stranded."""
@@ -65,6 +68,7 @@ def fill(store: Store, *, inventory: bool = True) -> None:
             "node": "n1",
             "gpu_uuid": f"GPU-{idx}",
             "gpu_index": idx,
+            "model_name": MODEL,
             "namespace": "ml",
             "pod": pod,
             "gpu_util_ratio": util,
@@ -111,9 +115,12 @@ def test_idle_and_stranded_gpus_and_their_gpu_hours(store: Store) -> None:
     hours = values(expo, "sits_gpu_idle_wasted_gpu_hours")
     assert hours[(("kind", "idle"),)] == pytest.approx(0.5)  # half a GPU for 60 min
     assert hours[(("kind", "stranded"),)] == pytest.approx(0.25)  # 0.25 GPU for the 1 h window
+    # dcgm-exporter's label names: Hostname, gpu (the index), UUID, modelName.
+    gpu1 = (("Hostname", "n1"), ("UUID", "GPU-1"), ("gpu", "1"), ("modelName", MODEL))
+    gpu0 = (("Hostname", "n1"), ("UUID", "GPU-0"), ("gpu", "0"), ("modelName", MODEL))
     assert values(expo, "sits_gpu_idle_ratio") == {
-        (("gpu", "GPU-1"), ("namespace", "ml"), ("node", "n1"), ("workload", "nb")): 1.0,
-        (("gpu", "GPU-0"), ("namespace", "ml"), ("node", "n1"), ("workload", "train")): 0.0,
+        (*gpu1, ("namespace", "ml"), ("workload", "nb")): 1.0,
+        (*gpu0, ("namespace", "ml"), ("workload", "train")): 0.0,
     }
     errors = values(expo, "sits_exporter_errors_total")
     assert errors[(("signal", "gpu_idle"),)] == 0.0

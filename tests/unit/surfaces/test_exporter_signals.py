@@ -85,6 +85,14 @@ def no_errors(expo: Exposition) -> bool:
 # -- SMF and framebuffer -------------------------------------------------------------------
 
 
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def gpu_key(uuid: str, index: int, node: str = "n1") -> tuple[tuple[str, str], ...]:
+    """dcgm-exporter's labels of a GPU (Hostname, gpu index, UUID, modelName), sorted."""
+    return (("Hostname", node), ("UUID", uuid), ("gpu", str(index)), ("modelName", H100))
+
+
 def add_smf_samples(store: Store) -> None:
     """n1/GPU-0 used by ns1/p1/c1, n1/GPU-1 by ns2/p2/c2; GPU and cgroup samples at the same
     times (skew 0). GPU-0's occupancy: 0.25 and 0.5 in the newest minute, 1.0 before."""
@@ -92,6 +100,8 @@ def add_smf_samples(store: Store) -> None:
         "ts": [ago(100), ago(10), ago(5), ago(10), ago(5)],
         "node": ["n1"] * 5,
         "gpu_uuid": ["GPU-0", "GPU-0", "GPU-0", "GPU-1", "GPU-1"],
+        "gpu_index": pa.array([0, 0, 0, 1, 1], pa.int16()),
+        "model_name": [H100] * 5,
         "namespace": ["ns1", "ns1", "ns1", "ns2", "ns2"],
         "pod": ["p1", "p1", "p1", "p2", "p2"],
         "container": ["c1", "c1", "c1", "c2", "c2"],
@@ -123,25 +133,23 @@ def test_smf_per_gpu_node_and_namespace(store: Store) -> None:
     gpu0 = smf_value(40 * GIB, 8 * GIB, 80 * GIB)  # the latest aligned sample: 0.4
     gpu1 = smf_value(20 * GIB, 4 * GIB, 80 * GIB)  # 0.2
     assert series(expo, "sits_smf_ratio") == {
-        (("gpu", "GPU-0"), ("node", "n1")): pytest.approx(gpu0),
-        (("gpu", "GPU-1"), ("node", "n1")): pytest.approx(gpu1),
+        gpu_key("GPU-0", 0): pytest.approx(gpu0),
+        gpu_key("GPU-1", 1): pytest.approx(gpu1),
     }
-    assert one(expo, "sits_smf_node_ratio", node="n1") == pytest.approx((gpu0 + gpu1) / 2)
+    assert one(expo, "sits_smf_node_ratio", Hostname="n1") == pytest.approx((gpu0 + gpu1) / 2)
     assert one(expo, "sits_smf_namespace_ratio", namespace="ns1") == pytest.approx(gpu0)
     assert one(expo, "sits_smf_namespace_ratio", namespace="ns2") == pytest.approx(gpu1)
     # The newest minute's mean occupancy; the older full sample is in another minute.
-    assert one(expo, "sits_gpu_framebuffer_used_ratio", gpu="GPU-0") == pytest.approx(0.375)
-    assert one(expo, "sits_gpu_framebuffer_used_ratio", gpu="GPU-1") == pytest.approx(0.75)
+    assert one(expo, "sits_gpu_framebuffer_used_ratio", gpu="0") == pytest.approx(0.375)
+    assert one(expo, "sits_gpu_framebuffer_used_ratio", UUID="GPU-1") == pytest.approx(0.75)
     assert no_errors(expo)
 
 
 def test_gpu_caps_keep_the_most_fragmented(store: Store) -> None:
     add_smf_samples(store)
     expo = scrape(store, max_gpus=1)
-    assert list(series(expo, "sits_smf_ratio")) == [(("gpu", "GPU-0"), ("node", "n1"))]
-    assert list(series(expo, "sits_gpu_framebuffer_used_ratio")) == [
-        (("gpu", "GPU-1"), ("node", "n1"))
-    ]
+    assert list(series(expo, "sits_smf_ratio")) == [gpu_key("GPU-0", 0)]
+    assert list(series(expo, "sits_gpu_framebuffer_used_ratio")) == [gpu_key("GPU-1", 1)]
 
 
 # -- requests: estimates, SLO, gauge histogram --------------------------------------------
@@ -254,8 +262,8 @@ def test_fgd_per_node_and_pod_start(store: Store) -> None:
     # fragments all idle GPU milli of any node: A = 1/3 x 1000 + 2/3 x 1000 milli,
     # B = 1/3 x 0 + 2/3 x 2000 milli.
     assert series(expo, "sits_fgd_node_fragmentation_gpus") == {
-        (("node", "A"),): pytest.approx(1.0),
-        (("node", "B"),): pytest.approx(4 / 3),
+        (("Hostname", "A"),): pytest.approx(1.0),
+        (("Hostname", "B"),): pytest.approx(4 / 3),
     }
     # scheduled -> ready: ns has 4 s and 7 s, other 2 s.
     assert series(expo, "sits_pod_start_seconds") == {
@@ -324,14 +332,14 @@ def test_collector_last_seen_per_node_and_source(store: Store) -> None:
     store.append("requests", pa.table({"ts": ts([ago(3)]), "node": ["n2"], "latency_s": [0.1]}))
     expo = scrape(store)
     assert series(expo, "sits_collector_last_seen_timestamp_seconds") == {
-        (("node", "n1"), ("source", "gpu_samples")): ago(5).replace(tzinfo=UTC).timestamp(),
-        (("node", "n2"), ("source", "gpu_samples")): ago(7).replace(tzinfo=UTC).timestamp(),
-        (("node", "n2"), ("source", "requests")): ago(3).replace(tzinfo=UTC).timestamp(),
+        (("Hostname", "n1"), ("source", "gpu_samples")): ago(5).replace(tzinfo=UTC).timestamp(),
+        (("Hostname", "n2"), ("source", "gpu_samples")): ago(7).replace(tzinfo=UTC).timestamp(),
+        (("Hostname", "n2"), ("source", "requests")): ago(3).replace(tzinfo=UTC).timestamp(),
     }
     # Capped to one node: the stalest (n2's oldest source is older than n1's) is kept.
     capped = scrape(store, max_nodes=1)
     nodes = {
-        s.label("node")
+        s.label("Hostname")
         for s in capped.samples
         if s.name == "sits_collector_last_seen_timestamp_seconds"
     }
@@ -420,7 +428,9 @@ def test_memory_classes_per_workload(store: Store) -> None:
 
 
 def test_gpu_trend_clusters_match_the_analysis(store: Store) -> None:
-    """Two GPUs: one steady, one leaking; each its own cluster, as ``trends`` says."""
+    """Two GPUs: one steady, one leaking; each its own cluster, as ``trends`` says. G0's
+    index and model are known only from samples older than the fast window (the slow signal
+    looks them up over its own window); G1's never: ``unknown``."""
     times = [ago(3600 - 60 * i) for i in range(60)]
     used = {"G0": [40 * GIB] * 60, "G1": [int(GIB * (10 + i)) for i in range(60)]}
     store.append(
@@ -430,6 +440,8 @@ def test_gpu_trend_clusters_match_the_analysis(store: Store) -> None:
                 "ts": ts(times * 2),
                 "node": ["A"] * 120,
                 "gpu_uuid": ["G0"] * 60 + ["G1"] * 60,
+                "gpu_index": pa.array([2] * 60 + [None] * 60, pa.int16()),
+                "model_name": [H100] * 60 + [None] * 60,
                 "fb_used_bytes": used["G0"] + used["G1"],
                 "fb_total_bytes": [80 * GIB] * 120,
             }
@@ -438,8 +450,14 @@ def test_gpu_trend_clusters_match_the_analysis(store: Store) -> None:
     expo = scrape(store)
     got = series(expo, "sits_gpu_trend_cluster")
     result = cluster_trends(read_occupancy_series(store, since=ago(6 * 3600)))
+    names = {"G0": ("2", H100), "G1": ("unknown", "unknown")}
     want = {
-        (("gpu", m.key), ("node", m.node)): float(c.label)
+        (
+            ("Hostname", m.node),
+            ("UUID", m.key),
+            ("gpu", names[m.key][0]),
+            ("modelName", names[m.key][1]),
+        ): float(c.label)
         for c in (*result.clusters, *result.noise)
         for m in c.members
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -20,6 +21,7 @@ from sits_observe.surfaces.grafana import (
     dashboards,
     differences,
     expand,
+    names,
     queries,
     render,
     variable_queries,
@@ -27,13 +29,14 @@ from sits_observe.surfaces.grafana import (
 )
 from sits_observe.surfaces.grafana.panels import GRID_COLUMNS
 from sits_observe.surfaces.grafana.promql import MODEL, sel
-from sits_observe.surfaces.service import ServiceSettings, create_app
+from sits_observe.surfaces.service import ServiceSettings, create_app, exporter_labels
 
 REPO = Path(__file__).resolve().parents[3]
 GRAFANA = REPO / "grafana"
 METRIC = re.compile(r"\bsits_[a-z0-9_]+\b")
+DCGM = re.compile(r"\bDCGM_FI_[A-Z0-9_]+\b")
 #: Template variables of the dashboards with a value any series matches.
-MATCH_ALL = {"model": ".*", "node": ".*", "namespace": ".*"}
+MATCH_ALL = {"model": ".*", "node": ".*", "namespace": ".*", "cluster": ".*"}
 
 # Sample names a family of each type exposes (prometheus_client's exposition).
 SUFFIXES = {
@@ -97,8 +100,67 @@ def test_every_metric_a_panel_queries_is_exported(exported: set[str]) -> None:
 
 def test_every_expression_queries_a_sits_metric_and_only_known_variables() -> None:
     for board, panel, expr in all_expressions():
-        assert METRIC.search(expr), (board, panel, expr)
+        assert METRIC.search(expr) or DCGM.search(expr), (board, panel, expr)
         expand(expr, MATCH_ALL)  # raises on an undefined $variable
+
+
+def test_every_selector_is_scoped_by_the_cluster_variable() -> None:
+    """A store of several clusters shows one: each sits_ / DCGM_FI_ selector of every panel
+    and variable (but the cluster variable's own) matches ``cluster=~"$cluster"`` first."""
+    selector = re.compile(r"\b((?:sits|DCGM_FI)_\w+)(\{[^}]*\})?")
+    for model in dashboards().values():
+        variables = [v["name"] for v in model["templating"]["list"]]
+        assert variables[:2] == ["datasource", "cluster"], model["uid"]
+        for q in [*queries(model), *variable_queries(model)]:
+            if q.panel == "$cluster":
+                continue
+            for match in selector.finditer(q.expr):
+                assert (match.group(2) or "").startswith('{cluster=~"$cluster"'), (q.panel, q.expr)
+
+
+def test_node_and_gpu_labels_are_the_exporters_and_dcgm_exporters() -> None:
+    """Panels group and join on the labels the exporter gives its series, which are
+    dcgm-exporter's; the old ``node`` label (and ``gpu`` as a UUID) is gone."""
+    assert names.NODE_LABEL == exporter_labels.NODE == "Hostname"
+    assert (names.GPU_INDEX_LABEL, names.GPU_UUID_LABEL, names.MODEL_LABEL) == (
+        exporter_labels.GPU_INDEX,
+        exporter_labels.GPU_UUID,
+        exporter_labels.MODEL,
+    )
+    for board, panel, expr in all_expressions():
+        assert not re.search(r"\bnode=~|\(node\b|\bnode\)|\bnode,", expr), (board, panel, expr)
+
+
+def counters_csv() -> set[str]:
+    lines = (REPO / "collectors" / "dcgm-counters.csv").read_text(encoding="utf-8").splitlines()
+    rows = csv.reader(ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#"))
+    return {row[0].strip() for row in rows}
+
+
+def test_dcgm_panels_read_only_counters_the_agents_dcgm_exporter_collects() -> None:
+    used = {name for _, _, expr in all_expressions() for name in DCGM.findall(expr)}
+    assert used == {
+        names.DCGM_GPU_UTIL,
+        names.DCGM_SM_ACTIVE,
+        names.DCGM_POWER,
+        names.DCGM_GPU_TEMP,
+        names.DCGM_XID,
+    }
+    assert used <= counters_csv(), used - counters_csv()
+
+
+def test_the_attribution_dashboard_has_the_gpu_hardware_row_and_joins_on_the_gpu() -> None:
+    model = dashboards()["attribution"]
+    rows = [p["title"] for p in model["panels"] if p["type"] == "row"]
+    assert "GPU hardware (dcgm-exporter)" in rows
+    joins = [
+        q.expr
+        for q in queries(model)
+        if METRIC.search(q.expr) and DCGM.search(q.expr) and " on (" in q.expr
+    ]
+    assert joins, "no panel joins a sits series with a dcgm-exporter one"
+    for expr in joins:
+        assert "on (cluster, Hostname, gpu, UUID)" in expr, expr
 
 
 def test_dashboards_are_grafana_models_with_a_prometheus_datasource_variable() -> None:
@@ -155,7 +217,8 @@ def test_latency_dashboard_has_a_real_heatmap_over_the_window_histogram() -> Non
     (target,) = panel["targets"]
     assert target["format"] == "heatmap" and target["legendFormat"] == "{{le}}"
     assert target["expr"] == (
-        'sum by (le) (sits_request_latency_window_seconds_bucket{model=~"$model"})'
+        'sum by (le) (sits_request_latency_window_seconds_bucket{cluster=~"$cluster", '
+        'model=~"$model"})'
     )
     assert panel["options"]["calculate"] is False
     assert panel["repeat"] == "model"
