@@ -429,8 +429,11 @@ def main() -> None:
         body_names = json.dumps({"Pod": POD, "Nodes": None, "NodeNames": names}).encode()
         request = parse_extender_args(body_names).pod
 
-        vectorised = prioritize(request, view, names, settings)
-        naive_scores = naive_prioritize(request, view, names, settings)
+        # The naive peer computes the absolute blend; the timed calls use the default (ranked)
+        # scores, which rank the same terms.
+        absolute = ScoringSettings(score_mode="absolute")
+        vectorised = prioritize(request, view, names, absolute)
+        naive_scores = naive_prioritize(request, view, names, absolute)
         if vectorised.scores.tolist() != naive_scores:
             raise SystemExit("naive and vectorised scores differ")
         spread = np.bincount(vectorised.scores, minlength=11).tolist()

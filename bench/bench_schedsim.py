@@ -1,8 +1,10 @@
-"""Scheduling simulator on the Alibaba default trace: speed per policy, total, a naive peer.
+"""Scheduling simulator on the Alibaba trace: speed per policy, a naive peer, the replay table.
 
-Timed:
+Two parts (``--part speed``, ``--part table``, or ``all``):
 
-- ``all``: :func:`sits_observe.analytics.schedsim.simulate` with every policy (7) x ``--seeds``
+**speed**, on the default workload:
+
+- ``all``: :func:`sits_observe.analytics.schedsim.simulate` with every built-in policy x ``--seeds``
   seeds on the 1,213-node / 8,152-pod trace inflated to 130% (about 10,800 arrivals per
   replay), in ``--workers`` processes; wall time of the whole call (loading the CSVs not
   included). Per policy: the median over seeds of *decisions per second* of one replay
@@ -14,13 +16,26 @@ Timed:
   every pod (checked).
 
 The allocation and fragmentation the replays reach are printed next to the published ATC'23
-numbers (SPEC table). ``--record`` writes the figures into docs/benchmarks.md between the
-schedsim-bench markers (appending the section at the end when absent).
+numbers (SPEC table).
+
+**table**: every policy, the kube-scheduler ones included (``kube-default``; ``kube-sits``,
+``kube-sits-gpuhint`` and ``kube-sits-nobind`` through the service's extender handler with
+deploy/scheduler-config.yaml, :mod:`sits_observe.control.replay_extender`), on the default
+workload and each of ``STUDY_VARIANTS``, ``--seeds`` seeds: GPU allocation at 130 % (mean and
+min-max over seeds), unallocated GPUs, first failure, fragmentation ratio at 90 %, seconds
+per replay; then the issue's targets (``kube-sits`` within 0.3 points of ``fgd``,
+``kube-sits-gpuhint`` at least ``fgd``) per workload. ``--results FILE`` keeps each finished
+workload as a JSON line, so an interrupted run resumes.
+
+``--record`` writes the figures into docs/benchmarks.md (speed: between the schedsim-bench
+markers; table: between the replay-table markers, also in docs/analytics/simulator.md),
+appending a section at the end when absent.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -36,12 +51,19 @@ from sits_observe.analytics.fgd_workload import TargetWorkload
 from sits_observe.analytics.schedsim_policies import Choice, FgdPolicy, fgd_score, is_partial
 from sits_observe.analytics.schedsim_state import SimPod, SimState
 from sits_observe.analytics.traces import load_node_list, load_pod_list
+from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
+from sits_observe.control.replay_extender import REPLAY_POLICIES, replay_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
+SIMULATOR_DOCS = ROOT / "docs" / "analytics" / "simulator.md"
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "alibaba-gpu-v2023"
 BEGIN, END = "<!-- schedsim-bench:begin -->", "<!-- schedsim-bench:end -->"
 SECTION = "## Scheduling simulator"
+TABLE_BEGIN, TABLE_END = "<!-- replay-table:begin -->", "<!-- replay-table:end -->"
+TABLE_SECTION = "## Replay table: kube-scheduler with the sits extender"
+#: Issue 10's targets: kube-sits within this many points of fgd, kube-sits-gpuhint at least fgd.
+WITHIN_PP = 0.3
 
 PUBLISHED = {  # SPEC: means of the authors' 10 seeds, default workload, 130% arrived
     "random": (0.8747, 778),
@@ -147,14 +169,15 @@ def naive_vs_vectorised(trace: Path, count: int) -> tuple[float, float, bool]:
 # -- the full run ----------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> str:
+def run_speed(args: argparse.Namespace) -> str:
     trace = Path(args.trace)
     nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
     pods = load_pod_list(trace / "openb_pod_list_default.csv")
     seeds = list(range(args.seeds))
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    results = schedsim.simulate(nodes, pods, schedsim.policy_names(), seeds, workers=args.workers)
+    names = [n for n in schedsim.policy_names() if n not in REPLAY_POLICIES]
+    results = schedsim.simulate(nodes, pods, names, seeds, workers=args.workers)
     total_s = time.perf_counter() - started
     naive_s, vector_s, same = naive_vs_vectorised(trace, args.naive_pods)
     load_after = os.getloadavg()[0]
@@ -166,7 +189,8 @@ def run(args: argparse.Namespace) -> str:
         f"(`openb_pod_list_default.csv`) inflated to 130% of GPU capacity: "
         f"{results[0].replays[0].pods_arrived:,} arrivals in seed 0.",
         "",
-        f"**All 7 policies x {len(seeds)} seeds: {total_s:.1f} s** on {args.workers} worker "
+        f"**All {len(names)} built-in policies x {len(seeds)} seeds: {total_s:.1f} s** on "
+        f"{args.workers} worker "
         "processes (wall time of `simulate()`, trace loading excluded).",
         "",
         "| policy | decisions/s (median of seeds) | GPU alloc at 130% | paper | unallocated GPUs "
@@ -198,23 +222,175 @@ def run(args: argparse.Namespace) -> str:
         "`FragmentationIndex`, the other policies a few numpy expressions per pod. Method, "
         "policies and the calibration against the paper: docs/analytics/simulator.md.",
         "",
-        f"Command: `.venv/bin/python bench/bench_schedsim.py --seeds {len(seeds)} "
+        f"Command: `.venv/bin/python bench/bench_schedsim.py --part speed --seeds {len(seeds)} "
         f"--workers {args.workers} --naive-pods {args.naive_pods}"
         f"{' --record' if args.record else ''}`.",
     ]
     return "\n".join(lines)
 
 
-def record(body: str) -> None:
-    """Replace the text between the markers in docs/benchmarks.md, or append the section."""
-    text = DOCS.read_text()
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        DOCS.write_text(head + block + tail)
+# -- the replay table ------------------------------------------------------------------------
+
+
+def table_rows(workload: str, results: list[schedsim.PolicyResult]) -> list[dict[str, object]]:
+    """One JSON-able row per policy of one workload."""
+    rows: list[dict[str, object]] = []
+    for r in results:
+        failure = r.first_failure_arrived
+        rows.append(
+            {
+                "workload": workload,
+                "policy": r.policy,
+                "seeds": list(r.seeds),
+                "alloc": [
+                    r.final_alloc_ratio.mean,
+                    r.final_alloc_ratio.min,
+                    r.final_alloc_ratio.max,
+                ],
+                "unallocated": r.unallocated_gpus.mean,
+                "first_failure": None if failure is None else failure.mean,
+                "seeds_with_failure": r.seeds_with_failure,
+                "frag90": float(r.frag_ratio[0, min(90, r.frag_ratio.shape[1] - 1)]),
+                "replay_s": statistics.median(x.elapsed_s for x in r.replays),
+                "per_seed": [x.final_alloc_ratio for x in r.replays],
+            }
+        )
+    return rows
+
+
+def run_table(args: argparse.Namespace) -> str:
+    trace = Path(args.trace)
+    nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
+    base = load_pod_list(trace / "openb_pod_list_default.csv")
+    seeds = list(range(args.seeds))
+    cache = Path(args.results) if args.results else None
+    done: dict[str, list[dict[str, object]]] = {}
+    if cache is not None and cache.exists():
+        for line in cache.read_text().splitlines():
+            row = json.loads(line)  # a workload finished earlier, with the seeds it ran
+            done.setdefault(str(row["workload"]), []).append(row)
+    load_before = os.getloadavg()[0]
+    wall: dict[str, float] = {}
+    for workload in ["default", *STUDY_VARIANTS]:
+        if workload in done or (args.workloads and workload not in args.workloads.split(",")):
+            continue
+        pods = make_variant(base, nodes, workload)
+        for name, factory in replay_policies(pods).items():
+            schedsim.register_policy(name, factory)
+        started = time.perf_counter()
+        results = schedsim.simulate(
+            nodes, pods, schedsim.policy_names(), seeds, workers=args.workers
+        )
+        wall[workload] = time.perf_counter() - started
+        done[workload] = table_rows(workload, results)
+        print(f"{workload}: {wall[workload]:.0f} s", flush=True)
+        if cache is not None:
+            with cache.open("a") as out:
+                for row in done[workload]:
+                    out.write(json.dumps(row) + "\n")
+    return render_table(done, seeds, args, load_before, wall)
+
+
+def render_table(
+    done: dict[str, list[dict[str, object]]],
+    seeds: list[int],
+    args: argparse.Namespace,
+    load_before: float,
+    wall: dict[str, float],
+) -> str:
+    lines = [
+        f"Date {datetime.now(UTC):%Y-%m-%d}; {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {args.workers} worker processes; 1-minute load "
+        f"average {load_before:.1f} at the start (a shared machine: other jobs ran alongside, "
+        "so the seconds are upper bounds).",
+        f"Workloads: the Alibaba default pod list and the study's variants generated from it "
+        f"({', '.join(STUDY_VARIANTS)}; `analytics/traces_variants.py`), 1,213 nodes / 6,212 "
+        "GPUs, 130% arrived; seeds 0 to n-1 (n per workload in the table); node-order ties "
+        "for the ATC'23 policies, kube-scheduler's random ties for the kube-* ones.",
+        "",
+        "| workload | policy | seeds | GPU alloc at 130% (min-max) | unallocated GPUs "
+        "| first failure | frag ratio at 90% | s per replay |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for workload, rows in done.items():
+        for row in rows:
+            alloc = row["alloc"]
+            assert isinstance(alloc, list)
+            failure = row["first_failure"]
+            lines.append(
+                f"| {workload} | {row['policy']} | {len(row['seeds'])} "  # type: ignore[arg-type]
+                f"| {alloc[0]:.2%} ({alloc[1]:.2%}-{alloc[2]:.2%}) "
+                f"| {row['unallocated']:,.0f} "
+                f"| {'none' if failure is None else f'{failure:.1%}'} "
+                f"| {row['frag90']:.1%} | {row['replay_s']:.1f} |"
+            )
+    lines += [
+        "",
+        f"Targets (issue 10): `kube-sits` within {WITHIN_PP} points of `fgd`, "
+        "`kube-sits-gpuhint` at least `fgd` (mean GPU allocation at 130% over the seeds; "
+        "points = percentage points):",
+        "",
+        "| workload | fgd | kube-sits - fgd | kube-sits-gpuhint - fgd | kube-sits-nobind - fgd "
+        "| kube-default - fgd |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for workload, rows in done.items():
+        by = {str(r["policy"]): r for r in rows}
+        fgd = _mean(by["fgd"])
+
+        lines.append(
+            f"| {workload} | {fgd:.2%} | {_diff(by, 'kube-sits', fgd, -WITHIN_PP)} "
+            f"| {_diff(by, 'kube-sits-gpuhint', fgd, 0.0)} "
+            f"| {_diff(by, 'kube-sits-nobind', fgd, None)} "
+            f"| {_diff(by, 'kube-default', fgd, None)} |"
+        )
+    if wall:
+        total = sum(wall.values())
+        lines += ["", f"Wall time of this run: {total / 60:.0f} min for {len(wall)} workload(s)."]
+    lines += [
+        "",
+        f"Command: `.venv/bin/python bench/bench_schedsim.py --part table --seeds {len(seeds)} "
+        f"--workers {args.workers} --results /tmp/schedsim_table.jsonl"
+        f"{' --record' if args.record else ''}` (workloads already in the results file are "
+        f"reused with the seeds they ran: {_seed_counts(done)}).",
+    ]
+    return "\n".join(lines)
+
+
+def _seed_counts(done: dict[str, list[dict[str, object]]]) -> str:
+    """``workload n seeds`` for every workload of the table."""
+    return ", ".join(f"{w} {len(rows[0]['seeds'])}" for w, rows in done.items())  # type: ignore[arg-type]
+
+
+def _diff(by: dict[str, dict[str, object]], policy: str, fgd: float, target: float | None) -> str:
+    """``policy``'s mean allocation minus ``fgd``'s in points, and whether it meets ``target``."""
+    if policy not in by:
+        return "-"
+    d = (_mean(by[policy]) - fgd) * 100
+    if target is None:
+        return f"{d:+.2f}"
+    return f"{d:+.2f} {'met' if d >= target - 1e-9 else 'MISSED'}"
+
+
+def _mean(row: dict[str, object]) -> float:
+    alloc = row["alloc"]
+    assert isinstance(alloc, list)
+    return float(alloc[0])
+
+
+def record(
+    body: str, path: Path = DOCS, markers: tuple[str, str] = (BEGIN, END), section: str = SECTION
+) -> None:
+    """Replace the text between the markers in ``path``, or append the section."""
+    begin, end = markers
+    text = path.read_text()
+    block = f"{begin}\n{body}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        path.write_text(head + block + tail)
     else:
-        DOCS.write_text(text.rstrip("\n") + f"\n\n{SECTION}\n\n{block}\n")
+        path.write_text(text.rstrip("\n") + f"\n\n{section}\n\n{block}\n")
 
 
 def main() -> None:
@@ -223,12 +399,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--naive-pods", type=int, default=100)
+    parser.add_argument("--part", choices=("speed", "table", "all"), default="all")
+    parser.add_argument("--results", default="", help="JSON lines of finished table workloads")
+    parser.add_argument(
+        "--workloads", default="", help="only these table workloads (comma-separated; all)"
+    )
     parser.add_argument("--record", action="store_true", help="write into docs/benchmarks.md")
     args = parser.parse_args()
-    body = run(args)
-    print(body)
-    if args.record:
-        record(body)
+    if args.part in ("speed", "all"):
+        body = run_speed(args)
+        print(body)
+        if args.record:
+            record(body)
+    if args.part in ("table", "all"):
+        body = run_table(args)
+        print(body)
+        if args.record:
+            markers = (TABLE_BEGIN, TABLE_END)
+            record(body, DOCS, markers, TABLE_SECTION)
+            record(body, SIMULATOR_DOCS, markers, TABLE_SECTION)
 
 
 if __name__ == "__main__":

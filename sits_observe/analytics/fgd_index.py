@@ -75,6 +75,19 @@ class FragmentationIndex:
         self.node_frag_milli: FloatArray = np.zeros(n, dtype=np.float64)
         self.refresh()
 
+    def copy(self) -> FragmentationIndex:
+        """An independent index over a copy of the state (a what-if, or a copy-on-write view):
+        the per-node terms are copied, not recomputed, so it costs a few array copies."""
+        twin = object.__new__(FragmentationIndex)
+        twin.state = self.state.copy()
+        twin.workload = self.workload
+        twin._type_ok = self._type_ok  # depends only on the (fixed) GPU models
+        twin._count = self._count.copy()
+        twin._partial = self._partial.copy()
+        twin._idle = self._idle.copy()
+        twin.node_frag_milli = self.node_frag_milli.copy()
+        return twin
+
     @property
     def frag_milli(self) -> float:
         """F(M) of the cluster now."""

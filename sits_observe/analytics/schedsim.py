@@ -30,6 +30,7 @@ independent stream of the same seed.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -344,7 +345,13 @@ def simulate(
                 progress(done[-1])
     else:
         init = (nodes, pods, settings, signals)
-        with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=init) as pool:
+        # forkserver, not fork: a forked child inherits polars' and DuckDB's thread pools in
+        # whatever state the parent left them and can hang in its first query (a policy that
+        # builds a store, such as kube-sits, does).
+        context = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker, initargs=init
+        ) as pool:
             futures = [pool.submit(_run_one, policy, seed) for policy, seed in jobs]
             for future in as_completed(futures):
                 done.append(future.result())

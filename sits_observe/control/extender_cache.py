@@ -4,6 +4,11 @@ kube-scheduler gives an extender a few milliseconds per call, so a call must nev
 the store. :class:`ViewCache` keeps the last built view and, when it is older than the
 refresh interval, rebuilds it in one background thread while calls keep reading the old one
 (stale while revalidating). Only the first call of the process waits for a build.
+
+Placements the service makes or learns between snapshots (its bind verb) go through
+:meth:`ViewCache.assume`: applied to the current view at once (a new view object, so a call in
+flight keeps reading a consistent one) and to every rebuilt view until an inventory snapshot
+shows the pod bound (:class:`sits_observe.control.extender_overlay.AssumedPods`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from sits_observe.control.extender_overlay import AssumedPods, Placement, with_placements
 from sits_observe.control.extender_view import ClusterView
 
 log = logging.getLogger(__name__)
@@ -34,8 +40,12 @@ class ViewCache:
         refresh_interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
         on_error: Callable[[Exception], None] | None = None,
+        assumed: AssumedPods | None = None,
     ) -> None:
         self._build = build
+        #: Placements not yet in an inventory snapshot, applied to every view.
+        self.assumed = assumed if assumed is not None else AssumedPods(ttl_s=600.0)
+        self._swap = threading.Lock()
         self._interval_s = refresh_interval_s
         self._monotonic = monotonic
         self._on_error = on_error
@@ -62,6 +72,17 @@ class ViewCache:
             view = self._view
         return view
 
+    def assume(self, placement: Placement) -> None:
+        """Account ``placement`` in the current view now and in every rebuilt one until an
+        inventory snapshot shows the pod bound (a pod already assumed is left as it is)."""
+        with self._swap:
+            if not self.assumed.add(placement):
+                return
+            if self._view is not None:
+                view, skipped = with_placements(self._view, [placement])
+                self.assumed.count_skipped(skipped)
+                self._view = view
+
     def refresh(self) -> ClusterView | None:
         """Rebuild now in the calling thread (tests, benchmarks); returns the current view."""
         self._run()
@@ -86,7 +107,11 @@ class ViewCache:
                 self._on_error(exc)
             self._built_mono = started  # back off one interval before retrying
         else:
-            self._view = view
+            with self._swap:
+                pending = self.assumed.pending(view.base_inventory or view.inventory)
+                view, skipped = with_placements(view, pending)
+                self.assumed.count_skipped(skipped)
+                self._view = view
             self._built_mono = started
             self.builds += 1
             self._built.set()

@@ -7,24 +7,33 @@ bench_extender.py). They never read the store: the view is a cached snapshot.
 Filter (GPU pods only; a pod without ``nvidia.com/gpu`` passes every node):
 
 - *unresolvable* (preemption would not help): the node has no allocatable ``nvidia.com/gpu``,
-  or fewer than the pod requests;
-- *failed* (preemption could help): fewer unallocated GPUs than requested
-  (``filter_free_gpus``), or fewer GPUs with at least the pod's memory need free
-  (``filter_gpu_memory``; only when the need is known and the node's memory is measured);
+  its GPU product is not one the pod allows (``nvidia.com/gpu.product`` in its node selector
+  or required affinity), or it has fewer GPUs than the pod requests;
+- *failed* (preemption could help): fewer unallocated GPUs than requested, or for a share of
+  one GPU no GPU with the share free and a free HAMi slot (``filter_free_gpus``), or fewer
+  GPUs with at least the pod's memory need free (``filter_gpu_memory``; only when the need is
+  known and the node's memory is measured);
 - a node the view does not know passes (``unknown_nodes = "pass"``, the default: a node
   newer than the last inventory snapshot must not be blocked) or fails as unresolvable.
 
-Prioritize: every candidate gets an integer 0-10 (kube-scheduler's MaxExtenderPriority):
+Prioritize: every candidate gets an integer 0-10 (kube-scheduler's MaxExtenderPriority). The
+pod's request is its real one (:class:`PodRequest`: per-GPU share, allowed products), and the
+fragmentation growth of a node is computed for the GPU the pod will get there
+(:mod:`sits_observe.control.extender_gpus`): the device plugin's choice, or FGD's best GPU
+while the bind verb names it in the pod's hint. By default (``score_mode = "ranked"``) the
+candidates are ranked in the ``sits`` order and get 10, 9, ... (:mod:`extender_rank`, which
+says why); ``score_mode = "absolute"`` gives each node, whatever the other candidates,
 
     score = round(10 * (w_f * frag + w_m * fit + w_i * quiet) / (w_f + w_m + w_i))
 
 - ``frag`` (0-1), FGD's fragmentation descent (Weng et al., USENIX ATC 2023): with
   delta = the growth of the node's F_n(M) if the pod is placed there (milli-GPU, from
   :class:`sits_observe.analytics.fgd_index.FragmentationIndex`) and S = the pod's GPU milli
-  (1000 per GPU; 1000 for a CPU-only pod), ``frag = clip((1 - delta / S) / 2, 0, 1)``. A
-  placement can lower F_n by at most S (the pod's own GPUs), so delta = -S (the pod fills
-  fragmented capacity) scores 1, delta = 0 scores 0.5 and delta >= S scores 0. An absolute
-  scale, not a min-max over the candidates, so a negligible difference never spans the range.
+  (its share for a shared pod, 1000 per whole GPU; 1000 for a CPU-only pod),
+  ``frag = clip((1 - delta / S) / 2, 0, 1)``. A placement can lower F_n by at most S (the
+  pod's own GPUs), so delta = -S (the pod fills fragmented capacity) scores 1, delta = 0
+  scores 0.5 and delta >= S scores 0. An absolute scale, not a min-max over the candidates,
+  so a negligible difference never spans the range.
 - ``fit`` (0-1), the SPEC's node score ("Topology and interference"): base = free GPU memory
   / requested memory, where free memory is that of the k GPUs the pod would get (GPUs without a
   pod first, most free first) and requested memory is k x the per-GPU need (declared in the
@@ -57,7 +66,11 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.schedsim_policies import fgd_score
+from sits_observe.control.extender_gpus import GpuChoice, GpuPlacements, view_placements
+from sits_observe.control.extender_rank import RankKeys, ranked_scores
 from sits_observe.control.extender_view import ClusterView
+from sits_observe.simulator.device_plugin import DEFAULT_SPLIT_COUNT, GpuPolicy
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -118,6 +131,39 @@ class ScoringSettings(BaseModel):
     filter_gpu_memory: bool = Field(
         True, description="filter out nodes with too few GPUs whose free memory meets the need"
     )
+    score_mode: Literal["ranked", "absolute"] = Field(
+        "ranked",
+        description="ranked: the candidates in the sits order get 10, 9, ... (1 at least); "
+        "absolute: round(10 x the weighted blend), the same for a node whatever the others",
+    )
+    interference_penalty_points: int = Field(
+        10,
+        ge=0,
+        le=100,
+        description="ranked mode: FGD score points (0-100) lost by a node with interference 1",
+    )
+    fit_levels: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="ranked mode: steps the 0-1 memory-fit term is rounded to before it "
+        "breaks equal FGD points",
+    )
+    keep_idle_nodes: bool = Field(
+        True,
+        description="ranked mode: among otherwise equal nodes prefer ones with a GPU in use",
+    )
+    device_plugin_policy: GpuPolicy = Field(
+        "spread",
+        description="the HAMi GPU policy the node's device plugin runs (its default: spread); "
+        "a share is scored for the GPU it will pick unless the bind verb names the GPU",
+    )
+    device_split_count: int = Field(
+        DEFAULT_SPLIT_COUNT,
+        ge=1,
+        le=1000,
+        description="HAMi deviceSplitCount: pods that may share one GPU",
+    )
 
     @model_validator(mode="after")
     def _some_weight(self) -> ScoringSettings:
@@ -130,9 +176,13 @@ class ScoringSettings(BaseModel):
 class PodRequest:
     """What the scorer knows of the pod being scheduled.
 
-    ``gpus`` whole ``nvidia.com/gpu``; ``cpu_milli``; ``gpu_memory_bytes`` the declared need
-    per GPU (None = not declared); ``priority`` the pod's ``spec.priority``; ``workload`` its
-    top-level controller (for its measured memory need).
+    ``gpus`` the ``nvidia.com/gpu`` devices; ``gpu_milli`` the share of each (1000 = whole
+    GPUs; a share below 1000 only with one device); ``gpu_types`` the GPU products it may run
+    on (empty = any); ``cpu_milli``; ``memory_bytes`` its memory request; ``gpu_memory_bytes``
+    the declared need per GPU (None = not declared); ``priority`` the pod's ``spec.priority``;
+    ``workload`` its top-level controller (for its measured memory need); ``uid`` its UID;
+    ``hint_uuids`` the GPUs its own ``nvidia.com/use-gpuuuid`` annotation allows (empty: any).
+    Read from the pod by :func:`sits_observe.control.extender_wire.pod_request`.
     """
 
     namespace: str
@@ -142,10 +192,22 @@ class PodRequest:
     gpu_memory_bytes: int | None = None
     priority: int | None = None
     workload: str | None = None
+    gpu_milli: int = MILLI_PER_GPU
+    gpu_types: tuple[str, ...] = ()
+    uid: str = ""
+    memory_bytes: int = 0
+    hint_uuids: tuple[str, ...] = ()
+
+    @property
+    def shared(self) -> bool:
+        """A share of one GPU (``gpu_milli`` below 1000) rather than whole GPUs."""
+        return self.gpus == 1 and self.gpu_milli < MILLI_PER_GPU
 
     def shape(self) -> PodShape:
-        """The request as the FGD measure sees it (whole GPUs, 1000 milli each)."""
-        return PodShape(self.cpu_milli, self.gpus, MILLI_PER_GPU if self.gpus else 0)
+        """The request as the FGD measure sees it: the per-GPU share and allowed products."""
+        if not self.gpus:
+            return PodShape(self.cpu_milli, 0, 0)
+        return PodShape(self.cpu_milli, self.gpus, self.gpu_milli, self.gpu_types)
 
 
 @dataclass(frozen=True)
@@ -194,27 +256,42 @@ def filter_nodes(
     known = rows >= 0
     r = np.where(known, rows, 0) if len(view) else np.zeros_like(rows)
     alloc = _take(view.gpu_allocatable, r, known, 0)
-    free = _take(view.gpu_free, r, known, 0)
+    free = _take(usable_gpus(view, request, settings), r, known, 0)
     no_gpu = known & (alloc == 0)
-    too_small = known & (alloc > 0) & (alloc < k)
-    busy = known & (alloc >= k) & (free < k) if settings.filter_free_gpus else np.zeros_like(known)
+    wrong_type = known & (alloc > 0) & ~_take(_type_ok(view, request), r, known, True)
+    too_small = known & (alloc > 0) & (alloc < k) & ~wrong_type
+    busy = known & (alloc >= k) & ~wrong_type & (free < k)
+    if not settings.filter_free_gpus:
+        busy = np.zeros_like(known)
     need = memory_need(request, view, settings)
     short, enough = _memory_short(view, r, known, k, need)
     if not settings.filter_gpu_memory:
         short = np.zeros_like(known)
-    short &= ~(no_gpu | too_small | busy)
+    short &= ~(no_gpu | wrong_type | too_small | busy)
     unknown_fails = ~known & (settings.unknown_nodes == "fail")
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     at = f" (inventory at {view.nodes_at:%Y-%m-%dT%H:%M:%SZ})" if view.nodes_at else ""
-    for i in np.flatnonzero(no_gpu | too_small | busy | short | unknown_fails).tolist():
+    rejected_rows = no_gpu | wrong_type | too_small | busy | short | unknown_fails
+    for i in np.flatnonzero(rejected_rows).tolist():
         name = nodes[i]
         if unknown_fails[i]:
             unresolvable[name] = f"node not in the sits-observe inventory{at}"
         elif no_gpu[i]:
             unresolvable[name] = "node has no allocatable nvidia.com/gpu"
+        elif wrong_type[i]:
+            model = view.gpu_model_of(int(r[i]))
+            unresolvable[name] = (
+                f"node's GPU product {model} is not one the pod allows "
+                f"({', '.join(request.gpu_types)})"
+            )
         elif too_small[i]:
             unresolvable[name] = f"node has {alloc[i]} allocatable nvidia.com/gpu, pod requests {k}"
+        elif busy[i] and request.shared:
+            failed[name] = (
+                f"no GPU of {alloc[i]} with {request.gpu_milli} milli-GPU free and a "
+                f"free share slot{at}, pod requests 1 x {request.gpu_milli} milli-GPU"
+            )
         elif busy[i]:
             failed[name] = (
                 f"{free[i]} of {alloc[i]} nvidia.com/gpu unallocated{at}, pod requests {k}"
@@ -228,6 +305,21 @@ def filter_nodes(
     rejected = set(failed) | set(unresolvable)
     passing = tuple(n for n in nodes if n not in rejected) if rejected else tuple(nodes)
     return FilterOutcome(passing, failed, unresolvable)
+
+
+def usable_gpus(view: ClusterView, request: PodRequest, settings: ScoringSettings) -> IntArray:
+    """Per view row: GPUs that could take one of the pod's devices (a whole free GPU, or for
+    a share enough free milli and a free HAMi slot)."""
+    if not request.shared:
+        return view.gpu_free
+    ok = (view.state.gpu_free_milli >= request.gpu_milli) & (
+        view.gpu_pods < settings.device_split_count
+    )
+    return np.asarray(ok.sum(axis=1), dtype=np.int64)
+
+
+def _type_ok(view: ClusterView, request: PodRequest) -> BoolArray:
+    return view.state.type_allowed(request.gpu_types) if request.gpus else np.ones(len(view), bool)
 
 
 # -- prioritize -----------------------------------------------------------------------------
@@ -246,24 +338,40 @@ class Priorities:
     memory_fit_term: FloatArray
     quiet_term: FloatArray
     need: MemoryNeed
+    gpu: IntArray
+    fgd_points: IntArray
 
     def as_dict(self) -> dict[str, int]:
         """``{node: score}``."""
         return dict(zip(self.hosts, self.scores.tolist(), strict=True))
 
 
-def fragmentation_delta(view: ClusterView, request: PodRequest) -> tuple[FloatArray, BoolArray]:
-    """Per view row: growth of F_n(M) in milli-GPU if ``request`` lands there, and whether it fits.
+def gpu_placements(
+    view: ClusterView,
+    request: PodRequest,
+    settings: ScoringSettings | None = None,
+    *,
+    gpu_choice: GpuChoice = "device_plugin",
+) -> GpuPlacements:
+    """Where ``request`` fits and how much each node's F_n(M) grows, for the GPU it gets
+    there: the device plugin's (``device_plugin``) or FGD's best (``fgd``, named by the bind
+    verb's hint); see :mod:`sits_observe.control.extender_gpus`."""
+    settings = settings or ScoringSettings()
+    return view_placements(
+        view,
+        request.shape(),
+        choice=gpu_choice,
+        policy=settings.device_plugin_policy,
+        split_count=settings.device_split_count,
+    )
 
-    NaN where the pod does not fit or the view has no FGD workload (no pods seen yet).
-    """
-    shape = request.shape()
-    fits = view.state.fits(shape)
-    delta = np.full(len(view), np.nan)
-    if view.fgd is not None and len(view):
-        options = view.fgd.options(shape)
-        delta[options.node] = options.delta_milli
-    return delta, fits
+
+def fragmentation_delta(view: ClusterView, request: PodRequest) -> tuple[FloatArray, BoolArray]:
+    """Per view row: growth of F_n(M) in milli-GPU if ``request`` lands there (with the GPU the
+    device plugin picks), and whether it fits. NaN where the pod does not fit or the view has
+    no FGD workload (no pods seen yet)."""
+    placements = gpu_placements(view, request)
+    return placements.delta_milli, placements.fits
 
 
 def prioritize(
@@ -271,30 +379,52 @@ def prioritize(
     view: ClusterView,
     nodes: Sequence[str],
     settings: ScoringSettings,
+    *,
+    gpu_choice: GpuChoice = "device_plugin",
 ) -> Priorities:
     """Scores 0-10 for ``nodes`` (see the module docstring for the formula)."""
     rows = view.rows_of(nodes)
     known = rows >= 0
     r = np.where(known, rows, 0) if len(view) else np.zeros_like(rows)
-    delta_all, fits_all = fragmentation_delta(view, request)
-    delta = _take(delta_all, r, known, np.nan)
+    placed = gpu_placements(view, request, settings, gpu_choice=gpu_choice)
+    delta = _take(placed.delta_milli, r, known, np.nan)
     need = memory_need(request, view, settings)
     short, _ = _memory_short(view, r, known, request.gpus, need)
-    fits = known & _take(fits_all, r, known, False) & ~short
-    scale = float(max(request.gpus, 1) * MILLI_PER_GPU)
+    fits = known & _take(placed.fits, r, known, False) & ~short
+    scale = float(request.gpus * request.gpu_milli if request.gpus else MILLI_PER_GPU)
     frag = np.where(np.isnan(delta), 0.5, np.clip((1.0 - delta / scale) / 2.0, 0.0, 1.0))
     fit = _fit_term(request, view, r=r, known=known, need=need, settings=settings)
-    quiet = 1.0 - np.nan_to_num(_take(view.interference_ratio, r, known, np.nan), nan=0.0)
-    w_f, w_m, w_i = (
-        settings.fragmentation_weight,
-        settings.memory_fit_weight,
-        settings.interference_weight,
-    )
-    combined = (w_f * frag + w_m * fit + w_i * quiet) / (w_f + w_m + w_i)
-    scores = np.clip(np.rint(MAX_SCORE * combined), 0, MAX_SCORE).astype(np.int64)
-    scores = np.where(fits, scores, 0)
+    interference = np.nan_to_num(_take(view.interference_ratio, r, known, np.nan), nan=0.0)
+    quiet = 1.0 - interference
+    points = np.where(np.isnan(delta), 50, fgd_score(np.nan_to_num(delta))).astype(np.int64)
+    if settings.score_mode == "ranked":
+        keys = RankKeys(
+            points=points
+            - np.rint(settings.interference_penalty_points * interference).astype(np.int64),
+            fit=np.rint(fit * settings.fit_levels).astype(np.int64),
+            in_use=_take(_in_use(view), r, known, False) if settings.keep_idle_nodes else None,
+            tie_rank=_take(view.tie_rank, r, known, 0),
+        )
+        scores = ranked_scores(keys, fits)
+    else:
+        w_f, w_m, w_i = (
+            settings.fragmentation_weight,
+            settings.memory_fit_weight,
+            settings.interference_weight,
+        )
+        combined = (w_f * frag + w_m * fit + w_i * quiet) / (w_f + w_m + w_i)
+        scores = np.clip(np.rint(MAX_SCORE * combined), 0, MAX_SCORE).astype(np.int64)
+        scores = np.where(fits, scores, 0)
     scores = np.where(known, scores, settings.unknown_node_score).astype(np.int64)
-    return Priorities(tuple(nodes), scores, known, fits, delta, frag, fit, quiet, need)
+    gpu = _take(placed.gpu, r, known, -1).astype(np.int64)
+    return Priorities(tuple(nodes), scores, known, fits, delta, frag, fit, quiet, need, gpu, points)
+
+
+def _in_use(view: ClusterView) -> BoolArray:
+    """Per view row: some GPU of the node is (partly) allocated."""
+    state = view.state
+    idle = state.gpu_free_milli.sum(axis=1)
+    return np.asarray(idle < state.gpu_count * MILLI_PER_GPU, dtype=np.bool_)
 
 
 def _memory_short(

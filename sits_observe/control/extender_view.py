@@ -30,17 +30,14 @@ Units: bytes, milli-CPU, whole GPUs; times are UTC.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,8 +47,9 @@ from sits_observe.analytics.fgd_index import FragmentationIndex
 from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import typical_pods
-from sits_observe.analytics.interference import interference_report, load_gpu_samples
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
+from sits_observe.control.extender_nodes import bound_pods, gpu_uuids_by_index, tie_rank
+from sits_observe.control.extender_slow import SlowSignals, slow_signals
 from sits_observe.store import Store, utc_naive
 
 IntArray = npt.NDArray[np.int64]
@@ -115,21 +113,15 @@ class ViewSettings(BaseModel):
     )
 
 
-@dataclass(frozen=True)
-class SlowSignals:
-    """Signals over a window, recomputed less often than the view."""
-
-    at: datetime
-    interference_ratio: Mapping[str, float]
-    workload_need_bytes: Mapping[tuple[str, str], int]
-
-
 @dataclass(frozen=True, eq=False)
 class Inventory:
     """The part of a view that changes only with a new ``nodes`` or ``pods`` snapshot.
 
     ``interconnect`` and ``gpus_per_numa`` hold the topology *label overrides* by node name
     (``interconnect`` True = NVLink); ``gpu_memory_label_bytes`` the per-GPU memory labels.
+    ``bound_pods`` are the ``(namespace, pod)`` the pods snapshot shows on a node (an assumed
+    pod among them is accounted for by the snapshot); ``gpu_uuids`` the UUID of each GPU
+    index per row ("" = not sampled); ``tie_rank`` the order that breaks equal ranked scores.
     """
 
     nodes_at: datetime | None
@@ -140,6 +132,9 @@ class Inventory:
     interconnect: Mapping[str, bool]
     gpus_per_numa: Mapping[str, int]
     warnings: tuple[str, ...] = ()
+    bound_pods: frozenset[tuple[str, str]] = frozenset()
+    gpu_uuids: tuple[tuple[str, ...], ...] = ()
+    tie_rank: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,6 +153,8 @@ class ClusterView:
     gpus_per_numa: IntArray
     interference_ratio: FloatArray
     slow: SlowSignals
+    gpu_pods: IntArray = field(default_factory=lambda: np.zeros((0, 1), dtype=np.int64))
+    base_inventory: Inventory | None = None
     index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -192,6 +189,17 @@ class ClusterView:
         return self.state.node_names
 
     @property
+    def gpu_uuids(self) -> tuple[tuple[str, ...], ...]:
+        """Per row, the UUID of each GPU index ("" where no sample named it)."""
+        return self.inventory.gpu_uuids
+
+    @property
+    def tie_rank(self) -> IntArray:
+        """Per row, the rank that breaks equal scores (lower first): a fixed pseudo-random
+        order of the node names, like the ATC'23 authors' renamed nodes."""
+        return self.inventory.tie_rank
+
+    @property
     def gpu_allocatable(self) -> IntArray:
         """Allocatable ``nvidia.com/gpu`` per node."""
         return self.state.gpu_count
@@ -211,6 +219,11 @@ class ClusterView:
         if self.nodes_at is None:
             return None
         return (utc_naive(now) - self.nodes_at).total_seconds()
+
+    def gpu_model_of(self, row: int) -> str:
+        """GPU product of the node in ``row`` ("none" without GPUs)."""
+        model = int(self.state.gpu_model_id[row])
+        return self.state.gpu_models[model] if model >= 0 else "none"
 
     def preferred(self, pattern: str) -> BoolArray:
         """Per node: does its GPU model match ``pattern`` (case-insensitive regex)?"""
@@ -250,20 +263,29 @@ def build_view(
 
     ``previous`` lends its inventory while the ``nodes`` and ``pods`` snapshots are the same
     (only GPU memory is re-read then) and its slow signals while younger than
-    ``slow_refresh_s``.
+    ``slow_refresh_s``. The view has no assumed pod: the caller applies those
+    (:mod:`sits_observe.control.extender_overlay`).
     """
     nodes_at: datetime | None = store.scalar("SELECT max(ts) FROM nodes")
     if nodes_at is None:
         return ClusterView.empty(now, "no node inventory in the store yet")
     pods_at: datetime | None = store.scalar("SELECT max(ts) FROM pods")
-    inventory = previous.inventory if previous is not None else None
+    inventory = None
+    if previous is not None:
+        inventory = previous.base_inventory or previous.inventory
     if inventory is None or (inventory.nodes_at, inventory.pods_at) != (nodes_at, pods_at):
         inventory = _inventory(store, settings, nodes_at, pods_at)
     state = inventory.state
     memory = _memory(store, now, settings, inventory)
     slow = previous.slow if previous is not None else None
     if slow is None or (now - slow.at).total_seconds() >= settings.slow_refresh_s:
-        slow = _slow_signals(store, now, settings)
+        slow = slow_signals(
+            store,
+            now,
+            window_s=settings.slow_window_s,
+            chunk_nodes=settings.interference_chunk_nodes,
+            interference=settings.interference,
+        )
     interference = np.array(
         [slow.interference_ratio.get(n, np.nan) for n in state.node_names], dtype=np.float64
     )
@@ -271,7 +293,7 @@ def build_view(
     return ClusterView(
         built_at=now,
         inventory=inventory,
-        gpu_free=(state.gpu_free_milli >= MILLI_PER_GPU).sum(axis=1).astype(np.int64),
+        gpu_free=gpu_free_counts(state),
         physical_gpus=memory.physical,
         fb_free_ranked_bytes=memory.ranked,
         fb_free_topk_bytes=memory.topk,
@@ -281,7 +303,22 @@ def build_view(
         gpus_per_numa=per_numa,
         interference_ratio=interference,
         slow=slow,
+        gpu_pods=shared_pods_estimate(state),
     )
+
+
+def gpu_free_counts(state: ClusterState) -> IntArray:
+    """Fully free GPUs per node (unallocated ``nvidia.com/gpu``)."""
+    return np.asarray((state.gpu_free_milli >= MILLI_PER_GPU).sum(axis=1), dtype=np.int64)
+
+
+def shared_pods_estimate(state: ClusterState) -> IntArray:
+    """Pods sharing each GPU, as far as the inventory tells: one on every partly allocated
+    GPU (the snapshot does not say how many shares make up the used part). HAMi's slot term
+    weighs one pod like 50 milli of use, so the estimate only moves near-ties; assumed pods
+    (the overlay) are counted exactly."""
+    free = state.gpu_free_milli
+    return ((free > 0) & (free < MILLI_PER_GPU)).astype(np.int64)
 
 
 def _inventory(
@@ -324,7 +361,26 @@ def _inventory(
         raw = labels.get(GPUS_PER_NUMA_LABEL, "")
         if raw.isdigit() and int(raw) > 0:
             per_numa[name] = int(raw)
-    return Inventory(nodes_at, pods_at, state, fgd, memory, interconnect, per_numa, warnings)
+    uuids = gpu_uuids_by_index(
+        store,
+        state.node_names,
+        state.gpu_count,
+        nodes_at=nodes_at,
+        window_s=settings.gpu_sample_window_s,
+    )
+    return Inventory(
+        nodes_at,
+        pods_at,
+        state,
+        fgd,
+        memory,
+        interconnect,
+        per_numa,
+        warnings,
+        bound_pods=bound_pods(store, pods_at),
+        gpu_uuids=uuids,
+        tie_rank=tie_rank(state.node_names),
+    )
 
 
 def _labels(text: object) -> dict[str, str]:
@@ -427,42 +483,3 @@ def _state_index(state: ClusterState, name: str) -> int | None:
         return state.node_index(name)
     except KeyError:
         return None
-
-
-def _slow_signals(store: Store, now: datetime, settings: ViewSettings) -> SlowSignals:
-    since = utc_naive(now) - timedelta(seconds=settings.slow_window_s)
-    scores = _node_interference(load_gpu_samples(store, since), settings)
-    pods_at = store.scalar("SELECT max(ts) FROM pods")
-    needs: dict[tuple[str, str], int] = {}
-    if pods_at is not None:
-        rows = store.query(
-            "SELECT p.namespace, p.workload, max(g.fb_used_bytes) AS need FROM gpu_samples g "
-            "JOIN pods p ON p.ts = ? AND p.namespace = g.namespace AND p.pod = g.pod "
-            "WHERE g.ts >= ? AND g.fb_used_bytes IS NOT NULL AND g.mig_instance_id IS NULL "
-            "AND p.workload IS NOT NULL GROUP BY p.namespace, p.workload",
-            [pods_at, since],
-        ).to_pylist()
-        needs = {(str(r["namespace"]), str(r["workload"])): int(r["need"]) for r in rows}
-    return SlowSignals(now, scores, needs)
-
-
-def _node_interference(samples: pl.DataFrame, settings: ViewSettings) -> dict[str, float]:
-    """Node interference scores, computed a few nodes at a time.
-
-    A node's score depends only on its own GPUs' samples, so chunks by node give the same
-    result as one call. One call over 40,000 GPUs holds the GIL for up to half a second in
-    places, which would stall extender calls on the event loop; between chunks the thread
-    yields.
-    """
-    if samples.height == 0:
-        return {}
-    ordered = samples.filter(pl.col("node").is_not_null()).sort("node")
-    nodes = ordered.get_column("node")
-    starts = np.flatnonzero(np.r_[True, (nodes[1:] != nodes[:-1]).to_numpy()])
-    bounds = [*starts[:: settings.interference_chunk_nodes].tolist(), ordered.height]
-    scores: dict[str, float] = {}
-    for lo, hi in itertools.pairwise(bounds):
-        report = interference_report(ordered.slice(lo, hi - lo), settings.interference)
-        scores.update({n.node: n.score.score for n in report.nodes if n.node is not None})
-        time.sleep(0)  # let a waiting request handler take the GIL
-    return scores

@@ -10,7 +10,9 @@ structs carry *no* json tags, so Go's ``encoding/json`` uses the Go field names 
 - ``ExtenderFilterResult``: ``Nodes``, ``NodeNames``, ``FailedNodes`` and
   ``FailedAndUnresolvableNodes`` (name -> message) and ``Error``;
 - ``HostPriorityList``: a list of ``{"Host": name, "Score": int}``, scores between
-  ``MinExtenderPriority`` = 0 and ``MaxExtenderPriority`` = 10.
+  ``MinExtenderPriority`` = 0 and ``MaxExtenderPriority`` = 10;
+- ``ExtenderBindingArgs``: ``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; the answer
+  ``ExtenderBindingResult`` is ``{"Error": ""}`` (bound) or the reason it was not.
 
 The Pod and the Nodes inside are ordinary Kubernetes API objects (camelCase keys).
 
@@ -38,7 +40,8 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sits_observe.collectors.kube_gpu import GPU_RESOURCE
+from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.collectors.kube_gpu import GPU_RESOURCE, pod_gpu_request
 from sits_observe.collectors.kube_pods import pod_requests, workload_of
 from sits_observe.control.extender_scoring import PodRequest
 from sits_observe.domain.quantity import parse_quantity
@@ -104,6 +107,9 @@ class PodSpecWire(_Wire):
     init_containers: list[ContainerWire] | None = Field(None, alias="initContainers")
     priority: int | None = None
     priority_class_name: str | None = Field(None, alias="priorityClassName")
+    # Kept as received: collectors.kube_gpu reads the GPU-product constraint from them.
+    node_selector: dict[str, str] | None = Field(None, alias="nodeSelector")
+    affinity: dict[str, Any] | None = None
 
 
 class PodWire(_Wire):
@@ -239,14 +245,22 @@ def pod_request(pod: PodWire) -> PodRequest:
     workload = workload_of(
         owner.kind if owner else None, owner.name if owner else None, meta.labels or {}, meta.name
     )
+    gpus = _ceil(totals[GPU_RESOURCE])
+    # The one reader of a pod's GPU share and products (malformed values count as absent).
+    gpu = pod_gpu_request(pod.model_dump(by_alias=True, exclude_none=True), gpus)
     return PodRequest(
         namespace=meta.namespace,
         name=meta.name,
-        gpus=_ceil(totals[GPU_RESOURCE]),
+        gpus=gpus,
         cpu_milli=_ceil(totals["cpu"] * 1000),
         gpu_memory_bytes=memory_bytes,
         priority=spec.priority,
         workload=workload,
+        gpu_milli=gpu.gpu_milli if gpus else MILLI_PER_GPU,
+        gpu_types=gpu.gpu_types,
+        uid=meta.uid or "",
+        memory_bytes=_ceil(totals["memory"]),
+        hint_uuids=gpu.hint_uuids,
     )
 
 
@@ -324,3 +338,34 @@ def host_priority_json(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
 
 _HOST_HEAD = '{"Host":'
 _SCORE_TAILS = tuple(f',"Score":{s}}}' for s in range(MAX_EXTENDER_PRIORITY + 1))
+
+
+# -- bind ------------------------------------------------------------------------------------
+
+
+class BindingArgsWire(_Wire):
+    """``ExtenderBindingArgs``: which pod to bind to which node (PascalCase, no json tags)."""
+
+    pod_name: str = Field(..., alias="PodName", min_length=1)
+    pod_namespace: str = Field(..., alias="PodNamespace", min_length=1)
+    pod_uid: str = Field("", alias="PodUID")
+    node: str = Field(..., alias="Node", min_length=1)
+
+
+def parse_binding_args(body: bytes) -> BindingArgsWire:
+    """Read an ``ExtenderBindingArgs`` body; raises :class:`ParseError` saying what is wrong."""
+    try:
+        return BindingArgsWire.model_validate_json(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise ParseError(
+            f"not a kube-scheduler ExtenderBindingArgs body ({problems}); expected JSON "
+            '{"PodName": ..., "PodNamespace": ..., "PodUID": ..., "Node": ...}'
+        ) from None
+
+
+def binding_result(error: str = "") -> bytes:
+    """``ExtenderBindingResult``: ``{"Error": ""}`` when bound, else the reason."""
+    return dumps({"Error": error}, separators=(",", ":")).encode("utf-8")

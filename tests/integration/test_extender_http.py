@@ -236,3 +236,96 @@ def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+# -- the bind verb (issue 10, item 3) -----------------------------------------------------------
+
+BIND = "/scheduler/bind"
+HINT = "nvidia.com/use-gpuuuid"
+
+
+def share_pod(name: str, milli: int) -> dict[str, Any]:
+    """A Pending pod asking for ``milli`` of one GPU (the trace's annotation)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "serve",
+            "uid": f"uid-{name}",
+            "annotations": {"alibabacloud.com/gpu-milli": str(milli)},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ]
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def binding_args(name: str, node: str) -> str:
+    return json.dumps(
+        {"PodName": name, "PodNamespace": "serve", "PodUID": f"uid-{name}", "Node": node}
+    )
+
+
+@pytest.mark.k8s
+def test_bind_writes_the_hint_binds_through_the_api_and_assumes_the_pod(store: Store) -> None:
+    """gpu-c's GPUs 1-3 are free (GPU 0 is embed-0's). A 300-milli share: FGD's GPU is the
+    lowest of three equal ones, GPU 1 -> hint GPU-gpu-c-1, bound through pods/binding. The
+    view has the share at once: an 800-milli share no longer fits GPU 1 (700 left), so its
+    hint is GPU 2 (without the assumed pod it would be GPU 1 again). Binding a bound pod
+    again is refused by the API server (409) and answered in ExtenderBindingResult.Error."""
+    from kubernetes import client as k8s_client
+
+    from sits_observe.control.extender_kube import KubePodApi
+    from sits_observe.simulator.kube_emulator import KubeEmulator
+    from sits_observe.surfaces.service.extender import ExtenderSettings
+
+    with KubeEmulator() as kube:
+        api = kube.api_client()
+        core = k8s_client.CoreV1Api(api)
+        settings = ServiceSettings(token=TOKEN, retention_interval_s=0)  # type: ignore[arg-type]
+        app = create_app(
+            settings,
+            store,
+            clock=lambda: NOW,
+            extender=ExtenderSettings(gpu_hint=True),
+            extender_pods=KubePodApi(api),
+        )
+        with ServedApp(app) as client:
+            for name, milli, want in (
+                ("share-a", 300, "GPU-gpu-c-1"),
+                ("share-b", 800, "GPU-gpu-c-2"),
+            ):
+                manifest = share_pod(name, milli)
+                core.create_namespaced_pod("serve", manifest)  # type: ignore[arg-type]
+                args = json.dumps({"Pod": manifest, "Nodes": None, "NodeNames": ["gpu-c"]})
+                assert post(client, PRIORITIZE, args).status_code == 200
+                answer = post(client, BIND, binding_args(name, "gpu-c"))
+                assert (answer.status_code, answer.json()) == (200, {"Error": ""})
+                stored = core.read_namespaced_pod(name, "serve")
+                assert stored.spec.node_name == "gpu-c"
+                assert stored.metadata.annotations[HINT] == want
+            again = post(client, BIND, binding_args("share-a", "gpu-c")).json()["Error"]
+            assert again.startswith(
+                "binding serve/share-a to gpu-c: POST pods/share-a/binding: 409"
+            )
+            view = app.state.extender.cache.get()
+            row = view.index["gpu-c"]
+            assert view.state.gpu_free_milli[row, :4].tolist() == [0, 700, 200, 1000]
+            metrics = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+            assert 'sits_extender_calls_total{outcome="bound",verb="bind"} 2.0' in metrics
+            assert 'sits_extender_calls_total{outcome="error",verb="bind"} 1.0' in metrics
+
+
+def test_without_kubernetes_access_there_is_no_bind_verb(client: httpx.Client) -> None:
+    answer = post(client, BIND, binding_args("share-a", "gpu-c"))
+    assert answer.status_code == 404

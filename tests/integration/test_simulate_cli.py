@@ -21,6 +21,9 @@ POLICIES = [
     "fgd",
     "sits",
     "kube-default",
+    "kube-sits",
+    "kube-sits-gpuhint",
+    "kube-sits-nobind",
 ]
 
 
@@ -113,6 +116,8 @@ def test_table_and_processes(trace: tuple[Path, Path]) -> None:
         (("--policy", "tetris"), "choose one of random"),
         (("--load", "0"), "--load"),
         (("--tie-break", "coin"), "--tie-break"),
+        (("--workload", "gpuhalf"), "unknown workload variant 'gpuhalf'"),
+        (("--policy", "kube-sits", "--scheduler-config", "/nonexistent.yaml"), "cannot read"),
     ],
 )
 def test_bad_flags_exit_2(trace: tuple[Path, Path], args: tuple[str, ...], message: str) -> None:
@@ -130,3 +135,28 @@ def test_bad_files_exit_2(trace: tuple[Path, Path], tmp_path: Path) -> None:
     cpu_only.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,0,0,0\n")
     code, _, stderr = invoke("--nodes", str(nodes), "--pods", str(cpu_only))
     assert code == 2 and "requesting 0 milli-GPU" in " ".join(stderr.split())
+
+
+def test_kube_sits_replays_a_variant_through_the_extender(trace: tuple[Path, Path]) -> None:
+    """The shipped configuration on a generated variant; the same seed gives the same replay."""
+    args = ("--policy", "kube-sits", "--workload", "gpushare100", "--seeds", "2")
+    doc = run_json(trace, *args)
+    assert (doc["policy"], doc["workload"], doc["seeds"]) == ("kube-sits", "gpushare100", [0, 1])
+    assert doc["alloc_ratio"]["mean"] > 0.5
+    again = run_json(trace, *args)
+    assert again | {"pods_per_s": 0} == doc | {"pods_per_s": 0}  # speed is not deterministic
+
+
+def test_a_scheduler_config_without_extenders_is_refused(
+    trace: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, pods = trace
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    )
+    code, _, stderr = invoke(
+        "--nodes", str(nodes), "--pods", str(pods), "--policy", "kube-sits-gpuhint",
+        "--scheduler-config", str(bare),
+    )  # fmt: skip
+    assert code == 2 and "has no extender" in " ".join(stderr.split())

@@ -1,9 +1,12 @@
 """CLI: ``sits-observe simulate`` — what-if scheduling replay of a trace (ATC'23 method).
 
-Replays a pod list (Alibaba cluster-trace-gpu-v2023 schema) onto the empty cluster of a node
-list with one placement policy or all of them, over several seeds, and prints per policy the
-GPU allocation and fragmentation along the arrived load, the arrived load of the first
-failure and the GPUs left unallocated at the end. Method and policies:
+Replays a pod list (Alibaba cluster-trace-gpu-v2023 schema), or a workload variant generated
+from it (``--workload``), onto the empty cluster of a node list with one placement policy or
+all of them, over several seeds, and prints per policy the GPU allocation and fragmentation
+along the arrived load, the arrived load of the first failure and the GPUs left unallocated
+at the end. ``kube-sits`` and ``kube-sits-gpuhint`` run kube-scheduler with the extenders of
+``--scheduler-config`` and the service's own extender handler in process
+(:mod:`sits_observe.control.replay_extender`). Method and policies:
 docs/analytics/simulator.md; engine: :mod:`sits_observe.analytics.schedsim`.
 """
 
@@ -26,10 +29,17 @@ from sits_observe.analytics.schedsim import (
     ReplayResult,
     SimulationSettings,
     Spread,
-    policy_names,
     simulate,
 )
+from sits_observe.analytics.schedsim_policies import Policy
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
+from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
+from sits_observe.control.replay_extender import (
+    DEFAULT_SCHEDULER_CONFIG,
+    REPLAY_POLICIES,
+    all_policy_names,
+    choose_policies,
+)
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
@@ -63,7 +73,19 @@ def register(app: typer.Typer) -> None:
             help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...)",
         ),
         policy: str = typer.Option(
-            "all", "--policy", help=f"one of {', '.join(policy_names())}, or all"
+            "all", "--policy", help=f"one of {', '.join(all_policy_names())}, or all"
+        ),
+        workload: str = typer.Option(
+            "default",
+            "--workload",
+            help="default (the pod list as given) or a variant generated from it: cpu<P>, "
+            f"gpushare<P>, gpuspec<P>, multigpu<P> (the study's: {', '.join(STUDY_VARIANTS)})",
+        ),
+        scheduler_config: Path | None = typer.Option(
+            None,
+            "--scheduler-config",
+            help="KubeSchedulerConfiguration whose extenders kube-sits and kube-sits-gpuhint "
+            "run [default: deploy/scheduler-config.yaml]",
         ),
         load: float = typer.Option(
             SimulationSettings().load_ratio, "--load", help=_FIELDS["load_ratio"].description
@@ -87,9 +109,9 @@ def register(app: typer.Typer) -> None:
 
         def go() -> None:
             settings = _settings(load, tie_break, memory_filter)
-            chosen = _policies(policy)
             node_list = load_node_list(nodes)
-            pod_list = load_pod_list(pods)
+            pod_list = make_variant(load_pod_list(pods), node_list, workload)
+            chosen = _policies(policy, pod_list, scheduler_config)
             seed_list = list(range(seed_base, seed_base + seeds))
             try:
                 results = _run(
@@ -98,18 +120,18 @@ def register(app: typer.Typer) -> None:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
             total_gpus = int(node_list.gpu_count.sum())
-            docs = [result_document(r, settings, total_gpus) for r in results]
+            docs = [result_document(r, settings, total_gpus, workload) for r in results]
             if fmt is SimFormat.json:
                 doc: Any = docs[0] if policy != "all" else docs
                 sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             else:
-                _print_tables(results, total_gpus)
+                _print_tables(results, total_gpus, workload)
 
         run_cli(go)
 
 
 def result_document(
-    result: PolicyResult, settings: SimulationSettings, total_gpus: int
+    result: PolicyResult, settings: SimulationSettings, total_gpus: int, workload: str = "default"
 ) -> dict[str, Any]:
     """The JSON document of one policy (keys in docs/analytics/simulator.md)."""
     curve = []
@@ -123,6 +145,7 @@ def result_document(
         curve.append(point)
     return {
         "policy": result.policy,
+        "workload": workload,
         "seeds": list(result.seeds),
         "load_ratio": settings.load_ratio,
         "tie_break": settings.tie_break,
@@ -161,19 +184,23 @@ def _settings(load: float, tie_break: str, memory_filter: bool) -> SimulationSet
         raise ConfigError(f"invalid simulation settings: {problems}") from exc
 
 
-def _policies(policy: str) -> list[str]:
-    known = policy_names()
-    if policy == "all":
-        return list(known)
-    if policy not in known:
+def _policies(policy: str, pods: PodList, config: Path | None) -> list[str | Policy]:
+    """The policies to replay: ``policy``, or every one for ``all`` (which leaves the
+    replay-extender ones out when no configuration is given and the shipped one is not
+    installed)."""
+    known = all_policy_names()
+    if policy != "all" and policy not in known:
         raise ConfigError(f"--policy {policy!r}: choose one of {', '.join(known)}, or all")
-    return [policy]
+    names = known if policy == "all" else [policy]
+    if policy == "all" and config is None and not DEFAULT_SCHEDULER_CONFIG.is_file():
+        names = [n for n in names if n not in REPLAY_POLICIES]
+    return choose_policies(names, pods, config)
 
 
 def _run(
     node_list: NodeList,
     pod_list: PodList,
-    chosen: list[str],
+    chosen: list[str | Policy],
     seed_list: list[int],
     *,
     settings: SimulationSettings,
@@ -198,12 +225,12 @@ def _run(
         )
 
 
-def _print_tables(results: list[PolicyResult], total_gpus: int) -> None:
+def _print_tables(results: list[PolicyResult], total_gpus: int, workload: str) -> None:
     seeds = len(results[0].seeds)
     arrived = results[0].arrived_ratio
     at = min(_FRAG_AT_STEP, len(arrived) - 1)
     summary = data_table(
-        title=f"Replay onto {total_gpus:,} GPUs, mean of {seeds} seed(s)",
+        title=f"Replay of the {workload} workload onto {total_gpus:,} GPUs, {seeds} seed(s)",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )

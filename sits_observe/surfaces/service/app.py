@@ -13,7 +13,8 @@ docs/api.md):
   and the service is not shutting down. ``GET /metrics``: Prometheus text, including derived
   per-pod and per-model data; open unless a scrape token is configured.
 - ``POST /scheduler/*``: the scheduler extender, no token (:mod:`.extender`); with
-  ``extender_port`` it moves to an app of its own, ``app.state.extender_app``.
+  ``extender_port`` it moves to an app of its own, ``app.state.extender_app``. Its bind verb
+  only with Kubernetes API access (``extender_pods``).
 - ``/docs``, ``/openapi.json``: only with ``api_docs``.
 
 Who may call what is :mod:`.auth`; time and concurrency limits are :mod:`.limits` and
@@ -39,6 +40,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
+from sits_observe.control.extender_bind import PodApi
 from sits_observe.store import Store, enforce_retention
 from sits_observe.surfaces.alerts import (  # alert rules
     AlertingRuntime,
@@ -83,9 +85,11 @@ def create_app(
     alerting: AlertingSettings | None = None,
     extender: ExtenderSettings | None = None,
     exporter_signals: Sequence[Signal] | None = None,
+    extender_pods: PodApi | None = None,
 ) -> FastAPI:
     """The service app over ``store``; raises :class:`ConfigError` without a token.
-    ``exporter_signals`` are the derived signals on ``/metrics`` (all of them by default)."""
+    ``exporter_signals`` are the derived signals on ``/metrics`` (all of them by default);
+    ``extender_pods`` (the Kubernetes API) serves the extender's bind verb."""
     auth = TokenAuth(settings.resolved_tokens())
     metrics = metrics or ServiceMetrics()
     state = _State()
@@ -132,10 +136,17 @@ def create_app(
     # extender.py): on this app, or alone on the extender port.
     app.state.extender_app = None
     if settings.extender_port is None:
-        register_extender(app, store, metrics.registry, settings=extender, clock=clock)
+        register_extender(
+            app, store, metrics.registry, settings=extender, clock=clock, pods=extender_pods
+        )
     else:
         app.state.extender_app = create_extender_app(
-            store, metrics, settings.extender_http, settings=extender, clock=clock
+            store,
+            metrics,
+            settings.extender_http,
+            settings=extender,
+            clock=clock,
+            pods=extender_pods,
         )
     # Derived signals on /metrics (docs/metrics.md).
     register_exporter(
@@ -180,12 +191,13 @@ def create_extender_app(
     *,
     settings: ExtenderSettings | None = None,
     clock: Clock = utc_now,
+    pods: PodApi | None = None,
 ) -> FastAPI:
     """An app serving only the scheduler extender, for its own port (metrics on the
     service's registry, so the main ``/metrics`` shows them)."""
     app = FastAPI(title="sits_observe extender", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics
-    register_extender(app, store, metrics.registry, settings=settings, clock=clock)
+    register_extender(app, store, metrics.registry, settings=settings, clock=clock, pods=pods)
     _add_limits(app, metrics, limits)
     return app
 

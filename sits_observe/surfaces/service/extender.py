@@ -1,16 +1,22 @@
-"""``POST /scheduler/filter`` and ``POST /scheduler/prioritize``: the kube-scheduler extender.
+"""``POST /scheduler/filter``, ``/scheduler/prioritize`` and ``/scheduler/bind``: the extender.
 
 kube-scheduler calls these with ``urlPrefix: http://<service>/scheduler``, ``filterVerb:
-filter`` and ``prioritizeVerb: prioritize`` (deploy/scheduler-config.yaml). Bodies and answers
-are the extender wire format (:mod:`sits_observe.control.extender_wire`); decisions come from
-the ``sits`` policy (:mod:`sits_observe.control.extender_scoring`) over a cached view of the
-store (:mod:`sits_observe.control.extender_view`) that is rebuilt in the background, so a call
-only parses, scores in numpy and writes JSON.
+filter``, ``prioritizeVerb: prioritize`` and ``bindVerb: bind`` (deploy/scheduler-config.yaml).
+The routes only read the body (within the limits below), pick the current view and count the
+outcome; the request handling is :class:`sits_observe.control.extender_handler.ExtenderHandler`,
+the same code the replay runs (``simulate --policy kube-sits``): the extender wire format
+(:mod:`sits_observe.control.extender_wire`), the ``sits`` policy
+(:mod:`sits_observe.control.extender_scoring`) over a cached view of the store
+(:mod:`sits_observe.control.extender_view`) rebuilt in the background plus the pods the bind
+verb placed since (:mod:`sits_observe.control.extender_overlay`). The bind verb
+(:mod:`sits_observe.control.extender_bind`) is served only when the service has Kubernetes API
+access (``serve --in-cluster`` / ``--kubeconfig``); it runs in the thread pool (two API calls).
 
-Authentication: none on these two routes. kube-scheduler's extender client sends no
+Authentication: none on these routes. kube-scheduler's extender client sends no
 credentials (it sets only ``Content-Type``; TLS client certificates are its one option), so a
-token would lock out the one caller that matters. The routes are read-only (they reveal node
-names and scores, change nothing) and must be reachable only from kube-scheduler: ``serve
+token would lock out the one caller that matters. Filter and prioritize are read-only (they
+reveal node names and scores); bind binds the pod kube-scheduler names to the node it names,
+as kube-scheduler would itself. All must be reachable only from kube-scheduler: ``serve
 --extender-port`` serves them alone on a port of their own (``create_extender_app``), which a
 NetworkPolicy opens to kube-scheduler only (deploy/deployment.yaml). Ingest and reads keep
 their tokens.
@@ -31,6 +37,8 @@ Failure answers, chosen for what kube-scheduler does with them:
 - prioritize: an unreadable body gets HTTP 400 with a JSON reason; kube-scheduler ignores
   a failed prioritize call (the pod is scheduled on the other scores). Without a usable view
   every node scores 0, which changes no ranking.
+- bind: HTTP 200 with ``ExtenderBindingResult.Error`` for an unreadable or oversized body or a
+  refused API call; kube-scheduler then retries the pod (or binds it itself, ``ignorable``).
 
 Handlers run on the event loop: a call against 5,000 names is about a millisecond of numpy
 and JSON, less than a thread hand-off would add. Bodies above ``inline_body_bytes`` (full
@@ -49,22 +57,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from sits_observe.control.extender_bind import Binder, PodApi
 from sits_observe.control.extender_cache import ViewCache
-from sits_observe.control.extender_scoring import (
-    ScoringSettings,
-    filter_nodes,
-    prioritize,
-)
+from sits_observe.control.extender_handler import Answer, ExtenderHandler
+from sits_observe.control.extender_overlay import AssumedPods
+from sits_observe.control.extender_scoring import ScoringSettings
 from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.control.extender_wire import (
-    ExtenderCall,
-    encode,
-    filter_error,
-    filter_result,
-    host_priority_json,
-    parse_extender_args,
-)
-from sits_observe.errors import ParseError
+from sits_observe.control.extender_wire import binding_result, encode, filter_error
 from sits_observe.store import Store
 from sits_observe.surfaces.service.ingest import problem
 
@@ -73,6 +72,7 @@ log = logging.getLogger(__name__)
 URL_PREFIX = "/scheduler"
 FILTER_PATH = f"{URL_PREFIX}/filter"
 PRIORITIZE_PATH = f"{URL_PREFIX}/prioritize"
+BIND_PATH = f"{URL_PREFIX}/bind"
 JSON = "application/json"
 MIB = 1024 * 1024
 
@@ -100,6 +100,19 @@ class ExtenderSettings(BaseModel):
         "in the thread pool",
     )
     view: ViewSettings = Field(default_factory=ViewSettings, description="the cluster view")
+    gpu_hint: bool = Field(
+        True,
+        description="bind verb: name the GPU the score was computed for (FGD's) in a shared "
+        "pod's nvidia.com/use-gpuuuid annotation (HAMi's hint); shares are scored for that GPU "
+        "while kube-scheduler binds through the verb, else for the device plugin's own choice",
+    )
+    assumed_ttl_s: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        description="seconds a pod bound by the bind verb stays assumed in the view when no "
+        "inventory snapshot shows it bound",
+    )
     scoring: ScoringSettings = Field(
         default_factory=ScoringSettings, description="the sits policy's weights and constants"
     )
@@ -136,12 +149,12 @@ class ExtenderMetrics:
 
 @dataclass
 class ExtenderEndpoints:
-    """The two handlers and their dependencies; ``app.state.extender`` holds one."""
+    """The routes over one :class:`ExtenderHandler`; ``app.state.extender`` holds one."""
 
     settings: ExtenderSettings
     cache: ViewCache
     metrics: ExtenderMetrics
-    clock: Clock
+    handler: ExtenderHandler
 
     async def filter(self, request: Request) -> Response:
         """Handle ``POST /scheduler/filter``."""
@@ -149,9 +162,15 @@ class ExtenderEndpoints:
         if isinstance(body, str):
             self.metrics.calls.labels("filter", "bad_request").inc()
             return _json(encode(filter_error(body)))
+        view = await self._view()
         if len(body) > self.settings.inline_body_bytes:
-            return await run_in_threadpool(self._filter, body, await self._view())
-        return self._filter(body, await self._view())
+            answer = await run_in_threadpool(self.handler.filter, body, view)
+        else:
+            answer = self.handler.filter(body, view)
+        self.metrics.nodes.labels("passed").inc(answer.passed)
+        self.metrics.nodes.labels("failed").inc(answer.failed)
+        self.metrics.nodes.labels("unresolvable").inc(answer.unresolvable)
+        return self._answer("filter", answer)
 
     async def prioritize(self, request: Request) -> Response:
         """Handle ``POST /scheduler/prioritize``."""
@@ -159,67 +178,33 @@ class ExtenderEndpoints:
         if isinstance(body, str):
             self.metrics.calls.labels("prioritize", "bad_request").inc()
             return problem(413, "too_large", body)
+        view = await self._view()
         if len(body) > self.settings.inline_body_bytes:
-            return await run_in_threadpool(self._prioritize, body, await self._view())
-        return self._prioritize(body, await self._view())
+            answer = await run_in_threadpool(self.handler.prioritize, body, view)
+        else:
+            answer = self.handler.prioritize(body, view)
+        return self._answer("prioritize", answer)
 
-    def _filter(self, body: bytes, view: ClusterView | None) -> Response:
-        try:
-            call = parse_extender_args(body)
-        except ParseError as exc:
-            self.metrics.calls.labels("filter", "bad_request").inc()
-            return _json(encode(filter_error(str(exc))))
-        view = self._usable(view)
-        if view is None:
-            self.metrics.calls.labels("filter", "fail_open").inc()
-            self.metrics.nodes.labels("passed").inc(len(call.nodes))
-            return _json(encode(filter_result(call, call.nodes, {}, {})))
-        try:
-            outcome = filter_nodes(call.pod, view, call.nodes, self.settings.scoring)
-        except Exception as exc:
-            # One bad call must not take the endpoint down: report it to kube-scheduler.
-            log.exception("extender filter failed for pod %s", _who(call))
-            self.metrics.calls.labels("filter", "error").inc()
-            return _json(encode(filter_error(f"sits-observe extender internal error: {exc}")))
-        self.metrics.calls.labels("filter", "scored").inc()
-        self.metrics.nodes.labels("passed").inc(len(outcome.passing))
-        self.metrics.nodes.labels("failed").inc(len(outcome.failed))
-        self.metrics.nodes.labels("unresolvable").inc(len(outcome.unresolvable))
-        result = filter_result(call, outcome.passing, outcome.failed, outcome.unresolvable)
-        return _json(encode(result))
+    async def bind(self, request: Request) -> Response:
+        """Handle ``POST /scheduler/bind`` (registered only with Kubernetes API access)."""
+        body = await _read_body(request, self.settings.max_body_bytes)
+        if isinstance(body, str):
+            self.metrics.calls.labels("bind", "bad_request").inc()
+            return _json(binding_result(body))
+        view = await self._view()
+        # Two blocking API calls (the hint PATCH, the Binding): off the event loop.
+        answer = await run_in_threadpool(self.handler.bind, body, view)
+        return self._answer("bind", answer)
 
-    def _prioritize(self, body: bytes, view: ClusterView | None) -> Response:
-        try:
-            call = parse_extender_args(body)
-        except ParseError as exc:
-            self.metrics.calls.labels("prioritize", "bad_request").inc()
-            return problem(400, "bad_request", str(exc))
-        view = self._usable(view)
-        if view is None:
-            self.metrics.calls.labels("prioritize", "fail_open").inc()
-            return _json(host_priority_json(call.nodes, [0] * len(call.nodes)))
-        try:
-            result = prioritize(call.pod, view, call.nodes, self.settings.scoring)
-        except Exception as exc:
-            log.exception("extender prioritize failed for pod %s", _who(call))
-            self.metrics.calls.labels("prioritize", "error").inc()
-            return problem(500, "internal", f"sits-observe extender internal error: {exc}")
-        self.metrics.calls.labels("prioritize", "scored").inc()
-        return _json(host_priority_json(result.hosts, result.scores.tolist()))
+    def _answer(self, verb: str, answer: Answer) -> Response:
+        self.metrics.calls.labels(verb, answer.outcome).inc()
+        return Response(answer.body, status_code=answer.status, media_type=JSON)
 
     async def _view(self) -> ClusterView | None:
         view = self.cache.get()
         if view is None:
             view = await run_in_threadpool(self.cache.wait, self.settings.view.first_view_timeout_s)
         return view
-
-    def _usable(self, view: ClusterView | None) -> ClusterView | None:
-        """``view`` when it has a fresh enough inventory snapshot, else None (fail open)."""
-        age_s = view.age_s(self.clock()) if view is not None else None
-        if age_s is None:
-            return None
-        self.metrics.view_age.set(age_s)
-        return view if age_s <= self.settings.view.max_snapshot_age_s else None
 
 
 def register_extender(
@@ -229,11 +214,14 @@ def register_extender(
     *,
     settings: ExtenderSettings | None = None,
     clock: Clock | None = None,
+    pods: PodApi | None = None,
 ) -> ExtenderEndpoints | None:
     """Add the extender routes to ``app`` (unless disabled); returns the endpoints.
 
-    Nothing is read from the store until the first call: the view cache builds lazily, so an
-    app that never gets an extender call never starts the rebuild thread.
+    ``pods`` (the Kubernetes API, in ``serve`` with ``--kubeconfig`` / ``--in-cluster``)
+    enables the bind verb. Nothing is read from the store until the first call: the view
+    cache builds lazily, so an app that never gets an extender call never starts the rebuild
+    thread.
     """
     settings = settings or ExtenderSettings()
     if not settings.enabled:
@@ -249,8 +237,25 @@ def register_extender(
     def failed(_: Exception) -> None:
         metrics.view_builds.labels("error").inc()
 
-    cache = ViewCache(build, refresh_interval_s=settings.view.refresh_interval_s, on_error=failed)
-    endpoints = ExtenderEndpoints(settings, cache, metrics, now)
+    cache = ViewCache(
+        build,
+        refresh_interval_s=settings.view.refresh_interval_s,
+        on_error=failed,
+        assumed=AssumedPods(ttl_s=settings.assumed_ttl_s),
+    )
+    binder = None
+    if pods is not None:
+        binder = Binder(
+            pods, scoring=settings.scoring, gpu_hint=settings.gpu_hint, assume=cache.assume
+        )
+    handler = ExtenderHandler(
+        settings.scoring,
+        max_snapshot_age_s=settings.view.max_snapshot_age_s,
+        clock=now,
+        binder=binder,
+        on_view_age=metrics.view_age.set,
+    )
+    endpoints = ExtenderEndpoints(settings, cache, metrics, handler)
     app.add_api_route(
         FILTER_PATH, endpoints.filter, methods=["POST"], response_model=None, name="extender_filter"
     )
@@ -261,6 +266,10 @@ def register_extender(
         response_model=None,
         name="extender_prioritize",
     )
+    if binder is not None:
+        app.add_api_route(
+            BIND_PATH, endpoints.bind, methods=["POST"], response_model=None, name="extender_bind"
+        )
     app.state.extender = endpoints
     return endpoints
 
@@ -282,10 +291,6 @@ async def _read_body(request: Request, limit: int) -> bytes | str:
 
 def _json(body: bytes) -> Response:
     return Response(body, media_type=JSON)
-
-
-def _who(call: ExtenderCall) -> str:
-    return f"{call.pod.namespace}/{call.pod.name}"
 
 
 def _utc_now() -> datetime:

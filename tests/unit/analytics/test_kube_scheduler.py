@@ -296,12 +296,14 @@ def test_gpu_pods_need_devices_with_their_share_free_and_an_allowed_model() -> N
 
 def test_the_shipped_scheduler_configuration_is_read_as_kube_scheduler_reads_it() -> None:
     config = load_scheduler_config(REPO / "deploy" / "scheduler-config.yaml")
-    (extender,) = config.extenders
-    assert extender.url_prefix.endswith("/scheduler")
+    extender, binder = config.extenders
+    assert extender.url_prefix.endswith("/scheduler") and binder.url_prefix == extender.url_prefix
     assert (extender.filter_verb, extender.prioritize_verb) == ("filter", "prioritize")
     assert extender.node_cache_capable and extender.ignorable
-    assert extender.managed_resources == ("nvidia.com/gpu",)
+    assert extender.managed_resources == ()  # every pod (docs/extender.md, "Measured")
     assert extender.weight >= 1 and extender.http_timeout_s == pytest.approx(2.0)
+    assert (binder.bind_verb, binder.managed_resources) == ("bind", ("nvidia.com/gpu",))
+    assert binder.ignorable and not (binder.filter_verb or binder.prioritize_verb)
     assert config.fit_strategy == "LeastAllocated"
 
 

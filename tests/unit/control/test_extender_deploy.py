@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client as k8s_client
 
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.service.extender import FILTER_PATH, PRIORITIZE_PATH
+from sits_observe.surfaces.service.extender import BIND_PATH, FILTER_PATH, PRIORITIZE_PATH
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 MANIFESTS = ["deployment.yaml", "rbac.yaml"]
@@ -108,21 +108,49 @@ def test_scheduler_config_calls_the_extender_routes() -> None:
     (config,) = load("scheduler-config.yaml")
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
-    (extender,) = config["extenders"]
-    assert set(extender) <= EXTENDER_FIELDS
-    # kube-scheduler: url = strings.TrimRight(urlPrefix, "/") + "/" + verb.
-    prefix = extender["urlPrefix"].rstrip("/")
-    path = "/" + prefix.split("://", 1)[1].split("/", 1)[1]
-    assert f"{path}/{extender['filterVerb']}" == FILTER_PATH
-    assert f"{path}/{extender['prioritizeVerb']}" == PRIORITIZE_PATH
+    scorer, binder = config["extenders"]
     service = only("Service")
-    host = prefix.split("://", 1)[1].split("/", 1)[0]
     (port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "extender"]
-    assert host == f"sits-observe.sits-observe.svc.cluster.local:{port}"
-    # Validation (pkg/scheduler/apis/config/validation): a prioritize verb needs weight > 0.
-    assert isinstance(extender["weight"], int) and extender["weight"] > 0
-    assert extender["nodeCacheCapable"] is True
-    assert extender["ignorable"] is True
-    (resource,) = extender["managedResources"]
+    for extender in (scorer, binder):
+        assert set(extender) <= EXTENDER_FIELDS
+        # kube-scheduler: url = strings.TrimRight(urlPrefix, "/") + "/" + verb.
+        prefix = extender["urlPrefix"].rstrip("/")
+        host = prefix.split("://", 1)[1].split("/", 1)[0]
+        assert host == f"sits-observe.sits-observe.svc.cluster.local:{port}"
+        assert extender["ignorable"] is True
+    path = "/" + scorer["urlPrefix"].rstrip("/").split("://", 1)[1].split("/", 1)[1]
+    assert f"{path}/{scorer['filterVerb']}" == FILTER_PATH
+    assert f"{path}/{scorer['prioritizeVerb']}" == PRIORITIZE_PATH
+    assert f"{path}/{binder['bindVerb']}" == BIND_PATH
+    # Validation (pkg/scheduler/apis/config/validation): a prioritize verb needs weight > 0,
+    # and one extender at most binds.
+    assert isinstance(scorer["weight"], int) and scorer["weight"] > 0
+    assert sum(1 for e in config["extenders"] if e.get("bindVerb")) == 1
+    # One rank step (weight x 10) outweighs the 200 points of the two default score plugins.
+    assert scorer["weight"] * 10 > 200
+    assert scorer["nodeCacheCapable"] is True
+    assert "managedResources" not in scorer  # CPU-only pods are scored too (docs/extender.md)
+    (resource,) = binder["managedResources"]
     assert set(resource) <= MANAGED_RESOURCE_FIELDS
     assert resource == {"name": "nvidia.com/gpu", "ignoredByScheduler": False}
+    assert "filterVerb" not in binder and "prioritizeVerb" not in binder
+
+
+def test_the_bind_role_only_creates_bindings_and_patches_pods() -> None:
+    docs = load("extender-bind-rbac.yaml")
+    api = k8s_client.ApiClient()
+    for doc in docs:
+        model = api.deserialize(
+            json.dumps(doc), MODELS[(doc["apiVersion"], doc["kind"])], "application/json"
+        )
+        assert api.sanitize_for_serialization(model) == doc
+    role, binding = docs
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+    ]
+    account = only("ServiceAccount")["metadata"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -23,7 +23,9 @@ from sits_observe.store import Store
 from tests.unit.control.extender_payloads import CANDIDATES
 from tests.unit.control.extender_support import GIB, NOW, write_cluster
 
-DEFAULT = ScoringSettings()
+# The absolute blend (score_mode="absolute"), whose values are worked out by hand below; the
+# ranked scores the extender answers by default: tests/unit/control/test_extender_ranked.py.
+DEFAULT = ScoringSettings(score_mode="absolute")
 
 
 @pytest.fixture(scope="module")
@@ -179,10 +181,10 @@ def test_declared_need_headroom_is_capped(view: ClusterView) -> None:
 
 def test_weights_change_the_winner(view: ClusterView) -> None:
     """Only fragmentation: c (delta -600) beats a (-400). Only interference: a (0.2) loses."""
-    frag_only = ScoringSettings(memory_fit_weight=0, interference_weight=0)
+    frag_only = ScoringSettings(memory_fit_weight=0, interference_weight=0, score_mode="absolute")
     scores = prioritize(gpu_pod(1), view, ["gpu-a", "gpu-b", "gpu-c"], frag_only).as_dict()
     assert scores == {"gpu-a": 7, "gpu-b": 6, "gpu-c": 8}  # 7.0, 6.5 -> 6 (half to even), 8.0
-    quiet_only = ScoringSettings(fragmentation_weight=0, memory_fit_weight=0)
+    quiet_only = ScoringSettings(fragmentation_weight=0, memory_fit_weight=0, score_mode="absolute")
     scores = prioritize(gpu_pod(1), view, ["gpu-a", "gpu-c"], quiet_only).as_dict()
     assert scores == {"gpu-a": 8, "gpu-c": 10}
 
@@ -205,7 +207,9 @@ def test_cpu_only_pod_is_scored_by_fragmentation(view: ClusterView) -> None:
 
 
 def test_unknown_node_score_is_configurable(view: ClusterView) -> None:
-    result = prioritize(gpu_pod(1), view, ["new-node"], ScoringSettings(unknown_node_score=5))
+    result = prioritize(
+        gpu_pod(1), view, ["new-node"], ScoringSettings(unknown_node_score=5, score_mode="absolute")
+    )
     assert result.as_dict() == {"new-node": 5}
 
 

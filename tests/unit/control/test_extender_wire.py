@@ -51,6 +51,8 @@ def test_node_names_mode_reads_the_pod_and_the_names() -> None:
         gpu_memory_bytes=None,
         priority=0,
         workload="llm",
+        uid="6f1c2a8e-0d3b-4b8f-9a51-2c7e9d4f1a10",
+        memory_bytes=16 * GIB,
     )
 
 

@@ -208,7 +208,7 @@ def test_simulate_tables(text: str) -> None:
         pods_per_s=10.0,
         replays=(),
     )
-    stdout, _ = capture(lambda: simulate._print_tables([result], total_gpus=8))
+    stdout, _ = capture(lambda: simulate._print_tables([result], total_gpus=8, workload="default"))
     assert shown(text) in stdout
 
 

@@ -1,0 +1,84 @@
+"""The extender view's slow signals: node interference and measured GPU memory needs.
+
+Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recomputed every
+``slow_refresh_s`` rather than with every view (:mod:`sits_observe.control.extender_view`):
+
+- interference per node, :mod:`sits_observe.analytics.interference` (SPEC: 0.4 bandwidth +
+  0.35 NVLink conflict + 0.25 NUMA miss), computed a few nodes at a time so the rebuild
+  thread yields the GIL to request handlers between chunks;
+- each workload's measured GPU memory need: the largest per-GPU ``fb_used_bytes`` of its
+  pods in the window (the latest ``pods`` snapshot names the pods' workloads).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+
+from sits_observe.analytics.interference import interference_report, load_gpu_samples
+from sits_observe.analytics.settings import InterferenceSettings
+from sits_observe.store import Store, utc_naive
+
+
+@dataclass(frozen=True)
+class SlowSignals:
+    """Signals over a window, recomputed less often than the view."""
+
+    at: datetime
+    interference_ratio: Mapping[str, float]
+    workload_need_bytes: Mapping[tuple[str, str], int]
+
+
+def slow_signals(
+    store: Store,
+    now: datetime,
+    *,
+    window_s: float,
+    chunk_nodes: int,
+    interference: InterferenceSettings,
+) -> SlowSignals:
+    """Interference per node and measured memory need per workload over ``window_s``."""
+    since = utc_naive(now) - timedelta(seconds=window_s)
+    scores = node_interference(load_gpu_samples(store, since), chunk_nodes, interference)
+    pods_at = store.scalar("SELECT max(ts) FROM pods")
+    needs: dict[tuple[str, str], int] = {}
+    if pods_at is not None:
+        rows = store.query(
+            "SELECT p.namespace, p.workload, max(g.fb_used_bytes) AS need FROM gpu_samples g "
+            "JOIN pods p ON p.ts = ? AND p.namespace = g.namespace AND p.pod = g.pod "
+            "WHERE g.ts >= ? AND g.fb_used_bytes IS NOT NULL AND g.mig_instance_id IS NULL "
+            "AND p.workload IS NOT NULL GROUP BY p.namespace, p.workload",
+            [pods_at, since],
+        ).to_pylist()
+        needs = {(str(r["namespace"]), str(r["workload"])): int(r["need"]) for r in rows}
+    return SlowSignals(now, scores, needs)
+
+
+def node_interference(
+    samples: pl.DataFrame, chunk_nodes: int, interference: InterferenceSettings
+) -> dict[str, float]:
+    """Node interference scores, computed a few nodes at a time.
+
+    A node's score depends only on its own GPUs' samples, so chunks by node give the same
+    result as one call. One call over 40,000 GPUs holds the GIL for up to half a second in
+    places, which would stall extender calls on the event loop; between chunks the thread
+    yields.
+    """
+    if samples.height == 0:
+        return {}
+    ordered = samples.filter(pl.col("node").is_not_null()).sort("node")
+    nodes = ordered.get_column("node")
+    starts = np.flatnonzero(np.r_[True, (nodes[1:] != nodes[:-1]).to_numpy()])
+    bounds = [*starts[::chunk_nodes].tolist(), ordered.height]
+    scores: dict[str, float] = {}
+    for lo, hi in itertools.pairwise(bounds):
+        report = interference_report(ordered.slice(lo, hi - lo), interference)
+        scores.update({n.node: n.score.score for n in report.nodes if n.node is not None})
+        time.sleep(0)  # let a waiting request handler take the GIL
+    return scores

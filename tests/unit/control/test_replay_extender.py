@@ -1,0 +1,112 @@
+"""The replay of the shipped path (control.replay_extender): kube-scheduler's model calling the
+service's extender handler in process, with the view following every placement.
+
+Trace: tests.unit.analytics.test_schedsim's small node and pod lists (shares, whole GPUs,
+CPU-only pods)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from sits_observe.analytics.kube_scheduler_config import ExtenderConfig, SchedulerConfig
+from sits_observe.analytics.schedsim import replay
+from sits_observe.control.replay_extender import (
+    DEFAULT_SCHEDULER_CONFIG,
+    KUBE_SITS,
+    KUBE_SITS_GPUHINT,
+    KUBE_SITS_NOBIND,
+    ExtenderReplayPolicy,
+    replay_policies,
+    with_gpu_hint,
+    without_bind,
+)
+from sits_observe.errors import ConfigError
+from tests.unit.analytics.test_schedsim import NODES, PODS
+
+EXTENDER = ExtenderConfig(
+    url_prefix="http://sits/scheduler",
+    filter_verb="filter",
+    prioritize_verb="prioritize",
+    weight=100,
+    node_cache_capable=True,
+)
+
+
+def _view_matches_the_replay(policy: ExtenderReplayPolicy) -> None:
+    """The service's view (store snapshot + assumed pods) equals kube-scheduler's cache."""
+    assert policy._kube is not None and policy._transport is not None
+    cache = policy._kube.nodes
+    view = policy._transport.views.get()
+    assert cache is not None and view is not None
+    for name in cache.names:
+        row, i = view.index[name], cache.index[name]
+        count = int(cache.gpu_count[i])
+        assert view.state.gpu_free_milli[row, :count].tolist() == (
+            cache.gpu_free_milli[i, :count].tolist()
+        ), name
+        free_cpu = int(cache.cpu_alloc_milli[i] - cache.cpu_requested_milli[i])
+        assert int(view.state.cpu_free_milli[row]) == free_cpu, name
+
+
+@pytest.mark.parametrize("gpu_hint", [False, True])
+def test_the_view_follows_every_placement_and_the_gpus_are_predicted(gpu_hint: bool) -> None:
+    config = SchedulerConfig(extenders=(EXTENDER,))
+    policy = ExtenderReplayPolicy("kube-sits-test", config, PODS, gpu_hint=gpu_hint)
+    result = replay(NODES, PODS, policy, seed=1)
+    counts = policy.counts
+    assert counts["scheduled"] == result.pods_placed > 0
+    # Every placed pod went through the handler's filter (no managedResources: CPU-only pods
+    # too); prioritize is skipped when one node is left (kube-scheduler's shortcut).
+    assert counts["filter_scored"] >= result.pods_placed
+    assert 0 < counts["prioritize_scored"] <= counts["filter_scored"]
+    assert counts["bind_bound"] == (result.pods_placed if gpu_hint else 0)
+    # The bind verb assumed each pod on the GPUs the device plugin then gave it.
+    assert counts["gpu_mismatch"] == 0
+    _view_matches_the_replay(policy)
+
+
+def test_the_hint_makes_the_device_plugin_take_fgds_gpu() -> None:
+    """With the hint, share pods land where the extender scored them; the replay is
+    deterministic for a seed and differs between the two policies only by the GPU choice."""
+    config = SchedulerConfig(extenders=(EXTENDER,))
+    hinted = [
+        replay(NODES, PODS, ExtenderReplayPolicy("h", config, PODS, gpu_hint=True), seed=2)
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(hinted[0].alloc_ratio, hinted[1].alloc_ratio)
+    assert hinted[0].unallocated_gpus == hinted[1].unallocated_gpus
+
+
+def test_the_policy_pickles_before_its_first_pod_and_restarts_for_a_new_replay() -> None:
+    config = SchedulerConfig(extenders=(EXTENDER,))
+    policy = ExtenderReplayPolicy("kube-sits-test", config, PODS)
+    twin = pickle.loads(pickle.dumps(policy))
+    first = replay(NODES, PODS, policy, seed=3)
+    second = replay(NODES, PODS, policy, seed=3)  # the same object, a fresh cluster
+    third = replay(NODES, PODS, twin, seed=3)
+    assert first.unallocated_gpus == second.unallocated_gpus == third.unallocated_gpus
+    np.testing.assert_array_equal(first.alloc_ratio, second.alloc_ratio)
+
+
+def test_the_shipped_configuration_is_replayed() -> None:
+    """The shipped file binds GPU pods through the extender already: kube-sits-gpuhint is the
+    same configuration; kube-sits-nobind drops the binding extender."""
+    factories = replay_policies(PODS)
+    plain = factories[KUBE_SITS]()
+    hinted = factories[KUBE_SITS_GPUHINT]()
+    nobind = factories[KUBE_SITS_NOBIND]()
+    assert plain.config.source == str(DEFAULT_SCHEDULER_CONFIG)
+    assert [e.bind_verb for e in plain.config.extenders] == ["", "bind"]
+    assert hinted.config == plain.config
+    assert [(e.filter_verb, e.bind_verb) for e in nobind.config.extenders] == [("filter", "")]
+    bare = SchedulerConfig(extenders=(EXTENDER,))
+    assert [e.bind_verb for e in with_gpu_hint(bare).extenders] == ["bind"]
+    assert [e.bind_verb for e in without_bind(with_gpu_hint(bare)).extenders] == [""]
+
+
+def test_a_configuration_without_an_extender_is_refused(tmp_path: object) -> None:
+    with pytest.raises(ConfigError, match="has no extender"):
+        ExtenderReplayPolicy("x", SchedulerConfig(), PODS)
