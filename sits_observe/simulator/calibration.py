@@ -91,3 +91,6 @@ MIB = 1024**2
 #: driver reserves: what nvidia-smi shows for the 80 GB H100 SXM and A100 SXM cards.
 GPU_FB_TOTAL_MIB = {"h100": 81_559, "a100": 81_920}
 GPU_FB_RESERVED_MIB = {"h100": 549, "a100": 512}
+
+#: The ``nvidia.com/gpu.product`` label NVIDIA's GPU feature discovery puts on each card's nodes.
+GPU_PRODUCTS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB"}

@@ -258,6 +258,13 @@ class CgroupTree:
         self.root.mkdir(parents=True, exist_ok=True)
         self._write(self.root / "cgroup.controllers", _ROOT_CONTROLLERS)
 
+    def add_kubepods(self) -> None:
+        """The QoS-level cgroups a kubelet creates at start-up, before any pod runs (so a
+        node that runs nothing yet still has the hierarchy the cgroup collector walks)."""
+        for qos in (QosClass.BURSTABLE, QosClass.BEST_EFFORT):
+            parent = self.root / pod_cgroup_path(self.driver, qos, "0").parent
+            parent.mkdir(parents=True, exist_ok=True)
+
     # -- reads ---------------------------------------------------------------------------
 
     def containers(self) -> list[ContainerCgroup]:

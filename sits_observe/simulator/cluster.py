@@ -1,11 +1,22 @@
-"""The simulated GPU cluster: nodes, GPUs, pods that come and go, and their memory.
+"""The simulated GPU cluster: nodes, GPUs, the pods running on them, and their memory.
 
-Every node runs one LLM inference server (a vLLM-like pod holding ``tensor_parallel`` GPUs,
-see :mod:`.server`); the node's other GPUs take batch jobs and notebooks that arrive and
-leave at random. A batch job's GPU memory grows linearly to its peak and is freed when it
-ends; notebooks share a GPU with small, flat allocations. That churn leaves free memory
-scattered over GPUs, which is what the fragmentation analytics measure, and pushes container
-memory towards its cgroup limits, which is what the memory-pressure signals show.
+The model holds what the nodes run; it does not decide where pods go. Pods start on a node
+through :meth:`SimulatedCluster.start_pod`, with the GPUs the node's device plugin chose:
+
+- in the demo (``standalone=False``) the pods come from the workloads (:mod:`.pod_specs`) as
+  Pending pods in the Kubernetes API; a scheduler binds them and the simulated kubelet
+  (:mod:`.kubelet`) starts them here. Nothing runs until then.
+- ``standalone=True`` (the default, for format tests that run the exporters without an API)
+  is the node model alone: every node starts one inference replica and each arriving Job or
+  notebook goes to a random node whose device plugin finds it room (or is dropped and counted
+  in :attr:`SimulatedCluster.dropped_arrivals`).
+
+Inference pods run an LLM server (:mod:`.server`) that claims vLLM's share of its GPUs' memory;
+batch jobs grow their GPU memory linearly to the peak and free it when they end; notebooks
+hold small allocations. That churn leaves free memory and free shares scattered over GPUs,
+which the fragmentation analytics measure, and pushes container memory towards its cgroup
+limits, which the memory-pressure signals show. Each GPU also records the share (milli-GPU)
+and the pods the device plugin assigned to it.
 
 The model is deterministic for a seed and advances in explicit steps (:meth:`step`); the
 runtime (:mod:`.runtime`) maps it to wall time and serves it in the real formats.
@@ -15,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,11 +35,18 @@ from sits_observe.simulator.calibration import (
     GIB,
     GPU_FB_RESERVED_MIB,
     GPU_FB_TOTAL_MIB,
+    GPU_PRODUCTS,
     KV_BYTES_PER_TOKEN,
     MIB,
     PROFILES,
     WEIGHT_BYTES,
 )
+from sits_observe.simulator.device_plugin import (
+    MILLI_PER_GPU,
+    DeviceAllocationError,
+    allocate_gpus,
+)
+from sits_observe.simulator.pod_specs import LLM_MODEL, PodSpec, WorkloadGenerator
 from sits_observe.simulator.server import InferenceServer, RequestRecord
 from sits_observe.simulator.workload import ArrivalGenerator, LoadProfile
 
@@ -37,7 +56,7 @@ VLLM_GPU_MEMORY_UTILIZATION = 0.9
 
 @dataclass
 class SimGpu:
-    """One physical GPU."""
+    """One physical GPU: memory in use and the shares the device plugin assigned."""
 
     node: str
     index: int
@@ -45,6 +64,7 @@ class SimGpu:
     kind: str
     pci_bus_id: str
     used_bytes: dict[str, int] = field(default_factory=dict)  # pod uid -> bytes
+    share_milli: dict[str, int] = field(default_factory=dict)  # pod uid -> milli-GPU
     util_ratio: float = 0.0
 
     @property
@@ -62,6 +82,11 @@ class SimGpu:
     @property
     def fb_free_bytes(self) -> int:
         return self.total_bytes - self.reserved_bytes - self.fb_used_bytes
+
+    @property
+    def free_milli(self) -> int:
+        """Share of the GPU no pod holds, milli-GPU."""
+        return MILLI_PER_GPU - sum(self.share_milli.values())
 
 
 @dataclass
@@ -97,6 +122,13 @@ class SimPod:
     memory_request_bytes: int = 0
     owner: str = ""
     server: InferenceServer | None = None
+    gpu_milli: int = MILLI_PER_GPU
+    workload: str = ""
+
+    @property
+    def workload_key(self) -> str:
+        """``namespace/workload``, the key of the controller's per-workload time slices."""
+        return f"{self.namespace}/{self.workload}"
 
 
 @dataclass
@@ -110,14 +142,22 @@ class SimNode:
     memory_bytes: int = 1024 * GIB
     pods: dict[str, SimPod] = field(default_factory=dict)
 
+    def device_state(self) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+        """Free milli-GPU and pods per GPU, and the GPUs' UUIDs (the device plugin's view)."""
+        free = np.array([g.free_milli for g in self.gpus], dtype=np.int64)
+        pods = np.array([len(g.share_milli) for g in self.gpus], dtype=np.int64)
+        return free, pods, tuple(g.uuid for g in self.gpus)
+
 
 @dataclass(frozen=True)
 class PodEvent:
-    """A pod appeared (``added``) or went away (``deleted``)."""
+    """A pod started (``added``) or went away (``deleted``; ``completed`` when it ended by
+    itself, as a Job's pod does, rather than being stopped)."""
 
     kind: str
     pod: SimPod
     at_s: float
+    completed: bool = False
 
 
 class SimulatedCluster:
@@ -130,6 +170,7 @@ class SimulatedCluster:
         gpus_per_node: int = 4,
         seed: int = 7,
         load: LoadProfile | None = None,
+        standalone: bool = True,
     ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ValueError("a simulated cluster needs at least one node and one GPU per node")
@@ -138,8 +179,12 @@ class SimulatedCluster:
         self.now_s = 0.0
         self.nodes: dict[str, SimNode] = {}
         self.events: list[PodEvent] = []
+        self.standalone = standalone
+        #: Standalone arrivals no node had room for.
+        self.dropped_arrivals = 0
         self._lock = threading.RLock()
         self._arrivals = ArrivalGenerator(load or LoadProfile(), self.rng)
+        self._time_slices: dict[str, float] = {}
         for n in range(nodes):
             kind = "h100" if n % 2 == 0 else "a100"
             name = f"gpu-node-{n + 1}"
@@ -148,8 +193,17 @@ class SimulatedCluster:
                 for i in range(gpus_per_node)
             ]
             self.nodes[name] = SimNode(name, kind, gpus)
-        for node in self.nodes.values():
-            self._start_llm_server(node)
+        self.workloads = WorkloadGenerator(
+            products=[GPU_PRODUCTS[n.kind] for n in self.nodes.values()],
+            gpus_per_node=gpus_per_node,
+            seed=seed,
+        )
+        if standalone:
+            tp = self.workloads.tensor_parallel
+            by_product = {d.product: d for d in self.workloads.deployments}
+            for node in self.nodes.values():
+                replica = self.workloads.llm_replica(by_product[GPU_PRODUCTS[node.kind]])
+                self.start_pod(replica, node.name, list(range(tp)))
 
     # -- identity helpers -------------------------------------------------------------
 
@@ -161,103 +215,118 @@ class SimulatedCluster:
 
     # -- pod life cycle ---------------------------------------------------------------
 
-    def _start_llm_server(self, node: SimNode) -> None:
-        tp = max(1, min(4, len(node.gpus) // 2))  # leave GPUs for batch jobs and notebooks
-        profile = PROFILES[node.kind]
+    def start_pod(self, spec: PodSpec, node_name: str, gpu_indices: Sequence[int]) -> SimPod:
+        """Run ``spec`` on ``node_name`` holding ``gpu_indices`` (the device plugin's choice).
+
+        Raises ``KeyError`` for an unknown node and ``ValueError`` when the pod already runs.
+        """
+        with self._lock:
+            node = self.nodes[node_name]
+            if any(spec.uid in n.pods for n in self.nodes.values()):
+                raise ValueError(f"pod {spec.namespace}/{spec.name} is already running")
+            milli = spec.gpu_percent * MILLI_PER_GPU // 100
+            pod = SimPod(
+                uid=spec.uid,
+                name=spec.name,
+                namespace=spec.namespace,
+                kind=spec.kind,
+                node=node_name,
+                qos_class=spec.qos_class,
+                gpu_indices=list(gpu_indices),
+                containers=[
+                    SimContainer(
+                        spec.container,
+                        self._container_id(),
+                        24 * GIB if spec.kind == "llm" else int(0.5 * GIB),
+                        spec.memory_limit_bytes,
+                        spec.cpu_limit_cores,
+                    )
+                ],
+                created_s=self.now_s,
+                ends_s=None if spec.duration_s is None else self.now_s + spec.duration_s,
+                gpu_peak_bytes=spec.gpu_peak_bytes,
+                gpu_request=spec.num_gpu,
+                cpu_request_milli=spec.cpu_request_milli,
+                memory_request_bytes=spec.memory_request_bytes,
+                owner=spec.owner.name,
+                gpu_milli=milli,
+                workload=spec.workload,
+            )
+            if spec.kind == "llm":
+                self._attach_server(node, pod)
+            for i in pod.gpu_indices:
+                gpu = node.gpus[i]
+                gpu.share_milli[pod.uid] = milli
+                gpu.used_bytes[pod.uid] = (
+                    pod.gpu_peak_bytes if pod.server else int(pod.gpu_peak_bytes * 0.1)
+                )
+            node.pods[pod.uid] = pod
+            self.events.append(PodEvent("added", pod, self.now_s))
+            return pod
+
+    def _attach_server(self, node: SimNode, pod: SimPod) -> None:
+        tp = max(1, len(pod.gpu_indices))
         per_gpu_claim = int(node.gpus[0].total_bytes * VLLM_GPU_MEMORY_UTILIZATION)
         kv_capacity = max(per_gpu_claim * tp - WEIGHT_BYTES, 64 * KV_BYTES_PER_TOKEN * 1024)
-        model = "llama2-70b"
-        pod = SimPod(
-            uid=self._uuid(),
-            name=f"vllm-{node.name}-0",
-            namespace="inference",
-            kind="llm",
-            node=node.name,
-            qos_class="Guaranteed",
-            gpu_indices=list(range(tp)),
-            containers=[
-                SimContainer("vllm", self._container_id(), 24 * GIB, 64 * GIB, 16.0),
-            ],
-            created_s=self.now_s,
-            ends_s=None,
-            gpu_peak_bytes=per_gpu_claim,
-            gpu_request=tp,
-            cpu_request_milli=16_000,
-            memory_request_bytes=64 * GIB,
-            owner="vllm-" + node.name,
-            server=InferenceServer(
-                model, profile, tensor_parallel=tp, kv_capacity_bytes=kv_capacity
-            ),
+        pod.gpu_peak_bytes = per_gpu_claim
+        pod.server = InferenceServer(
+            LLM_MODEL, PROFILES[node.kind], tensor_parallel=tp, kv_capacity_bytes=kv_capacity
         )
-        for i in pod.gpu_indices:
-            node.gpus[i].used_bytes[pod.uid] = per_gpu_claim
-        self._add(node, pod)
+        pod.server.time_slice_s = self._time_slices.get(pod.workload_key)
 
-    def _add(self, node: SimNode, pod: SimPod) -> None:
-        node.pods[pod.uid] = pod
-        self.events.append(PodEvent("added", pod, self.now_s))
+    def stop_pod(self, uid: str) -> SimPod | None:
+        """Stop a running pod (deleted through the API); None when it does not run here."""
+        with self._lock:
+            for node in self.nodes.values():
+                pod = node.pods.get(uid)
+                if pod is not None:
+                    self._remove(node, pod, completed=False)
+                    return pod
+            return None
 
-    def _remove(self, node: SimNode, pod: SimPod) -> None:
+    def running(self, uid: str) -> SimPod | None:
+        """The running pod with ``uid``, if any."""
+        with self._lock:
+            for node in self.nodes.values():
+                if uid in node.pods:
+                    return node.pods[uid]
+            return None
+
+    def _remove(self, node: SimNode, pod: SimPod, *, completed: bool) -> None:
         for gpu in node.gpus:
             gpu.used_bytes.pop(pod.uid, None)
+            gpu.share_milli.pop(pod.uid, None)
         del node.pods[pod.uid]
-        self.events.append(PodEvent("deleted", pod, self.now_s))
+        self.events.append(PodEvent("deleted", pod, self.now_s, completed))
 
-    def _maybe_start_job(self, node: SimNode, dt_s: float) -> None:
-        """Batch jobs and notebooks arrive on the node's spare GPUs (Poisson, ~1 per 20 s)."""
-        spare = [
-            g
-            for g in node.gpus
-            if not any(node.pods[uid].kind == "llm" for uid in g.used_bytes if uid in node.pods)
-        ]
-        if not spare or self.rng.random() > dt_s / 20.0:
-            return
-        gpu = spare[int(self.rng.integers(len(spare)))]
-        notebook = self.rng.random() < 0.4
-        # Peak GPU memory spans the L1 / L2 / L3 classes (< 2 GiB, 2-8 GiB, > 8 GiB).
-        peak = int(
-            (
-                self.rng.uniform(0.5, 3.0)
-                if notebook
-                else self.rng.choice(
-                    [self.rng.uniform(1, 2), self.rng.uniform(2, 8), self.rng.uniform(8, 30)]
-                )
-            )
-            * GIB
-        )
-        if gpu.fb_free_bytes < peak:
-            return
-        kind = "notebook" if notebook else "batch"
-        qos = "BestEffort" if notebook else str(self.rng.choice(["Burstable", "Guaranteed"]))
-        limit = None if qos == "BestEffort" else int(self.rng.uniform(4, 16) * GIB)
-        seq = sum(1 for _ in node.pods) + len(self.events)
-        pod = SimPod(
-            uid=self._uuid(),
-            name=f"{kind}-{node.name}-{seq}",
-            namespace="research" if notebook else "training",
-            kind=kind,
-            node=node.name,
-            qos_class=qos,
-            gpu_indices=[gpu.index],
-            containers=[
-                SimContainer(
-                    "main",
-                    self._container_id(),
-                    int(0.5 * GIB),
-                    limit,
-                    None if qos == "BestEffort" else 4.0,
-                )
-            ],
-            created_s=self.now_s,
-            ends_s=self.now_s + float(self.rng.uniform(30, 180)),
-            gpu_peak_bytes=peak,
-            gpu_request=0 if notebook else 1,
-            cpu_request_milli=0 if qos == "BestEffort" else 4000,
-            memory_request_bytes=0 if limit is None else limit,
-            owner=f"{kind}-{seq}",
-        )
-        gpu.used_bytes[pod.uid] = int(peak * 0.1)
-        self._add(node, pod)
+    def _place_standalone(self, spec: PodSpec) -> None:
+        """The node model alone: a random node whose device plugin has room, else dropped."""
+        names = list(self.nodes)
+        order = self.rng.permutation(len(names))
+        milli = spec.gpu_percent * MILLI_PER_GPU // 100
+        for i in order.tolist():
+            node = self.nodes[names[i]]
+            free, pods, uuids = node.device_state()
+            try:
+                gpus = allocate_gpus(free, pods, uuids, num_gpu=spec.num_gpu, gpu_milli=milli)
+            except DeviceAllocationError:
+                continue
+            if all(node.gpus[g].fb_free_bytes >= spec.gpu_peak_bytes for g in gpus):
+                self.start_pod(spec, node.name, gpus)
+                return
+        self.dropped_arrivals += 1
+
+    # -- time slices ------------------------------------------------------------------
+
+    def set_time_slices(self, slices_s: Mapping[str, float]) -> None:
+        """The GPU time slice per ``namespace/workload`` (the device plugin's config); servers
+        of workloads not named run without time slicing."""
+        with self._lock:
+            self._time_slices = dict(slices_s)
+            for node in self.nodes.values():
+                for pod in node.pods.values():
+                    if pod.server is not None:
+                        pod.server.time_slice_s = self._time_slices.get(pod.workload_key)
 
     # -- time -------------------------------------------------------------------------
 
@@ -268,15 +337,20 @@ class SimulatedCluster:
             self.now_s += dt_s
             servers = [p.server for n in self.nodes.values() for p in n.pods.values() if p.server]
             for server in servers:
-                for arrival in self._arrivals.between(start, self.now_s):
+                capacity = server.capacity_rps()
+                for arrival in self._arrivals.between(start, self.now_s, capacity):
                     server.submit(arrival.at_s, arrival.prompt_tokens, arrival.output_tokens)
             for node in self.nodes.values():
                 self._step_node(node, dt_s)
+            if self.standalone:
+                for spec in self.workloads.arrivals(start, self.now_s):
+                    self._place_standalone(spec)
 
     def _step_node(self, node: SimNode, dt_s: float) -> None:
+        busy_by_gpu = [0.0] * len(node.gpus)
         for pod in list(node.pods.values()):
             if pod.ends_s is not None and self.now_s >= pod.ends_s:
-                self._remove(node, pod)
+                self._remove(node, pod, completed=True)
                 continue
             busy = 0.0
             if pod.server is not None:
@@ -290,12 +364,11 @@ class SimulatedCluster:
                 busy = 0.9 if pod.kind == "batch" else 0.05
             for c in pod.containers:
                 self._step_container(pod, c, busy, dt_s)
+            # A share's kernels get at most its part of the SMs (HAMi's core limit).
             for i in pod.gpu_indices:
-                node.gpus[i].util_ratio = busy
-        for gpu in node.gpus:
-            if not gpu.used_bytes:
-                gpu.util_ratio = 0.0
-        self._maybe_start_job(node, dt_s)
+                busy_by_gpu[i] += busy * pod.gpu_milli / MILLI_PER_GPU
+        for gpu, busy in zip(node.gpus, busy_by_gpu, strict=True):
+            gpu.util_ratio = min(1.0, busy)
 
     def _step_container(self, pod: SimPod, c: SimContainer, busy: float, dt_s: float) -> None:
         cores = c.cpu_limit_cores or 2.0

@@ -8,9 +8,12 @@ Per simulated node, under ``workdir/nodes/<node>/``:
 - a JSON-lines request log (``requests.jsonl``) with one exact record per finished request,
   as an inference gateway's access log would hold.
 
-Pod arrivals and departures are handed to ``on_pod_event`` (the demo publishes them to the
-Kubernetes emulator). A ticker thread steps the model every ``tick_s`` and rewrites the
-cgroup files every ``files_every_s``; shutdown is prompt (the thread waits on an event).
+Pods starting and ending are handed to ``on_pod_event``: in the demo the simulated kubelet
+(:mod:`.kubelet`) reports a pod whose work ended as ``Succeeded``; a standalone cluster's
+publisher (:class:`~.kube_publish.KubePublisher`) creates and deletes the pods. A ticker
+thread steps the model every ``tick_s`` and rewrites the cgroup files every
+``files_every_s``; shutdown is prompt (the thread waits on an event). Each node's cgroup tree
+has the kubelet's QoS hierarchy from the start, before any pod runs there.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class SimulatedNodeFiles:
         self.cgroup_root = directory / "cgroup"
         self.request_log = directory / "requests.jsonl"
         self.tree = CgroupTree(self.cgroup_root, driver=driver)
+        self.tree.add_kubepods()
         self._log: IO[str] = self.request_log.open("a", encoding="utf-8")
 
     def add_pod(self, pod: SimPod) -> None:
@@ -124,15 +128,19 @@ class SimulationRuntime:
             self.endpoints[name] = NodeEndpoints(cluster, name)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-ticker", daemon=True)
+        self._files_at_s = 0.0
         self.requests_written = 0
 
-    def start(self) -> SimulationRuntime:
-        """Serve the endpoints, lay out the initial pods and start the ticker."""
+    def start(self, *, ticker: bool = True) -> SimulationRuntime:
+        """Serve the endpoints, lay out the initial pods and start the ticker (``ticker``
+        False: no thread; the caller steps the model with :meth:`advance`, on a simulated
+        clock, as ``sits-observe experiment`` does)."""
         for endpoints in self.endpoints.values():
             endpoints.start()
         self._drain_events()
         self._write_files()
-        self._thread.start()
+        if ticker:
+            self._thread.start()
         return self
 
     def stop(self) -> None:
@@ -150,17 +158,21 @@ class SimulationRuntime:
         return self.started_at + timedelta(seconds=t_s)
 
     def _run(self) -> None:
-        last_files = 0.0
         while not self._stop.wait(self.tick_s):
             try:
-                self.cluster.step(self.tick_s)
-                self._drain_events()
-                self._write_requests()
-                if self.cluster.now_s - last_files >= self.files_every_s:
-                    self._write_files()
-                    last_files = self.cluster.now_s
+                self.advance(self.tick_s)
             except Exception:  # one bad tick must not end the simulation
                 log.exception("simulation tick failed; continuing")
+
+    def advance(self, dt_s: float) -> None:
+        """One tick: step the model by ``dt_s`` simulated seconds, hand over the pod events,
+        append the finished requests and rewrite the cgroup files when due."""
+        self.cluster.step(dt_s)
+        self._drain_events()
+        self._write_requests()
+        if self.cluster.now_s - self._files_at_s >= self.files_every_s:
+            self._write_files()
+            self._files_at_s = self.cluster.now_s
 
     def _drain_events(self) -> None:
         for event in self.cluster.take_events():

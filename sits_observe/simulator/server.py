@@ -10,15 +10,42 @@ The server keeps what a real vLLM process exports (cumulative histograms, counte
 and waiting gauges, KV-cache usage) and the exact per-request records a request log holds.
 It advances in explicit time steps (:meth:`advance`), so it is deterministic under a seed and
 independent of the wall clock.
+
+Time slicing. On a GPU shared by time slicing (the NVIDIA device plugin's ``timeSlicing``
+sharing; the controller writes a per-workload slice into its ConfigMap, docs/controller.md),
+the driver preempts the running context at the end of every slice and saves and restores its
+state. Modelled as a cost of :data:`CONTEXT_SWITCH_S` per slice boundary a decode step
+crosses; boundaries fall anywhere in a step, so a step of ``d`` seconds crosses ``d / slice``
+of them on average and takes ``d x (1 + CONTEXT_SWITCH_S / slice)``. Without a slice
+(``time_slice_s`` None: an exclusive GPU) there is no preemption. The switch cost is an
+assumption of this model, not a measurement: it makes a longer slice (fewer preemptions)
+measurably faster, which is what the controller's rule "P95 > 10 ms -> 25 ms" is for.
+
+Capacity. :meth:`InferenceServer.capacity_rps` is the request rate a full batch sustains:
+``max_batch / (decode step at max_batch x mean output tokens)`` with the Azure trace's mean
+output length (log-normal mean ``exp(mu + sigma^2 / 2)``, about 229 tokens). The demo's load
+profile is relative to it (:mod:`.workload`).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from sits_observe.simulator.calibration import KV_BYTES_PER_TOKEN, GpuLatencyProfile
+from sits_observe.simulator.calibration import (
+    KV_BYTES_PER_TOKEN,
+    OUTPUT_TOKENS_LOG_MEAN,
+    OUTPUT_TOKENS_LOG_SD,
+    GpuLatencyProfile,
+)
+
+#: Cost of one time-slice preemption (context save and restore), seconds: an assumption of the
+#: model (see the module docstring), not a measured figure.
+CONTEXT_SWITCH_S = 0.002
+#: Mean output tokens of the Azure conversation trace's log-normal fit.
+MEAN_OUTPUT_TOKENS = math.exp(OUTPUT_TOKENS_LOG_MEAN + OUTPUT_TOKENS_LOG_SD**2 / 2)
 
 #: vLLM's bucket boundaries (seconds) for request latency, TTFT and time per output token,
 #: as its Prometheus metrics module declares them (vllm/engine/metrics.py, 0.7 and later).
@@ -164,6 +191,19 @@ class InferenceServer:
         self._finished: list[RequestRecord] = []
         self._step_carry_s = 0.0
         self._lock = threading.Lock()
+        #: The GPU time slice this server's GPUs run under (None: exclusive, no preemption).
+        self.time_slice_s: float | None = None
+
+    def capacity_rps(self) -> float:
+        """Requests per second a full batch sustains (see the module docstring)."""
+        return self.max_batch / (self.profile.decode_step_s(self.max_batch) * MEAN_OUTPUT_TOKENS)
+
+    def _step_s(self) -> float:
+        """One decode step at the running batch, with the time-slicing overhead."""
+        step_s = self.profile.decode_step_s(len(self._running) or 1)
+        if self.time_slice_s:
+            step_s *= 1.0 + CONTEXT_SWITCH_S / self.time_slice_s
+        return step_s
 
     # -- load -------------------------------------------------------------------------
 
@@ -176,7 +216,7 @@ class InferenceServer:
         """Run the server from ``now_s - dt_s`` to ``now_s``."""
         with self._lock:
             self._admit()
-            step_s = self.profile.decode_step_s(len(self._running) or 1)
+            step_s = self._step_s()
             self._step_carry_s += dt_s
             t = now_s - self._step_carry_s
             while self._running and self._step_carry_s >= step_s:
@@ -184,7 +224,7 @@ class InferenceServer:
                 t += step_s
                 self._decode_step(t, step_s)
                 self._admit()
-                step_s = self.profile.decode_step_s(len(self._running) or 1)
+                step_s = self._step_s()
             if not self._running:
                 self._step_carry_s = 0.0
 

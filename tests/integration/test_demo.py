@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sits_observe.surfaces.demo import Demo, DemoSettings
+from sits_observe.surfaces.demo import SHOWN_TABLES, Demo, DemoSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]
 
@@ -33,9 +33,7 @@ def test_demo_fills_every_sample_table_from_two_nodes(tmp_path: Path) -> None:
         nodes=2, gpus_per_node=4, db_path=tmp_path / "demo.duckdb", workdir=tmp_path, seed=3
     )
     with Demo(settings) as demo:
-        counts = _wait_for(
-            demo, ("gpu_samples", "container_samples", "requests", "server_windows", "pods"), 60
-        )
+        counts = _wait_for(demo, SHOWN_TABLES, 60)
         time.sleep(2)  # one more inventory round, so cgroup samples get their pod names
     assert all(counts[t] > 0 for t in counts), counts
 
@@ -56,7 +54,14 @@ def test_demo_fills_every_sample_table_from_two_nodes(tmp_path: Path) -> None:
     ).fetchone()
     assert bad == (0,)
     pods = {row[0] for row in con.execute("SELECT DISTINCT pod FROM requests").fetchall()}
-    assert pods and pods <= {"vllm-gpu-node-1-0", "vllm-gpu-node-2-0"}
+    # One inference Deployment per GPU product, so one replica on each of the two nodes.
+    replicas = {
+        p.node: p.name for n in demo.cluster.nodes.values() for p in n.pods.values() if p.server
+    }
+    assert replicas.keys() == {"gpu-node-1", "gpu-node-2"}
+    assert replicas["gpu-node-1"].startswith("vllm-llama2-70b-h100-")
+    assert replicas["gpu-node-2"].startswith("vllm-llama2-70b-a100-")
+    assert pods and pods <= set(replicas.values())
     # Estimates from the vLLM histograms are labelled as such.
     assert con.execute("SELECT bool_and(estimate) FROM server_windows").fetchone() == (True,)
     # The inventory named the containers of the cgroup samples.

@@ -53,6 +53,11 @@ CONTRACT = (
 NOT_IN_DEMO: dict[str, str] = {
     # The simulated drivers never drop a sample (test_demo asserts it).
     "sits_collector_drops_total": "no collector drops in the simulation",
+    # The demo's load wave passes the servers' capacity after 95 s and the knee shows only
+    # once the queues build (about 3 minutes in), past this test's 150 s; the family is
+    # tested on a stored curve in tests/unit/surfaces/test_exporter_signals.py and the
+    # demo's knee by tests/integration/test_demo_heatmap.py.
+    "sits_knee_requests_per_second": "the load wave reaches the knee after this test's window",
 }
 
 

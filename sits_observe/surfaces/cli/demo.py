@@ -1,6 +1,8 @@
 """CLI: ``sits-observe demo``, the embedded default (a simulated GPU cluster, see
 :mod:`sits_observe.surfaces.demo`). Shows live progress on stderr; Ctrl-C (or the end of
-``--duration``) stops every part cleanly and leaves the DuckDB file."""
+``--duration``) stops every part cleanly and leaves the DuckDB file. The closing summary says
+how many pods the scheduler placed through the extender, which controller decisions were
+applied in the emulator, and where to look next (docs/demo.md)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,16 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
 from sits_observe.surfaces.cli.common import err, out, run_cli, settings_from_flags
+
+if TYPE_CHECKING:
+    from sits_observe.surfaces.demo_loop import LoopCounts
 
 
 def register(app: typer.Typer) -> None:
@@ -40,6 +46,12 @@ def demo(
         8501, "--ui-port", help="loopback port of the Streamlit app (see docs/ui.md)"
     ),
     ui: bool = typer.Option(True, "--ui/--no-ui", help="also serve the Streamlit app"),
+    scheduler_config: Path | None = typer.Option(
+        None,
+        "--scheduler-config",
+        help="KubeSchedulerConfiguration whose extenders the demo's scheduler calls "
+        "(default: the repository's deploy/scheduler-config.yaml)",
+    ),
     keep_db: bool = typer.Option(
         False,
         "--keep-db",
@@ -64,6 +76,7 @@ def demo(
             interval_s=interval_s,
             ui_port=ui_port if ui else None,
             keep_db=keep_db,
+            scheduler_config=scheduler_config,
         )
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
@@ -87,6 +100,14 @@ def demo(
             )
             if the_demo.ui_url:
                 err.print(f"Streamlit app on {the_demo.ui_url}")
+            err.print(
+                "controller: --act against the Kubernetes emulator (not a cluster): its "
+                "labels, annotations, quotas and time slices are written there"
+            )
+            err.print(
+                f"scheduler: kube-scheduler model with the extender at "
+                f"{the_demo.service_url}/scheduler ({settings.scheduler_config})"
+            )
             with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
                 while not stop.wait(1.0):
                     elapsed = time.monotonic() - started
@@ -94,11 +115,13 @@ def demo(
                     if settings.duration_s is not None and elapsed >= settings.duration_s:
                         break
             counts = the_demo.counts()
+            loop = the_demo.loop_counts()
+            applied = the_demo.applied_decisions()
         finally:
             err.print("", "stopping: agents, inventory, service, simulation ...", sep="\n")
             the_demo.stop()
             signal.signal(signal.SIGINT, previous)
-        _summary(settings.db_path, settings.workdir, counts)
+        _summary(settings.db_path, settings.workdir, counts, loop, applied)
 
     run_cli(go)
 
@@ -118,18 +141,48 @@ def _progress(the_demo: object, elapsed_s: float) -> Table:
         waiting = sum(
             p.server.waiting for n in cluster.nodes.values() for p in n.pods.values() if p.server
         )
-    table.caption = f"pods: {pods}, queued requests: {waiting}"
+    loop = the_demo.loop_counts()
+    placed = (
+        f", pending: {loop.pending}, scheduled through the extender: "
+        f"{loop.scheduled_via_extender}, quota rejections: {loop.quota_rejections}"
+        if loop is not None
+        else ""
+    )
+    table.caption = f"pods running: {pods}{placed}, queued requests: {waiting}"
     return table
 
 
-def _summary(db: Path, workdir: Path, counts: dict[str, int]) -> None:
+def _summary(
+    db: Path,
+    workdir: Path,
+    counts: dict[str, int],
+    loop: LoopCounts | None,
+    applied: dict[str, int],
+) -> None:
+    from sits_observe.surfaces.demo import DEMO_HEATMAP
+
     out.print(f"stored in {db}:")
     for name, rows in counts.items():
         out.print(f"  {name:<18} {rows:>9} rows")
+    if loop is not None:
+        out.print(
+            f"scheduled: {loop.scheduled_via_extender} pods through the sits extender "
+            f"(filter/prioritize over HTTP; {loop.bound_by_extender} bound by its bind verb), "
+            f"{loop.scheduled_default} without it; {loop.unschedulable_attempts} "
+            f"FailedScheduling attempts, {loop.pending} pods still Pending; "
+            f"{loop.quota_rejections} creation attempts refused by ResourceQuota (retried)"
+        )
+    done = ", ".join(f"{action} {n}" for action, n in applied.items()) or "none yet"
+    out.print(f"controller decisions applied in the emulator: {done}")
+    h = DEMO_HEATMAP
     out.print("where to look next:")
     out.print(f"  sits-observe tables --db {db}")
-    out.print(f"  sits-observe recommend --db {db}      # dry-run advice")
-    out.print(f"  sits-observe heatmap --db {db} --slo-ms 15000")
+    out.print(f"  sits-observe recommend --db {db}      # the controller's standing advice")
+    out.print(
+        f"  sits-observe heatmap --db {db} --window-s {h.window_s:g} "
+        f"--throughput-bin-rps {h.throughput_bin_rps:g} --slo-ms {h.slo_ms:g}"
+    )
     out.print(f"  sits-observe fragmentation --db {db}")
     out.print(f"  sits-observe export gpu_samples gpu.parquet --db {db}")
+    out.print("  sits-observe experiment --arms kube-default,kube-sits   # sits on versus off")
     out.print(f"  simulated node files (cgroup trees, request logs): {workdir}/cluster/nodes/")

@@ -82,3 +82,80 @@ def test_cluster_churns_gpu_memory_and_is_deterministic() -> None:
         assert all(
             g.fb_free_bytes + g.fb_used_bytes + g.reserved_bytes == g.total_bytes for g in node.gpus
         )
+
+
+# -- capacity, the load ramp and time slicing ----------------------------------------------
+
+
+def test_capacity_is_what_a_full_batch_sustains() -> None:
+    h100 = InferenceServer("m", H100, tensor_parallel=4, kv_capacity_bytes=10**12)
+    a100 = InferenceServer("m", A100, tensor_parallel=4, kv_capacity_bytes=10**12)
+    # 64 / (decode step at 64 x mean output tokens ~229): about 5.3 and 3.8 requests/s.
+    assert h100.capacity_rps() == pytest.approx(5.28, abs=0.02)
+    assert a100.capacity_rps() == pytest.approx(3.79, abs=0.02)
+
+
+def test_default_load_sweeps_each_server_from_well_below_to_past_its_capacity() -> None:
+    profile = LoadProfile()
+    rates = [profile.rate_rps(t, capacity_rps=4.0) for t in range(0, 361, 10)]
+    assert min(rates) == pytest.approx(0.4)  # 10 % of capacity at the start of a cycle
+    assert max(rates) == pytest.approx(7.2)  # 180 % at the middle
+    assert rates[0] < 4.0 < max(rates)
+    assert np.mean(rates) < 4.0  # the mean stays below capacity: queues drain every cycle
+    with pytest.raises(ValueError, match="capacity"):
+        profile.rate_rps(0.0)
+
+
+def _latencies(time_slice_s: float | None, seed: int = 4) -> list[float]:
+    server = InferenceServer("m", A100, tensor_parallel=4, kv_capacity_bytes=10**12)
+    server.time_slice_s = time_slice_s
+    gen = ArrivalGenerator(LoadProfile(base_rps=2.0, low=1, high=1), np.random.default_rng(seed))
+    t, dt = 0.0, 0.1
+    while t < 400:  # arrivals for 200 s, then every request finishes
+        for a in gen.between(t, t + dt) if t < 200 else ():
+            server.submit(a.at_s, a.prompt_tokens, a.output_tokens)
+        t += dt
+        server.advance(t, dt)
+    return [r.latency_s for r in server.take_finished()]
+
+
+def test_a_longer_time_slice_lowers_latency_and_none_is_fastest() -> None:
+    short, long_, exclusive = _latencies(0.010), _latencies(0.025), _latencies(None)
+    assert len(short) == len(long_) == len(exclusive)  # same arrivals
+    assert np.mean(exclusive) < np.mean(long_) < np.mean(short)
+    # 2 ms per slice boundary: +20 % of every step at 10 ms, +8 % at 25 ms.
+    assert np.mean(short) / np.mean(exclusive) == pytest.approx(1.2, abs=0.05)
+
+
+def test_a_cluster_that_is_not_standalone_runs_nothing_until_a_node_starts_a_pod() -> None:
+    cluster = SimulatedCluster(nodes=2, gpus_per_node=4, seed=1, standalone=False)
+    for _ in range(600):
+        cluster.step(0.5)
+    assert all(not n.pods for n in cluster.nodes.values())
+    assert cluster.take_events() == []
+    spec = cluster.workloads.llm_replica()
+    pod = cluster.start_pod(spec, "gpu-node-2", [1, 3])
+    node = cluster.nodes["gpu-node-2"]
+    assert pod.server is not None and pod.gpu_indices == [1, 3]
+    assert [g.free_milli for g in node.gpus] == [1000, 0, 1000, 0]
+    with pytest.raises(ValueError, match="already running"):
+        cluster.start_pod(spec, "gpu-node-1", [0, 1])
+    cluster.set_time_slices({f"inference/{spec.workload}": 0.025})
+    assert pod.server.time_slice_s == 0.025
+    assert cluster.stop_pod(pod.uid) is pod
+    assert all(g.free_milli == 1000 and not g.used_bytes for g in node.gpus)
+    assert [e.kind for e in cluster.take_events()] == ["added", "deleted"]
+
+
+def test_a_finished_job_is_reported_completed_and_frees_its_share() -> None:
+    cluster = SimulatedCluster(nodes=1, gpus_per_node=2, seed=2, standalone=False)
+    spec = next(s for s in iter(cluster.workloads.next_pod, None) if s.kind == "notebook")
+    cluster.start_pod(spec, "gpu-node-1", [0])
+    gpu = cluster.nodes["gpu-node-1"].gpus[0]
+    assert gpu.free_milli == 1000 - spec.gpu_percent * 10
+    assert spec.duration_s is not None
+    for _ in range(int(spec.duration_s) + 2):
+        cluster.step(1.0)
+    events = cluster.take_events()
+    assert [(e.kind, e.completed) for e in events] == [("added", False), ("deleted", True)]
+    assert gpu.free_milli == 1000
