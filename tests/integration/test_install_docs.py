@@ -24,7 +24,6 @@ import yaml
 from tests.integration.test_install_kustomize import (
     DEPLOY,
     OVERLAYS,
-    PENDING_SERVE_FLAGS,
     ROOT,
     rendered,
 )
@@ -136,7 +135,7 @@ def sits_options() -> dict[str, set[str]]:
 
 def test_every_flag_the_page_names_exists() -> None:
     options = sits_options()
-    known = set().union(*options.values()) | OTHER_TOOLS_FLAGS | set(PENDING_SERVE_FLAGS.values())
+    known = set().union(*options.values()) | OTHER_TOOLS_FLAGS
     known.add("--help")  # every command has it (Click)
     in_prose = {f.split("=", 1)[0] for f in re.findall(r"`(--[a-z][a-z0-9-]*(?:=[^`]*)?)`", text())}
     assert in_prose, "no flag found in backticks"

@@ -30,9 +30,6 @@ KUBERNETES_VERSIONS = ("1.29", "1.30", "1.31", "1.32")
 KUBECTL = shutil.which("kubectl")
 PROMTOOL = shutil.which("promtool")
 SERVICE_ACCOUNT = {"kind": "ServiceAccount", "name": "sits-observe", "namespace": "sits-observe"}
-#: Flags the annotate / act overlays pass that `serve` does not have yet (the in-process
-#: controller is always dry-run): surfaces/cli/serve.py needs --controller-mode.
-PENDING_SERVE_FLAGS = {"annotate": "--controller-mode", "act": "--controller-mode"}
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed (Debian: kubectl)")
 
@@ -163,22 +160,7 @@ def serve_options() -> set[str]:
     }
 
 
-@pytest.mark.parametrize(
-    "overlay",
-    [
-        pytest.param(
-            o,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=f"`serve` has no {PENDING_SERVE_FLAGS[o]} yet: the in-process "
-                "controller is always dry-run (surfaces/cli/serve.py)",
-            ),
-        )
-        if o in PENDING_SERVE_FLAGS
-        else o
-        for o in OVERLAYS
-    ],
-)
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_serve_gets_only_flags_it_knows(overlay: str) -> None:
     (container,) = one(overlay, "Deployment", "sits-observe")["spec"]["template"]["spec"][
         "containers"

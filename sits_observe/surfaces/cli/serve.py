@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.alerts.settings import AlertingSettings, alerting_from_flags, flag_help
 from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
@@ -122,8 +123,15 @@ def register(app: typer.Typer) -> None:
         controller: bool = typer.Option(
             False,
             "--controller",
-            help="also run the controller (dry-run, with leader election) in this process; "
+            help="also run the controller (with leader election) in this process; "
             "needs --kubeconfig or --in-cluster",
+        ),
+        controller_mode: str = typer.Option(
+            "dry-run",
+            "--controller-mode",
+            help="what the controller of --controller writes: dry-run (nothing), annotate "
+            "(recommendation annotations and Events) or act (also labels, quotas, ConfigMap "
+            "entry, QoS values); docs/controller.md",
         ),
         inventory_interval_s: float = typer.Option(
             30.0,
@@ -194,6 +202,7 @@ def register(app: typer.Typer) -> None:
             api = None
             if controller and kubeconfig is None and not in_cluster:
                 raise ConfigError("--controller needs --kubeconfig or --in-cluster")
+            mode = _controller_mode(controller_mode, controller)
             if kubeconfig is not None or in_cluster:
                 from sits_observe.surfaces.cli.ingest_k8s import build_api_client
 
@@ -204,6 +213,7 @@ def register(app: typer.Typer) -> None:
                 kube_api=api,
                 inventory_interval_s=inventory_interval_s,
                 controller=controller,
+                controller_settings=ControllerSettings(mode=mode),
                 alerting=alerting_from_flags(  # None (off) without --alertmanager-url / webhooks
                     alertmanager_url=alertmanager_url,
                     webhook_urls=alert_webhook_url,
@@ -232,6 +242,7 @@ def run_service(
     kube_api: Any = None,
     inventory_interval_s: float = 30.0,
     controller: bool = False,
+    controller_settings: ControllerSettings | None = None,
     alerting: AlertingSettings | None = None,
     exporter: ExporterSettings | None = None,
     exporter_signals: Sequence[Signal] | None = None,
@@ -241,9 +252,11 @@ def run_service(
     The sockets are bound before the store is opened, so a port in use is a
     :class:`ConfigError` and creates no database file. With ``kube_api`` (an official-client
     ``ApiClient``) the service also snapshots the Kubernetes inventory every
-    ``inventory_interval_s`` (:mod:`..service.inventory`), and with ``controller`` runs the
-    controller loop (its default dry-run mode, leader election on) in a thread beside the
-    service. ``exporter_signals`` replaces the derived signals on ``/metrics`` (tests).
+    ``inventory_interval_s`` (:mod:`..service.inventory`) and serves the extender's bind verb
+    (:mod:`sits_observe.control.extender_kube`), and with ``controller`` runs the
+    controller loop (``controller_settings``, dry-run by default; leader election on) in a
+    thread beside the service: the one process that owns the store also plans from it.
+    ``exporter_signals`` replaces the derived signals on ``/metrics`` (tests).
     """
     from sits_observe.store import Store
     from sits_observe.surfaces.service.app import create_app
@@ -272,19 +285,25 @@ def run_service(
         from prometheus_client import CollectorRegistry
 
         from sits_observe.control.kube import KubeJson
-        from sits_observe.control.settings import ControllerSettings
         from sits_observe.surfaces.cli.controller import build_loop
 
+        chosen = controller_settings or ControllerSettings()
+        log.info("controller in %s mode inside the service", chosen.mode)
         loop = build_loop(
             store=store,
             kube=KubeJson(kube_api),
-            settings=ControllerSettings(),
+            settings=chosen,
             registry=CollectorRegistry(),
         )
         controller_thread = threading.Thread(
             target=loop.run, args=(stop_controller,), name="controller", daemon=True
         )
         controller_thread.start()
+    extender_pods = None
+    if kube_api is not None:  # the extender's bind verb binds through the Kubernetes API
+        from sits_observe.control.extender_kube import KubePodApi
+
+        extender_pods = KubePodApi(kube_api)
     try:
         app = create_app(
             settings,
@@ -292,6 +311,7 @@ def run_service(
             alerting=alerting,
             exporter=exporter,
             exporter_signals=exporter_signals,
+            extender_pods=extender_pods,
         )
         listeners = [Listener(app, sockets[0], settings.http, "the API")]
         if app.state.extender_app is not None:
@@ -313,6 +333,18 @@ def run_service(
         if inventory is not None:
             inventory.stop()
         _close_store(store)
+
+
+def _controller_mode(value: str, controller: bool) -> Mode:
+    """``--controller-mode`` as a :class:`Mode`; a mode other than dry-run needs --controller."""
+    try:
+        mode = Mode(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in Mode)
+        raise ConfigError(f"--controller-mode {value!r}: choose one of {choices}") from None
+    if mode is not Mode.DRY_RUN and not controller:
+        raise ConfigError(f"--controller-mode {mode.value} needs --controller")
+    return mode
 
 
 def _close_store(store: Store) -> None:

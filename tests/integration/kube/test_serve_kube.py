@@ -42,7 +42,8 @@ def test_serve_snapshots_inventory_and_runs_the_controller(tmp_path: Path) -> No
         args = [
             str(CLI), "serve", "--db", str(db), "--port", str(_free_port()),
             "--token-file", str(tmp_path / "token"), "--kubeconfig", str(kubeconfig),
-            "--inventory-interval-s", "1", "--controller", "--log-level", "warning",
+            "--inventory-interval-s", "1", "--controller", "--controller-mode", "annotate",
+            "--log-level", "info",
         ]  # fmt: skip
         log = (tmp_path / "serve.log").open("wb")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
@@ -59,7 +60,9 @@ def test_serve_snapshots_inventory_and_runs_the_controller(tmp_path: Path) -> No
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
     # serve turns SIGTERM into a normal exit, so its final checkpoint runs.
-    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()
+    text = (tmp_path / "serve.log").read_text()
+    assert proc.returncode == 0, text
+    assert "controller in annotate mode inside the service" in text
     with Store.open(db, read_only=True) as store:
         assert store.count("nodes") >= 2
         assert store.count("pods") >= 2
@@ -74,3 +77,28 @@ def test_controller_flag_needs_cluster_access(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "--controller needs --kubeconfig or --in-cluster" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--controller-mode", "act"], "--controller-mode act needs --controller"),
+        (
+            ["--controller", "--kubeconfig", "kc", "--controller-mode", "write"],
+            "--controller-mode 'write': choose one of dry-run, annotate, act",
+        ),
+    ],
+)
+def test_controller_mode_is_checked_before_anything_starts(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    (tmp_path / "token").write_text("t0ken")
+    (tmp_path / "kc").write_text("")
+    result = subprocess.run(
+        [str(CLI), "serve", "--db", str(tmp_path / "s.duckdb"), "--token-file",
+         str(tmp_path / "token"), "--port", str(_free_port()), *flags],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "s.duckdb").exists()
