@@ -21,6 +21,7 @@ from sits_observe.surfaces.cli import (
     analyze_workloads,
     controller,
     demo,
+    experiment,
     grafana,
     ingest,
     serve,
@@ -52,6 +53,7 @@ analyze_trends.register(app)
 analyze_workloads.register(app)
 controller.register(app)
 simulate.register(app)
+experiment.register(app)
 grafana.register(app)
 ui.register(app)
 

@@ -1,4 +1,6 @@
-"""What-if page: replay a trace with placement policies in the scheduling simulator."""
+"""What-if page: replay a trace with placement policies in the scheduling simulator (the
+kube-scheduler model with and without the sits extender among them), and run the live-loop
+experiment (:mod:`.page_experiment`)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from sits_observe.analytics.schedsim import ReplayResult, SimulationSettings, policy_names
+from sits_observe.analytics.schedsim import ReplayResult, SimulationSettings
+from sits_observe.control.replay_extender import all_policy_names
 from sits_observe.store import Store
 from sits_observe.surfaces.ui.charts import curve_spec
 from sits_observe.surfaces.ui.config import UiSettings
+from sits_observe.surfaces.ui.page_experiment import render_experiment
 from sits_observe.surfaces.ui.whatif import (
     Trace,
     curve_rows,
@@ -24,9 +28,21 @@ _FILES = "trace files (Alibaba v2023 CSV)"
 
 
 def render(store: Store, settings: UiSettings) -> None:
-    """Draw the what-if page; the replay runs when the button is pressed."""
+    """Draw the what-if page; a replay or an experiment runs when its button is pressed."""
     st.title("What-if scheduling")
-    st.caption("replays a trace onto an empty cluster with each policy (ATC'23 method)")
+    replay, experiment = st.tabs(["Replay a trace", "Experiment: sits on versus off"])
+    with replay:
+        _replay(store, settings)
+    with experiment:
+        render_experiment()
+
+
+def _replay(store: Store, settings: UiSettings) -> None:
+    st.caption(
+        "replays a trace onto an empty cluster with each policy (ATC'23 method); kube-default "
+        "is kube-scheduler's defaults, kube-sits the same with the sits extender of the shipped "
+        "deploy/scheduler-config.yaml, called through the service's own request handling"
+    )
     kind = st.radio("trace", [_LIVE, _FILES], key="trace_kind", horizontal=True)
     trace = _trace(store, settings, kind)
     if trace is None:
@@ -35,8 +51,10 @@ def render(store: Store, settings: UiSettings) -> None:
         f"**{trace.label}**: {len(trace.nodes):,} nodes, {trace.total_gpus:,} GPUs, "
         f"{len(trace.pods):,} pods"
     )
-    names = list(policy_names())
-    chosen = st.multiselect("policies", names, default=["bestfit", "fgd"], key="policies")
+    names = all_policy_names()
+    chosen = st.multiselect(
+        "policies", names, default=["fgd", "kube-default", "kube-sits"], key="policies"
+    )
     cols = st.columns(3)
     load = cols[0].number_input(
         "load", min_value=0.1, max_value=10.0, value=1.3, help=_FIELDS["load_ratio"].description

@@ -7,8 +7,9 @@ Two traces:
   :mod:`sits_observe.analytics.traces` exactly as ``sits-observe simulate`` reads them;
 - the live cluster: the latest ``nodes`` snapshot as the node list (allocatable CPU, memory,
   GPUs and product) and the pods seen in the window as the pod list (each pod's latest CPU,
-  memory and whole-GPU request, any GPU model), the same inventory the FGD measure reads
-  (:mod:`sits_observe.analytics.fgd_live`). A node with unknown allocatable CPU or memory
+  memory and GPU request), the same inventory the FGD measure reads
+  (:mod:`sits_observe.analytics.fgd_live`), with each pod's GPU share (``gpu_milli``) and
+  allowed GPU products. A node with unknown allocatable CPU or memory
   gets a value no pod exceeds, so it is never the limit.
 
 The run and its document are ``simulate``'s: one :class:`PolicyResult` per policy over the
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sits_observe.analytics.fgd_model import MILLI_PER_GPU, normalise_gpu_types
 from sits_observe.analytics.schedsim import (
     PolicyResult,
     ReplayResult,
@@ -32,6 +34,7 @@ from sits_observe.analytics.schedsim import (
     simulate,
 )
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
+from sits_observe.control.replay_extender import choose_policies
 from sits_observe.errors import ConfigError, StoreError
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.simulate import result_document
@@ -82,7 +85,8 @@ def trace_from_store(store: Store, *, since_s: float) -> Trace:
         "SELECT coalesce(pod_uid, namespace || '/' || pod) AS name, "
         "arg_max(coalesce(cpu_request_milli, 0), ts) AS cpu, "
         "arg_max(coalesce(memory_request_bytes, 0), ts) AS mem, "
-        "arg_max(greatest(coalesce(gpu_request, 0), 0), ts) AS gpus "
+        "arg_max(greatest(coalesce(gpu_request, 0), 0), ts) AS gpus, "
+        "arg_max(gpu_milli, ts) AS milli, arg_max(gpu_types, ts) AS types "
         "FROM pods WHERE ts >= ? GROUP BY ALL ORDER BY name",
         [newest - timedelta(seconds=since_s)],
     ).to_pylist()
@@ -101,12 +105,19 @@ def trace_from_store(store: Store, *, since_s: float) -> Trace:
         cpu_milli=_ints([p["cpu"] for p in pods]),
         memory_mib=_ints([-(-int(p["mem"]) // MIB) for p in pods]),
         num_gpu=_ints([p["gpus"] for p in pods]),
-        gpu_milli=_ints([1000 if p["gpus"] else 0 for p in pods]),
-        gpu_types=tuple(() for _ in pods),
+        gpu_milli=_ints([_milli(p["gpus"], p["milli"]) for p in pods]),
+        gpu_types=tuple(normalise_gpu_types(p["types"]) for p in pods),
         source="store: pods",
     )
     label = f"live cluster: {len(node_list)} nodes, {len(pod_list)} pods"
     return Trace(node_list, pod_list, label)
+
+
+def _milli(gpus: int, milli: int | None) -> int:
+    """The per-GPU share of a pod row: whole GPUs when unknown (rows before schema 4)."""
+    if not gpus:
+        return 0
+    return MILLI_PER_GPU if milli is None else min(max(int(milli), 1), MILLI_PER_GPU)
 
 
 def _ints(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -120,16 +131,19 @@ def run_whatif(
     settings: SimulationSettings,
     *,
     progress: Callable[[ReplayResult], None] | None = None,
+    scheduler_config: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Replay ``trace`` with every policy and seed; one ``simulate --format json`` document
-    per policy. A trace the simulator refuses is a :class:`ConfigError`."""
+    per policy (``kube-sits*`` call the extenders of ``scheduler_config``, the shipped
+    configuration by default). A trace the simulator refuses is a :class:`ConfigError`."""
     if not policies:
         raise ConfigError("choose at least one policy")
     if len(trace.pods) == 0:
         raise ConfigError("the trace has no pods to replay")
+    chosen = choose_policies(policies, trace.pods, scheduler_config)
     try:
         results: list[PolicyResult] = simulate(
-            trace.nodes, trace.pods, list(policies), list(seeds), settings, progress=progress
+            trace.nodes, trace.pods, chosen, list(seeds), settings, progress=progress
         )
     except (KeyError, ValueError) as exc:
         raise ConfigError(f"cannot replay the trace: {exc}") from exc

@@ -338,6 +338,52 @@ def test_whatif_page_replays_the_live_cluster_with_progress(
     assert {p["policy"] for p in curve["data"]["values"]} == {"bestfit"}
 
 
+def test_whatif_page_replays_kube_scheduler_with_and_without_the_extender(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "whatif")
+    offered = at.multiselect(key="policies").options
+    assert {"kube-default", "kube-sits", "kube-sits-gpuhint"} <= set(offered)
+    at.multiselect(key="policies").set_value(["kube-default", "kube-sits"])
+    at.button(key="run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (results,) = frames(at)
+    by = {row["policy"]: row for _, row in results.iterrows()}
+    assert set(by) == {"kube-default", "kube-sits"}
+    # kube-sits went through the extender's handler: it placed the same pods (the cluster of
+    # the fixture leaves no choice that changes the count).
+    for row in by.values():
+        assert row["alloc_ratio"] == pytest.approx(0.75)
+    assert "done: 2 replays" in at.get("progress")[0].proto.text
+
+
+@pytest.mark.slow
+@pytest.mark.k8s
+def test_whatif_page_runs_the_experiment_with_both_arms(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "whatif")
+    assert at.multiselect(key="exp_arms").value == ["kube-default", "kube-sits"]
+    at.number_input(key="exp_hours").set_value(0.02)
+    at.number_input(key="exp_nodes").set_value(2)
+    at.number_input(key="exp_gpus").set_value(4)
+    at.run()
+    assert any(
+        "experiment --arms kube-default,kube-sits --seeds 1 --hours 0.02 --nodes 2 "
+        "--gpus-per-node 4" in c.value
+        for c in at.code
+    )
+    at.button(key="exp_run").click().run(timeout=600)
+    assert not at.exception, [e.value for e in at.exception]
+    table = frames(at)[-1]
+    assert list(table.columns) == ["measure", "kube-default", "kube-sits"]
+    measures = dict(zip(table["measure"], table["kube-sits"], strict=True))
+    assert measures["GPU pods arrived"] != "-"
+    assert any("target, kube-sits against kube-default, seed 0" in m.value for m in at.markdown)
+    assert at.get("image"), "the chart of fragmentation and allocation over time"
+    assert "done: 2 runs" in at.get("progress")[-1].proto.text
+
+
 def test_decisions_page_shows_the_log_its_counts_and_the_plan(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

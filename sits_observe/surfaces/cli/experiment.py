@@ -1,0 +1,192 @@
+"""CLI: ``sits-observe experiment`` — sits on versus off, the same workload on a simulated clock.
+
+``experiment --arms kube-default,kube-sits [--seeds 5] [--hours 1] [--nodes 8]
+[--gpus-per-node 8] --format table|json|png [--out FILE]`` runs every arm on every seed
+through the production path (:mod:`sits_observe.surfaces.experiment`) and prints, per arm, the
+mean and min-max over seeds of each measure, issue 10's target per seed, and the headline the
+SITS documents print (utilisation / P95 latency / fragmentation). ``png`` writes the
+fragmentation and allocation over time to ``--out``. Progress and each run's wall time go to
+stderr. docs/experiment.md has the method and the measured tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich import box
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sits_observe.errors import ConfigError
+from sits_observe.surfaces.cli.common import err, out, run_cli, settings_from_flags
+from sits_observe.surfaces.cli.console import data_table
+from sits_observe.surfaces.experiment_settings import ExperimentSettings
+from sits_observe.surfaces.experiment_table import headline, measure_rows
+
+if TYPE_CHECKING:  # the runner imports the emulator, the service and the agents: lazily
+    from sits_observe.surfaces.experiment import ExperimentResult
+
+_FIELDS = ExperimentSettings.model_fields
+_DEFAULTS = ExperimentSettings()
+
+
+class ExperimentFormat(StrEnum):
+    """Output formats of ``experiment``."""
+
+    table = "table"
+    json = "json"
+    png = "png"
+
+
+def _help(name: str) -> str:
+    default = getattr(_DEFAULTS, name)
+    shown = ",".join(default) if isinstance(default, tuple) else default
+    return f"{_FIELDS[name].description} [default: {shown}]"
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``experiment`` to ``app``."""
+    app.command("experiment")(experiment)
+
+
+def experiment(
+    *,
+    arms: str | None = typer.Option(None, "--arms", help=_help("arms") + ", comma-separated"),
+    seeds: int | None = typer.Option(None, "--seeds", help=_help("seeds")),
+    first_seed: int | None = typer.Option(None, "--first-seed", help=_help("first_seed")),
+    hours: float | None = typer.Option(None, "--hours", help=_help("hours")),
+    nodes: int | None = typer.Option(None, "--nodes", help=_help("nodes")),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help=_help("gpus_per_node")),
+    step_s: float | None = typer.Option(None, "--step-s", help=_help("step_s")),
+    collect_every_s: float | None = typer.Option(
+        None, "--collect-every-s", help=_help("collect_every_s")
+    ),
+    inventory_every_s: float | None = typer.Option(
+        None, "--inventory-every-s", help=_help("inventory_every_s")
+    ),
+    controller_every_s: float | None = typer.Option(
+        None, "--controller-every-s", help=_help("controller_every_s")
+    ),
+    sample_every_s: float | None = typer.Option(
+        None, "--sample-every-s", help=_help("sample_every_s")
+    ),
+    scheduler_config: Path | None = typer.Option(
+        None,
+        "--scheduler-config",
+        help="KubeSchedulerConfiguration whose extenders the sits arms call "
+        "[default: deploy/scheduler-config.yaml]",
+    ),
+    jobs: int | None = typer.Option(None, "--jobs", help=_help("jobs")),
+    workdir: Path | None = typer.Option(None, "--workdir", help=_FIELDS["workdir"].description),
+    fmt: ExperimentFormat = typer.Option(ExperimentFormat.table, "--format"),
+    out_path: Path | None = typer.Option(
+        None, "--out", help="write json / png here (png: required)"
+    ),
+) -> None:
+    """Sits on versus off: the same seeded workload under each arm on a simulated clock,
+    through the production path (about 5 minutes per arm and seed at the defaults)."""
+
+    def go() -> None:
+        if fmt is ExperimentFormat.png and out_path is None:
+            raise ConfigError("--format png needs --out FILE.png")
+        settings = settings_from_flags(
+            ExperimentSettings,
+            "experiment",
+            arms=None if arms is None else tuple(a.strip() for a in arms.split(",") if a.strip()),
+            seeds=seeds,
+            first_seed=first_seed,
+            hours=hours,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            step_s=step_s,
+            collect_every_s=collect_every_s,
+            inventory_every_s=inventory_every_s,
+            controller_every_s=controller_every_s,
+            sample_every_s=sample_every_s,
+            scheduler_config=scheduler_config,
+            jobs=jobs,
+            workdir=workdir,
+        )
+        from sits_observe.surfaces.experiment import result_document
+        from sits_observe.surfaces.experiment_png import render_chart
+
+        result = _run(settings)
+        if fmt is ExperimentFormat.png:
+            assert out_path is not None
+            chart = render_chart([(a.arm, a.series) for a in result.arms], settings.hours * 3600.0)
+            out_path.write_bytes(chart)
+            err.print(f"wrote {out_path}")
+        elif fmt is ExperimentFormat.json:
+            text = json.dumps(result_document(result), indent=2) + "\n"
+            if out_path is not None:
+                out_path.write_text(text, encoding="utf-8")
+            else:
+                sys.stdout.write(text)
+        else:
+            print_tables(result)
+
+    run_cli(go)
+
+
+def _run(settings: ExperimentSettings) -> ExperimentResult:
+    from sits_observe.surfaces.experiment import run_experiment
+
+    runs = len(settings.arms) * settings.seeds
+    with Progress(
+        TextColumn("experiment"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}", markup=False),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=runs)
+
+        def progress(arm: str, seed: int, done_s: float, total_s: float) -> None:
+            bar.update(task, description=f"{arm} seed {seed}: {done_s / total_s:.0%} simulated")
+
+        def done(arm: str, seed: int, wall_s: float) -> None:
+            bar.update(task, advance=1)
+            bar.console.print(f"{arm} seed {seed}: {wall_s:.0f} s wall time")
+
+        return run_experiment(settings, on_run=done, progress=progress)
+
+
+def print_tables(result: ExperimentResult) -> None:
+    """The measures table, the per-seed target and the headline, on stdout."""
+    s = result.settings
+    seeds = ", ".join(str(x) for x in s.seed_list)
+    table = data_table(
+        title=f"experiment: {s.nodes} nodes x {s.gpus_per_node} GPUs, {s.hours:g} h simulated, "
+        f"seeds {seeds}: mean (min-max)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("measure", no_wrap=True)
+    for arm in result.arms:
+        table.add_column(arm.arm, justify="right", no_wrap=True)
+    for row in measure_rows(result):
+        table.add_row(*row.values())
+    out.print(table)
+    for arm in result.arms:
+        text = ", ".join(f"{a} {n}" for a, n in arm.applied.items()) or "nothing"
+        out.print(f"controller applied ({arm.arm}, all seeds): {text}")
+    for arm_name, check in result.targets:
+        marks = (
+            f"fragmentation lower {_yes(check.frag_lower)}, waiting or unscheduled GPU pods "
+            f"lower {_yes(check.waiting_lower)}, P95 latency no worse {_yes(check.p95_no_worse)}"
+        )
+        out.print(f"target, {arm_name} vs kube-default, seed {check.seed}: {marks}")
+    if not result.same_workload:
+        out.print("warning: the arms of a seed did not get the same arrivals")
+    for arm in result.arms:
+        out.print(f"{arm.arm}: {headline(arm)} (seeds {seeds})")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
