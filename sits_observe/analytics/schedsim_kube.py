@@ -179,14 +179,23 @@ class KubePolicy:
         #: The pods' manifests, where a binding extender leaves its GPU hint.
         self.pods = pods or PodStore()
         self.nodes: NodeInfos | None = None
+        self._sim: SimState | None = None
         self._arrived = 0
-        #: What happened, by outcome (scheduled, unschedulable, admission_failed) and calls.
+        #: What happened in the current replay, by outcome (scheduled, unschedulable,
+        #: admission_failed) and calls.
         self.counts: Counter[str] = Counter()
 
     def choose(self, sim: SimState, pod: SimPod, rng: np.random.Generator) -> Choice | None:
         """Schedule ``pod``; the node and device plugin's GPUs, or None (it stays Pending)."""
-        if self.nodes is None:
+        if self._sim is not sim:
+            # A new replay (the next seed in the same process): kube-scheduler starts again
+            # with an empty cache and its rotating start at 0. Without this the second seed
+            # began on the first one's full cluster.
+            self._sim = sim
             self.nodes = nodes_of(sim)
+            self.scheduler.next_start = 0
+            self._arrived = 0
+            self.counts = Counter()
         self._arrived += 1
         sched_pod = trace_pod(pod, self._arrived)
         self.pods.add(sched_pod)

@@ -71,6 +71,16 @@ def test_the_replay_is_deterministic_for_a_seed() -> None:
     assert not np.array_equal(one.alloc_ratio, other.alloc_ratio)
 
 
+def test_one_policy_object_starts_each_replay_on_an_empty_cluster() -> None:
+    # simulate() runs every seed of a policy on the same object when it runs in process;
+    # the second replay must not begin on the first one's full cluster.
+    policy = KubePolicy()
+    first = replay(NODES, PODS, policy, seed=3)
+    again = replay(NODES, PODS, policy, seed=3)
+    assert np.array_equal(first.alloc_ratio, again.alloc_ratio)
+    assert first.final_alloc_ratio == again.final_alloc_ratio > 0
+
+
 def test_trace_pods_carry_their_share_exactly_and_a_hint_is_honoured() -> None:
     pod = trace_pod(SimPod(PodShape(2000, 1, 460, ("V100M16", "V100M32")), 4096), 7)
     metadata = pod.manifest["metadata"]
