@@ -30,16 +30,12 @@ from __future__ import annotations
 
 import logging
 import secrets
-import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import uvicorn
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
@@ -74,6 +70,7 @@ from sits_observe.surfaces.demo_workdir import PreviousRun, WorkdirLock, prepare
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.inventory import InventoryLoop
+from sits_observe.surfaces.service.loopback import LoopbackService
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.settings import ServiceSettings
 
@@ -167,39 +164,6 @@ class DemoSettings(BaseModel):
     )
 
 
-@dataclass
-class _Server:
-    """uvicorn serving the service app on a pre-bound loopback socket, in a thread."""
-
-    server: uvicorn.Server
-    sock: socket.socket
-    app: FastAPI
-    thread: threading.Thread = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, name="service", daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self.sock.getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def start(self, timeout_s: float = 15.0) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the embedded service did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-        self.sock.close()
-
-
 class Demo:
     """The whole embedded cluster and pipeline (see module docstring)."""
 
@@ -220,7 +184,7 @@ class Demo:
         self.store: Store | None = None
         self.runtime: SimulationRuntime | None = None
         self.inventory: InventoryLoop | None = None
-        self.service: _Server | None = None
+        self.service: LoopbackService | None = None
         self.agents: list[tuple[AgentLoop, threading.Thread]] = []
         self._controller_stop = threading.Event()
         self._controller: threading.Thread | None = None
@@ -340,7 +304,7 @@ class Demo:
 
     # -- parts ------------------------------------------------------------------------
 
-    def _start_service(self, store: Store) -> _Server:
+    def _start_service(self, store: Store) -> LoopbackService:
         """The service app, with the emulator as its Kubernetes API (the extender's bind verb
         binds through it, as ``serve --kubeconfig`` does)."""
         from sits_observe.control.extender_kube import KubePodApi
@@ -353,11 +317,7 @@ class Demo:
             exporter=DEMO_EXPORTER,
             extender_pods=KubePodApi(self.emulator.api_client()),
         )
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        sock = socket.create_server(("127.0.0.1", 0))
-        server = _Server(uvicorn.Server(config), sock, app)
-        server.start()
-        return server
+        return LoopbackService(app).start()
 
     def _start_controller(self, store: Store) -> threading.Thread:
         """The controller with ``--act`` against the emulator: it writes labels, annotations,

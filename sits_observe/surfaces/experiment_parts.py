@@ -38,15 +38,10 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import socket
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from sits_observe.analytics.kube_scheduler import Extender, KubeScheduler
@@ -93,6 +88,7 @@ from sits_observe.surfaces.demo_loop import TIME_SLICING, TIME_SLICING_KEY, seed
 from sits_observe.surfaces.experiment_settings import ARM_DOCS, Cadence
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.extender import ExtenderSettings
+from sits_observe.surfaces.service.loopback import LoopbackService
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 
@@ -146,42 +142,6 @@ class ObservedWorkloads(WorkloadGenerator):
         return specs
 
 
-@dataclass
-class _Service:
-    """The service app on a pre-bound loopback port, served by uvicorn in a thread."""
-
-    app: FastAPI
-    sock: socket.socket = field(default_factory=lambda: socket.create_server(("127.0.0.1", 0)))
-    server: uvicorn.Server = field(init=False)
-    thread: threading.Thread = field(init=False)
-
-    def __post_init__(self) -> None:
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, name="service", daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self.sock.getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def start(self, timeout_s: float = 15.0) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + timeout_s  # wall time: the server really starts
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the experiment's service did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        if self.thread.is_alive():
-            self.thread.join(timeout=15)
-        self.sock.close()
-
-
 class RunParts:
     """Every component of one run (see the module docstring); :meth:`stop` ends them all."""
 
@@ -217,7 +177,7 @@ class RunParts:
         self.token = secrets.token_urlsafe(24)
         self.pod_events: list[PodEvent] = []
         self.store: Store | None = None
-        self.service: _Service | None = None
+        self.service: LoopbackService | None = None
         self.runtime: SimulationRuntime | None = None
         self.views: ViewCache | None = None
         self.transport: HandlerTransport | None = None
@@ -290,7 +250,7 @@ class RunParts:
 
     # -- parts ------------------------------------------------------------------------
 
-    def _service(self, store: Store) -> _Service:
+    def _service(self, store: Store) -> LoopbackService:
         """The service app for the agents' batches (its own extender is off: the scheduler
         calls the in-process handler, whose view this run refreshes deterministically)."""
         settings = ServiceSettings(
@@ -302,9 +262,7 @@ class RunParts:
         app = create_app(
             settings, store, clock=self.clock.utc, extender=ExtenderSettings(enabled=False)
         )
-        service = _Service(app)
-        service.start()
-        return service
+        return LoopbackService(app, name="the experiment's service").start()
 
     def _scheduler(self, store: Store) -> LiveScheduler:
         extenders: list[Extender] = []
