@@ -21,8 +21,9 @@ spec's, see ``analytics.settings``):
   ``notebook-<n>-0``) with a HAMi share of 10, 20 or 30 % of one GPU, 0.5-3 GiB of GPU memory,
   BestEffort (no CPU or memory request), also 30-180 s;
 - CPU-only Jobs (kind ``batch``, ``prep-<n>`` in ``training``): data preparation with 2-8
-  CPUs and 4-16 GiB and no GPU, 30-180 s. kube-scheduler places them alone (the extender
-  manages only ``nvidia.com/gpu``), spreading them with LeastAllocated.
+  CPUs and 4-16 GiB and no GPU, 30-180 s. With the shipped scheduler configuration they
+  reach the extender's filter and prioritize too (its FGD measure counts CPU), and
+  kube-scheduler's own binder binds them (the bind verb is for GPU pods only).
 
 GPU Jobs and notebooks arrive as one Poisson process over the cluster at
 :data:`ARRIVALS_PER_SPARE_GPU_PER_S` per GPU the inference servers leave free (one every 90 s
