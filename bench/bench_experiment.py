@@ -19,10 +19,12 @@ docs/experiment.md (between the experiment-bench markers, appending a section wh
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import pickle
 import platform
 import statistics
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,25 +42,39 @@ BEGIN, END = "<!-- experiment-bench:begin -->", "<!-- experiment-bench:end -->"
 SECTION = "## Experiment: sits on versus off"
 
 
-def run_all(settings: ExperimentSettings, cache: Path | None) -> ExperimentResult:
-    """Every run (from the cache when there, with the wall time it took then)."""
+def run_all(settings: ExperimentSettings, cache: Path | None, jobs: int = 1) -> ExperimentResult:
+    """Every run (from the cache when there, with the wall time it took then), ``jobs`` at
+    once in worker processes."""
     results: dict[tuple[str, int], RunResult] = {}
+    todo: list[tuple[str, int]] = []
     for seed in settings.seed_list:
         for arm in settings.arms:
             path = cache / f"{arm}-seed{seed}.pickle" if cache is not None else None
             if path is not None and path.is_file():
                 results[(arm, seed)] = pickle.loads(path.read_bytes())  # our own cache
-                continue
-            result = run_job(settings, arm, seed)
-            print(f"{arm} seed {seed}: {result.wall_s:.0f} s", flush=True)
-            results[(arm, seed)] = result
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(pickle.dumps(result))
+            else:
+                todo.append((arm, seed))
+
+    def keep(arm: str, seed: int, result: RunResult) -> None:
+        print(f"{arm} seed {seed}: {result.wall_s:.0f} s", flush=True)
+        results[(arm, seed)] = result
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / f"{arm}-seed{seed}.pickle").write_bytes(pickle.dumps(result))
+
+    if jobs == 1:
+        for arm, seed in todo:
+            keep(arm, seed, run_job(settings, arm, seed))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = {pool.submit(run_job, settings, arm, seed): (arm, seed) for arm, seed in todo}
+            for future in as_completed(futures):
+                keep(*futures[future], future.result())
     return assemble(settings, results)
 
 
-def markdown(result: ExperimentResult, command: str) -> str:
+def markdown(result: ExperimentResult, command: str, jobs: int = 1) -> str:
     """The recorded section (see the module docstring)."""
     s = result.settings
     seeds = ", ".join(str(x) for x in s.seed_list)
@@ -73,8 +89,8 @@ def markdown(result: ExperimentResult, command: str) -> str:
         f"{s.inventory_every_s:g} s, controller every {s.controller_every_s:g} s; seeds {seeds}.",
         "",
         f"**Wall time of one run: {statistics.median(walls):.0f} s** (median of {len(walls)} "
-        f"runs, {min(walls):.0f}-{max(walls):.0f} s; {sum(walls) / 60:.0f} min for all of "
-        "them, one at a time).",
+        f"runs, {min(walls):.0f}-{max(walls):.0f} s; {sum(walls) / 60:.0f} min of run time in "
+        f"all, {jobs} run(s) at once on the machine's {os.cpu_count()} cores).",
         "",
         "| measure | " + " | ".join(a.arm for a in result.arms) + " |",
         "|---|" + "---:|" * len(result.arms),
@@ -155,6 +171,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=defaults.nodes)
     parser.add_argument("--gpus-per-node", type=int, default=defaults.gpus_per_node)
     parser.add_argument("--cache", default="", help="folder keeping finished runs")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (worker processes)")
     parser.add_argument("--record", action="store_true", help="write into the docs")
     parser.add_argument("--png", default="", help="also write the chart here")
     args = parser.parse_args()
@@ -165,13 +182,13 @@ def main() -> None:
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
     )
-    result = run_all(settings, Path(args.cache) if args.cache else None)
+    result = run_all(settings, Path(args.cache) if args.cache else None, args.jobs)
     command = (
         f".venv/bin/python bench/bench_experiment.py --arms {args.arms} --seeds {args.seeds} "
-        f"--hours {args.hours:g} --nodes {args.nodes} --gpus-per-node {args.gpus_per_node}"
-        + (" --record" if args.record else "")
+        f"--hours {args.hours:g} --nodes {args.nodes} --gpus-per-node {args.gpus_per_node} "
+        f"--jobs {args.jobs}" + (" --record" if args.record else "")
     )
-    body = markdown(result, command)
+    body = markdown(result, command, args.jobs)
     if args.png:
         chart = render_chart([(a.arm, a.series) for a in result.arms], settings.hours * 3600.0)
         Path(args.png).write_bytes(chart)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -176,6 +177,14 @@ class SimulatedCluster:
             raise ValueError("a simulated cluster needs at least one node and one GPU per node")
         self.rng = np.random.default_rng(seed)
         self._uuid_rng = np.random.default_rng(seed + 1)
+        # Each server's requests draw from a stream of its own, keyed by its node and
+        # workload: the pods' memory noise draws from self.rng once per running container and
+        # step, so one shared stream gave the servers different requests whenever the
+        # scheduler ran a different number of pods, and two experiment arms of one seed were
+        # not the same traffic.
+        self._seed = seed
+        self._load = load or LoadProfile()
+        self._arrivals: dict[str, ArrivalGenerator] = {}
         self.now_s = 0.0
         self.nodes: dict[str, SimNode] = {}
         self.events: list[PodEvent] = []
@@ -183,7 +192,6 @@ class SimulatedCluster:
         #: Standalone arrivals no node had room for.
         self.dropped_arrivals = 0
         self._lock = threading.RLock()
-        self._arrivals = ArrivalGenerator(load or LoadProfile(), self.rng)
         self._time_slices: dict[str, float] = {}
         for n in range(nodes):
             kind = "h100" if n % 2 == 0 else "a100"
@@ -335,16 +343,29 @@ class SimulatedCluster:
         with self._lock:
             start = self.now_s
             self.now_s += dt_s
-            servers = [p.server for n in self.nodes.values() for p in n.pods.values() if p.server]
-            for server in servers:
+            servers = [
+                (f"{n.name}/{p.workload_key}", p.server)
+                for n in self.nodes.values()
+                for p in n.pods.values()
+                if p.server
+            ]
+            for key, server in servers:
                 capacity = server.capacity_rps()
-                for arrival in self._arrivals.between(start, self.now_s, capacity):
+                for arrival in self._requests(key).between(start, self.now_s, capacity):
                     server.submit(arrival.at_s, arrival.prompt_tokens, arrival.output_tokens)
             for node in self.nodes.values():
                 self._step_node(node, dt_s)
             if self.standalone:
                 for spec in self.workloads.arrivals(start, self.now_s):
                     self._place_standalone(spec)
+
+    def _requests(self, key: str) -> ArrivalGenerator:
+        """The request stream of the server ``key`` (node/workload), the same in every run of
+        this seed."""
+        if key not in self._arrivals:
+            rng = np.random.default_rng([self._seed, 3, zlib.crc32(key.encode())])
+            self._arrivals[key] = ArrivalGenerator(self._load, rng)
+        return self._arrivals[key]
 
     def _step_node(self, node: SimNode, dt_s: float) -> None:
         busy_by_gpu = [0.0] * len(node.gpus)
