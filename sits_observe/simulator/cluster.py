@@ -177,14 +177,14 @@ class SimulatedCluster:
             raise ValueError("a simulated cluster needs at least one node and one GPU per node")
         self.rng = np.random.default_rng(seed)
         self._uuid_rng = np.random.default_rng(seed + 1)
-        # Each server's requests draw from a stream of its own, keyed by its node and
-        # workload: the pods' memory noise draws from self.rng once per running container and
-        # step, so one shared stream gave the servers different requests whenever the
-        # scheduler ran a different number of pods, and two experiment arms of one seed were
-        # not the same traffic.
+        # Each server's requests draw from a stream of its own (_requests): the pods' memory
+        # noise draws from self.rng once per running container and step, so one shared
+        # stream gave the servers different requests whenever the scheduler ran a different
+        # number of pods, and two experiment arms of one seed were not the same traffic.
         self._seed = seed
         self._load = load or LoadProfile()
-        self._arrivals: dict[str, ArrivalGenerator] = {}
+        self._streams: dict[str, ArrivalGenerator] = {}
+        self._replicas_seen: dict[str, int] = {}
         self.now_s = 0.0
         self.nodes: dict[str, SimNode] = {}
         self.events: list[PodEvent] = []
@@ -344,14 +344,11 @@ class SimulatedCluster:
             start = self.now_s
             self.now_s += dt_s
             servers = [
-                (f"{n.name}/{p.workload_key}", p.server)
-                for n in self.nodes.values()
-                for p in n.pods.values()
-                if p.server
+                (p, p.server) for n in self.nodes.values() for p in n.pods.values() if p.server
             ]
-            for key, server in servers:
+            for pod, server in servers:
                 capacity = server.capacity_rps()
-                for arrival in self._requests(key).between(start, self.now_s, capacity):
+                for arrival in self._requests(pod).between(start, self.now_s, capacity):
                     server.submit(arrival.at_s, arrival.prompt_tokens, arrival.output_tokens)
             for node in self.nodes.values():
                 self._step_node(node, dt_s)
@@ -359,13 +356,18 @@ class SimulatedCluster:
                 for spec in self.workloads.arrivals(start, self.now_s):
                     self._place_standalone(spec)
 
-    def _requests(self, key: str) -> ArrivalGenerator:
-        """The request stream of the server ``key`` (node/workload), the same in every run of
-        this seed."""
-        if key not in self._arrivals:
-            rng = np.random.default_rng([self._seed, 3, zlib.crc32(key.encode())])
-            self._arrivals[key] = ArrivalGenerator(self._load, rng)
-        return self._arrivals[key]
+    def _requests(self, pod: SimPod) -> ArrivalGenerator:
+        """The request stream of the server in ``pod``: the n-th replica of a workload to
+        start gets the workload's n-th stream, wherever the scheduler put it, so every run of
+        this seed sends the same requests to its n-th replica."""
+        stream = self._streams.get(pod.uid)
+        if stream is None:
+            n = self._replicas_seen.get(pod.workload_key, 0)
+            self._replicas_seen[pod.workload_key] = n + 1
+            key = f"{pod.workload_key}#{n}".encode()
+            rng = np.random.default_rng([self._seed, 3, zlib.crc32(key)])
+            stream = self._streams[pod.uid] = ArrivalGenerator(self._load, rng)
+        return stream
 
     def _step_node(self, node: SimNode, dt_s: float) -> None:
         busy_by_gpu = [0.0] * len(node.gpus)

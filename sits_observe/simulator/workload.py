@@ -14,8 +14,8 @@ wave goes from 10 % to 180 % of capacity and back every 6 minutes: it reaches ca
 95 s, peaks at 3 minutes (queues build) and falls below capacity again after 4.4 minutes
 (queues drain); its mean (95 %) stays under capacity, so the queues empty every cycle. Measured
 on the default demo's two servers alone over one cycle (10 s windows, 1 rps bins, seeds 1-10,
-tests/integration/test_demo_heatmap.py): ``heatmap`` finds a knee at 3-7 rps on 9 of the
-10 seeds and, at a P95 SLO of 60 s, a safe maximum of 5-7 rps (docs/demo.md).
+tests/integration/test_demo_heatmap.py): ``heatmap`` finds a knee at 2-7 rps and, at a P95
+SLO of 60 s, a safe maximum of 5-7 rps (docs/demo.md).
 """
 
 from __future__ import annotations
