@@ -164,6 +164,27 @@ class DemoSettings(BaseModel):
     )
 
 
+def node_collectors(
+    runtime: SimulationRuntime, node: str, *, slow_every: int = 5
+) -> list[Collector]:
+    """The collectors of ``node``'s agent, as ``sits-observe agent`` would run them there:
+    dcgm-exporter, the cgroup tree (limits, OOM events and PSI every ``slow_every`` ticks),
+    the request log and every vLLM server running on the node now."""
+    endpoints = runtime.endpoints[node]
+    files = runtime.files[node]
+    client = new_client()
+    collectors: list[Collector] = [
+        DcgmCollector(endpoints.dcgm_url, node=node, client=client),
+        CgroupCollector(files.cgroup_root, node=node, slow_every=slow_every),
+        RequestLogTail(files.request_log, REQUEST_LOG_COLUMNS),
+    ]
+    for pod, url in endpoints.vllm_urls().items():
+        collectors.append(
+            VllmCollector(url, node=node, namespace="inference", pod=pod, client=client)
+        )
+    return collectors
+
+
 class Demo:
     """The whole embedded cluster and pipeline (see module docstring)."""
 
@@ -388,30 +409,15 @@ class Demo:
         port = self.settings.ui_port
         return f"http://127.0.0.1:{port}" if self.ui is not None and port else ""
 
-    def _collectors(self, node: str) -> list[Collector]:
-        assert self.runtime is not None
-        endpoints = self.runtime.endpoints[node]
-        files = self.runtime.files[node]
-        client = new_client()
-        collectors: list[Collector] = [
-            DcgmCollector(endpoints.dcgm_url, node=node, client=client),
-            CgroupCollector(files.cgroup_root, node=node, slow_every=5),
-            RequestLogTail(files.request_log, REQUEST_LOG_COLUMNS),
-        ]
-        for pod, url in endpoints.vllm_urls().items():
-            collectors.append(
-                VllmCollector(url, node=node, namespace="inference", pod=pod, client=client)
-            )
-        return collectors
-
     def _start_agent(self, node: str, service_url: str) -> tuple[AgentLoop, threading.Thread]:
+        assert self.runtime is not None
         stop = threading.Event()
         spool = Spool(
             self.settings.workdir / "spool" / node, max_bytes=256 * 1024 * 1024, max_files=10_000
         )
         shipper = Shipper(service_url, self.token, node=node, stop_event=stop)
         loop = AgentLoop(
-            self._collectors(node),
+            node_collectors(self.runtime, node),
             shipper,
             spool,
             interval_s=self.settings.interval_s,

@@ -47,13 +47,8 @@ from prometheus_client import CollectorRegistry
 from sits_observe.analytics.kube_scheduler import Extender, KubeScheduler
 from sits_observe.analytics.kube_scheduler_config import SchedulerConfig, load_scheduler_config
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
-from sits_observe.collectors.cgroup import CgroupCollector
-from sits_observe.collectors.dcgm import DcgmCollector
-from sits_observe.collectors.http import new_client
 from sits_observe.collectors.kube import KubeInventoryCollector
 from sits_observe.collectors.kube_gpu import hami_allocation
-from sits_observe.collectors.request_tail import RequestLogTail
-from sits_observe.collectors.vllm import VllmCollector
 from sits_observe.control.apply import Applier
 from sits_observe.control.extender_bind import Binder
 from sits_observe.control.extender_cache import ViewCache
@@ -71,7 +66,6 @@ from sits_observe.control.scheduler_nodes import read_gpu_request
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.control.state import read_state
 from sits_observe.control.store_signals import signals_from_store
-from sits_observe.domain.collect import Collector
 from sits_observe.errors import ConfigError
 from sits_observe.simulator.calibration import GPU_PRODUCTS
 from sits_observe.simulator.cluster import PodEvent, SimulatedCluster
@@ -83,7 +77,7 @@ from sits_observe.simulator.pod_specs import PodSpec, WorkloadGenerator
 from sits_observe.simulator.runtime import SimulationRuntime
 from sits_observe.simulator.sim_clock import SimClock
 from sits_observe.store import Store
-from sits_observe.surfaces.demo import REQUEST_LOG_COLUMNS
+from sits_observe.surfaces.demo import node_collectors
 from sits_observe.surfaces.demo_loop import TIME_SLICING, TIME_SLICING_KEY, seed_cluster
 from sits_observe.surfaces.experiment_settings import ARM_DOCS, Cadence
 from sits_observe.surfaces.service.app import create_app
@@ -346,18 +340,8 @@ class RunParts:
         """One agent per node, its collectors fixed now (the inference pods must run)."""
         assert self.runtime is not None and self.service is not None
         for name in self.cluster.nodes:
-            endpoints = self.runtime.endpoints[name]
-            files = self.runtime.files[name]
-            client = new_client()
-            collectors: list[Collector] = [
-                DcgmCollector(endpoints.dcgm_url, node=name, client=client),
-                CgroupCollector(files.cgroup_root, node=name, slow_every=1),
-                RequestLogTail(files.request_log, REQUEST_LOG_COLUMNS),
-            ]
-            for pod, url in endpoints.vllm_urls().items():
-                collectors.append(
-                    VllmCollector(url, node=name, namespace="inference", pod=pod, client=client)
-                )
+            # Every collection reads the slow cgroup files too: collections are minutes apart.
+            collectors = node_collectors(self.runtime, name, slow_every=1)
             spool = Spool(self.workdir / "spool" / name, max_bytes=64 * 1024 * 1024, max_files=1000)
             self.agents.append(
                 AgentLoop(
