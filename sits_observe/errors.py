@@ -14,6 +14,15 @@ class ConfigError(SitsError):
     """A setting, flag or configuration file value is invalid."""
 
 
+class UnknownNameError(ConfigError):
+    """A name the user gave (a report, model, node, table or column) does not exist."""
+
+
+class NoDataError(SitsError):
+    """The data an answer needs is not there: an empty table, a window with no rows, too
+    little history."""
+
+
 class ParseError(SitsError):
     """Input in a vendor format (exposition text, cgroup file, log row) could not be read."""
 

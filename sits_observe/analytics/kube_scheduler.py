@@ -71,6 +71,7 @@ from sits_observe.analytics.kube_scheduler_wire import (
     read_filter,
     read_priorities,
 )
+from sits_observe.domain.quantity import format_quantity
 from sits_observe.simulator.device_plugin import DEFAULT_SPLIT_COUNT
 
 IntArray = npt.NDArray[np.int64]
@@ -343,8 +344,8 @@ class KubeScheduler:
 def node_object(nodes: NodeInfos, i: int) -> dict[str, object]:
     """A minimal ``v1.Node`` for an extender configured without ``nodeCacheCapable``."""
     allocatable = {
-        "cpu": f"{int(nodes.cpu_alloc_milli[i])}m",
-        "memory": str(int(nodes.memory_alloc_bytes[i])),
+        "cpu": format_quantity(int(nodes.cpu_alloc_milli[i]), "millicores"),
+        "memory": format_quantity(int(nodes.memory_alloc_bytes[i]), "bytes"),
         "nvidia.com/gpu": str(int(nodes.gpu_count[i])),
     }
     return {

@@ -48,6 +48,7 @@ from sits_observe.analytics.schedsim_results import PolicyResult, ReplayResult, 
 from sits_observe.analytics.schedsim_sits import SitsPolicy
 from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState
 from sits_observe.analytics.traces import NodeList, PodList
+from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -121,11 +122,11 @@ def register_policy(name: str, factory: PolicyFactory) -> None:
 
 
 def find_policy(name: str) -> policies.Policy:
-    """A new policy by name; raises ``KeyError`` listing the valid names."""
+    """A new policy by name; raises :class:`UnknownNameError` listing the valid names."""
     try:
         return _POLICIES[name]()
     except KeyError:
-        raise KeyError(
+        raise UnknownNameError(
             f"unknown policy {name!r}; choose from {', '.join(policy_names())}"
         ) from None
 
@@ -153,13 +154,13 @@ def arrival_order(
 ) -> IntArray:
     """Indices into ``pods`` in arrival order, inflated or trimmed to the load (see above).
 
-    Raises ``ValueError`` when the pods request no GPU or the cluster has none.
+    Raises :class:`NoDataError` when the pods request no GPU or the cluster has none.
     """
     by_name = np.argsort(np.asarray(pods.names), kind="stable").astype(np.int64)
     request = pods.num_gpu * pods.gpu_milli
     total = int(request.sum())
     if len(pods) == 0 or total == 0 or capacity_milli <= 0:
-        raise ValueError(
+        raise NoDataError(
             f"cannot replay to a GPU load: {len(pods)} pods requesting {total} milli-GPU onto "
             f"{capacity_milli} milli-GPU of capacity (both must be > 0)"
         )
@@ -325,16 +326,16 @@ def simulate(
     """Every policy x every seed; one :class:`PolicyResult` per policy, in the given order.
 
     ``workers`` > 1 runs replays in that many processes; ``progress`` is called (in this
-    process) after each replay. Raises ``KeyError`` for an unknown policy before any work,
-    ``ValueError`` for no seeds or two policies with the same name.
+    process) after each replay. Raises :class:`UnknownNameError` for an unknown policy before
+    any work, :class:`ConfigError` for no seeds or two policies with the same name.
     """
     settings = settings or SimulationSettings()
     if not seeds:
-        raise ValueError("at least one seed is needed")
+        raise ConfigError("at least one seed is needed")
     chosen = [find_policy(p) if isinstance(p, str) else p for p in policy_list]
     names = [p.name for p in chosen]
     if len(set(names)) != len(names):
-        raise ValueError(f"policy names must be distinct, got {', '.join(names)}")
+        raise ConfigError(f"policy names must be distinct, got {', '.join(names)}")
     jobs = [(policy, seed) for policy in chosen for seed in seeds]
     done: list[ReplayResult] = []
     if workers <= 1 or len(jobs) <= 1:

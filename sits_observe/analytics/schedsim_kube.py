@@ -35,6 +35,7 @@ from sits_observe.analytics.kube_scheduler import Extender, KubeScheduler
 from sits_observe.analytics.kube_scheduler_config import SchedulerConfig
 from sits_observe.analytics.schedsim_policies import Choice
 from sits_observe.analytics.schedsim_state import SimPod, SimState
+from sits_observe.domain.quantity import format_quantity
 from sits_observe.simulator.device_plugin import (
     GPU_HINT_ANNOTATION,
     DeviceAllocationError,
@@ -99,7 +100,10 @@ def trace_pod(pod: SimPod, number: int) -> SchedPod:
     """The scheduler's pod for a trace pod, with its ``v1.Pod`` manifest."""
     shape = pod.shape
     name = f"trace-pod-{number:06d}"
-    requests: dict[str, str] = {"cpu": f"{shape.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"}
+    requests = {
+        "cpu": format_quantity(shape.cpu_milli, "millicores"),
+        "memory": format_quantity(pod.memory_mib * MIB, "bytes"),
+    }
     annotations: dict[str, str] = {}
     if shape.num_gpu:
         requests["nvidia.com/gpu"] = str(shape.num_gpu)

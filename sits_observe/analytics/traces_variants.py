@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sits_observe.analytics.traces import NodeList, PodList
-from sits_observe.errors import ConfigError
+from sits_observe.errors import ConfigError, UnknownNameError
 
 IntArray = npt.NDArray[np.int64]
 _NAME = re.compile(r"^(cpu|gpushare|gpuspec|multigpu)(\d{1,3})$")
@@ -53,7 +53,7 @@ def make_variant(pods: PodList, nodes: NodeList, name: str, seed: int = 0) -> Po
         return pods
     match = _NAME.match(name)
     if match is None:
-        raise ConfigError(
+        raise UnknownNameError(
             f"unknown workload variant {name!r}; use default, cpu<P>, gpushare<P>, "
             f"gpuspec<P> or multigpu<P> (e.g. {', '.join(STUDY_VARIANTS)})"
         )

@@ -35,7 +35,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,6 +60,7 @@ from sits_observe.collectors.cgroup_paths import (
 )
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.tables import CONTAINER_SAMPLES
+from sits_observe.domain.times import utc_naive
 from sits_observe.errors import CollectorError, ParseError
 
 #: Reads one file's text; injected in tests to raise chosen faults.
@@ -291,7 +292,7 @@ class CgroupCollector:
         return row
 
     def _table(self, rows: list[Row], now: datetime) -> pa.Table:
-        ts = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo is not None else now
+        ts = utc_naive(now)
         n = len(rows)
         columns: dict[str, list[object]] = {}
         for field in CONTAINER_SAMPLES.schema:

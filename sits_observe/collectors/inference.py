@@ -17,7 +17,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -27,14 +27,8 @@ from sits_observe.collectors import histogram as hist
 from sits_observe.collectors.exposition import Sample, parse_exposition
 from sits_observe.collectors.http import fetch_text, new_client
 from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.histogram_bounds import parse_le
 from sits_observe.domain.tables import SERVER_WINDOWS
-
-
-def naive_utc(ts: datetime) -> datetime:
-    """``ts`` as a zone-less UTC datetime (a naive ``ts`` is taken as UTC already)."""
-    if ts.tzinfo is None:
-        return ts
-    return ts.astimezone(UTC).replace(tzinfo=None)
 
 
 def values_by(
@@ -99,7 +93,7 @@ def histograms_by(
             bad.add(key)
             continue
         if sample.name == bucket_name:
-            le = _parse_le(sample.label("le"))
+            le = parse_le(sample.label("le"))
             if le is None:
                 bad.add(key)
                 continue
@@ -118,16 +112,6 @@ def histograms_by(
         else:
             result[key] = hist.build(buckets[key].items(), sums[key], counts[key])
     return result
-
-
-def _parse_le(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return None if math.isnan(value) else value
 
 
 @dataclass(frozen=True, slots=True)

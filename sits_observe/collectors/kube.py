@@ -1,9 +1,10 @@
 """Kubernetes inventory: nodes and pods from the API server into the ``nodes`` / ``pods`` tables.
 
-The official ``kubernetes`` client carries the transport (kubeconfig, in-cluster token, TLS);
-we ask it for raw JSON (``_preload_content=False``) and parse each object here, so one
-malformed object is dropped and counted instead of failing the whole page the way the
-client's model deserialiser would, and a 10k-pod list does not build 10k model trees.
+The official ``kubernetes`` client carries the transport (kubeconfig, in-cluster token, TLS)
+behind the shared JSON adapter (:mod:`sits_observe.collectors.kube_api`); each raw object is
+parsed here, so one malformed object is dropped and counted instead of failing the whole page
+the way the client's model deserialiser would, and a 10k-pod list does not build 10k model
+trees.
 
 Quantities follow the API's grammar (``resource.Quantity``: ``7910m``, ``8``, ``32Gi``,
 ``1000000Ki``, ``1e9``) and are rounded up like ``Quantity.Value()`` / ``MilliValue()``. Node
@@ -22,23 +23,24 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
-import urllib3
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.collectors.kube_gpu import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from sits_observe.collectors.kube_json import Malformed, NodeJson, identity, obj, seq, text
 from sits_observe.collectors.kube_pods import pod_row
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.quantity import quantity_milli, quantity_value
 from sits_observe.domain.tables import NODES, PODS
-from sits_observe.errors import CollectorError, ParseError
+from sits_observe.domain.times import utc_naive
+from sits_observe.errors import CollectorError, KubeApiError, ParseError
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
 
 #: GPU feature discovery label, MiB (github.com/NVIDIA/k8s-device-plugin, gpu-feature-discovery).
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -60,12 +62,6 @@ class KubeInventorySettings(BaseModel):
     )
 
 
-@dataclass
-class _Page:
-    items: list[Any]
-    continue_token: str | None
-
-
 class KubeInventoryCollector:
     """Snapshot the cluster's nodes and pods (``name = "kube"``).
 
@@ -82,10 +78,9 @@ class KubeInventoryCollector:
         now_fn: Callable[[], datetime] | None = None,
         settings: KubeInventorySettings | None = None,
     ) -> None:
-        self._api = api
-        self._core = k8s_client.CoreV1Api(api)
-        self._now_fn = now_fn or (lambda: datetime.now(UTC))
         self.settings = settings or KubeInventorySettings()
+        self._kube = KubeJson(api, timeout_s=self.settings.request_timeout_s)
+        self._now_fn = now_fn or (lambda: datetime.now(UTC))
 
     def snapshot(self) -> CollectResult:
         """``collect`` stamped with the injected clock."""
@@ -93,10 +88,10 @@ class KubeInventoryCollector:
 
     def collect(self, now: datetime) -> CollectResult:
         """List every node and pod once; raises :class:`CollectorError` when the API fails."""
-        ts = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
+        ts = utc_naive(now)
         dropped: Counter[str] = Counter()
-        nodes = self._list_all("nodes", self._core.list_node)
-        pods = self._list_all("pods", self._core.list_pod_for_all_namespaces)
+        nodes = self._list_all("nodes")
+        pods = self._list_all("pods")
         node_rows = _rows(nodes, node_row, "node_malformed", dropped)
         pod_rows = _rows(pods, pod_row, "pod_malformed", dropped)
         for row in node_rows:
@@ -113,87 +108,28 @@ class KubeInventoryCollector:
 
     # -- paginated reads ---------------------------------------------------------------
 
-    def _list_all(self, what: str, call: Callable[..., Any]) -> list[Any]:
-        """Every item of one list call, page by page; restarts once on 410 Expired."""
-        for attempt in range(2):
-            items: list[Any] = []
-            token: str | None = None
-            try:
-                while True:
-                    page = self._page(what, call, token)
-                    items.extend(page.items)
-                    token = page.continue_token
-                    if not token:
-                        return items
-            except ApiException as exc:
-                # A continue token outlives etcd compaction only ~5 minutes: start over once.
-                if exc.status == 410 and token is not None and attempt == 0:
-                    continue
-                raise CollectorError(self._api_error(what, exc)) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _page(self, what: str, call: Callable[..., Any], token: str | None) -> _Page:
-        host = self._api.configuration.host
+    def _list_all(self, what: str) -> list[Any]:
+        """Every item of one list, page by page (restarted once on 410 Expired)."""
         try:
-            response = call(
-                limit=self.settings.page_size,
-                _continue=token,
-                _preload_content=False,
-                _request_timeout=self.settings.request_timeout_s,
-            )
-            try:
-                body = response.data
-            finally:
-                response.release_conn()
-        except ApiException:
-            raise
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise CollectorError(
-                f"cannot reach the Kubernetes API at {host} while listing {what}: {exc}; "
-                "check --kubeconfig / --context, or that the API server is up"
-            ) from exc
-        try:
-            document = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CollectorError(
-                f"the Kubernetes API at {host} answered a non-JSON body listing {what}: {exc}"
-            ) from exc
-        if not isinstance(document, dict) or not isinstance(document.get("items"), list):
-            raise CollectorError(
-                f"the Kubernetes API at {host} answered a {what} list without an items array"
-            )
-        meta = document.get("metadata")
-        token = meta.get("continue") if isinstance(meta, dict) else None
-        return _Page(document["items"], token if isinstance(token, str) and token else None)
+            return self._kube.list_all(f"/api/v1/{what}", page_size=self.settings.page_size)
+        except KubeApiError as exc:
+            raise CollectorError(self._api_error(what, exc)) from exc
 
-    def _api_error(self, what: str, exc: ApiException) -> str:
-        host = self._api.configuration.host
-        detail = _status_message(exc)
-        if not exc.status:  # the client's own failures (TLS) carry status 0
-            return f"cannot reach the Kubernetes API at {host} while listing {what}: {exc.reason}"
+    def _api_error(self, what: str, exc: KubeApiError) -> str:
+        host = self._kube.host
+        if not exc.status:  # unreachable, refused, or the client's own failures (TLS)
+            return f"cannot reach the Kubernetes API at {host} while listing {what}: {exc}"
         if exc.status == 401:
             return (
                 f"the Kubernetes API at {host} rejected the credentials listing {what} "
-                f"(401 Unauthorized{detail}); check the kubeconfig user or service-account token"
+                f"({exc}); check the kubeconfig user or service-account token"
             )
         if exc.status == 403:
             return (
-                f"the Kubernetes API at {host} forbids listing {what} (403 Forbidden{detail}); "
+                f"the Kubernetes API at {host} forbids listing {what} ({exc}); "
                 "grant get/list/watch on nodes and pods (see collectors/rbac.yaml)"
             )
-        return f"the Kubernetes API at {host} answered {exc.status} {exc.reason} listing {what}" + (
-            detail or ""
-        )
-
-
-def _status_message(exc: ApiException) -> str:
-    """``: <message>`` from a ``kind: Status`` error body, or an empty string."""
-    try:
-        body = json.loads(exc.body) if exc.body else None
-    except (ValueError, TypeError):
-        return ""
-    message = body.get("message") if isinstance(body, dict) else None
-    return f": {message}" if isinstance(message, str) and message else ""
+        return f"the Kubernetes API at {host} answered {exc.status} listing {what} ({exc})"
 
 
 def _rows(

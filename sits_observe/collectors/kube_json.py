@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypedDict, cast
+
+from sits_observe.domain.times import utc_naive
 
 
 class OwnerReferenceJson(TypedDict, total=False):
@@ -137,7 +139,7 @@ def timestamp(value: Any, reason: str, dropped: Counter[str]) -> datetime | None
     except ValueError:
         dropped[reason] += 1
         return None
-    return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
+    return utc_naive(parsed)
 
 
 def condition_times(

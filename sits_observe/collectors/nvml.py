@@ -39,7 +39,7 @@ import contextlib
 import importlib
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +48,7 @@ import pyarrow as pa
 from sits_observe.collectors.cgroup_paths import parse_cgroup_path
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.tables import GPU_PROCESSES, GPU_SAMPLES
+from sits_observe.domain.times import utc_naive
 from sits_observe.errors import CollectorError, DriverUnavailable
 
 T = TypeVar("T")
@@ -70,10 +71,6 @@ def _opt_text(value: object | None) -> str | None:
 
 def _bus_id(pci: Any) -> str | None:
     return None if pci is None else _text(pci.busId)
-
-
-def _utc_naive(now: datetime) -> datetime:
-    return now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo is not None else now
 
 
 class NvmlCollector:
@@ -170,7 +167,7 @@ class NvmlCollector:
                     )
             else:
                 processes += self._processes(nv, handle, uuid, None, dropped)
-        at = _utc_naive(now)
+        at = utc_naive(now)
         for row in gpus:
             row.update(ts=at, node=self.node, source="nvml")
         for proc in processes:

@@ -52,10 +52,10 @@ from typing import Literal, NamedTuple, get_args
 
 import polars as pl
 
-from sits_observe.collectors.inference import naive_utc
 from sits_observe.collectors.polars_errors import first_line, ragged_csv_line
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.tables import REQUESTS, conform
+from sits_observe.domain.times import utc_naive
 from sits_observe.errors import CollectorError, ConfigError, ParseError
 
 LogFormat = Literal["csv", "jsonl", "parquet"]
@@ -216,7 +216,7 @@ def requests_from_frame(
             f"{label} has no column(s) {', '.join(map(repr, missing))}; "
             f"its columns are: {', '.join(schema.names())}"
         )
-    stamp = naive_utc(now if now is not None else datetime.now().astimezone())
+    stamp = utc_naive(now if now is not None else datetime.now().astimezone())
     scale = _SECONDS_PER_UNIT[latency_unit]
     try:
         raw = frame.select(pl.col(c).alias(role) for role, c in columns.named().items()).collect()

@@ -36,12 +36,12 @@ import httpx
 from sits_observe.collectors.exposition import Sample
 from sits_observe.collectors.inference import (
     ScrapingCollector,
-    naive_utc,
     result,
     sum_by,
     window_seconds,
 )
 from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.times import utc_naive
 
 MODEL_LABEL = "model"
 SUCCESS = "nv_inference_request_success"
@@ -106,7 +106,7 @@ class TritonCollector(ScrapingCollector):
 
     def collect_text(self, text: str, now: datetime) -> CollectResult:
         """One exposition body read at ``now`` -> a window row per primed model."""
-        now = naive_utc(now)
+        now = utc_naive(now)
         dropped: Counter[str] = Counter()
         samples = self._parse(text, dropped)
         per_counter = {name: sum_by(samples, name, MODEL_LABEL, dropped) for name in COUNTERS}

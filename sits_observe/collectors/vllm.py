@@ -37,13 +37,13 @@ from sits_observe.collectors.inference import (
     estimate_latency,
     histograms_by,
     mean_by,
-    naive_utc,
     p95_of,
     result,
     sum_by,
     window_seconds,
 )
 from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.times import utc_naive
 
 MODEL_LABEL = "model_name"
 E2E = "vllm:e2e_request_latency_seconds"
@@ -87,7 +87,7 @@ class VllmCollector(ScrapingCollector):
 
     def collect_text(self, text: str, now: datetime) -> CollectResult:
         """One exposition body read at ``now`` -> a window row per primed model."""
-        now = naive_utc(now)
+        now = utc_naive(now)
         dropped: Counter[str] = Counter()
         samples = self._parse(text, dropped)
         snapshots = _snapshots(samples, now, dropped)

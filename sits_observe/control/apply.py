@@ -39,12 +39,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
-from kubernetes import client as k8s_client
 
-from sits_observe.control.kube import MERGE_PATCH, JsonObject, KubeJson, object_path, with_retries
+from sits_observe.collectors.kube_api import MERGE_PATCH, JsonObject, KubeJson, object_path
+from sits_observe.control.kube import with_retries
 from sits_observe.control.model import (
     ACTIONS,
     Action,
@@ -60,6 +60,9 @@ from sits_observe.control.safety import TokenBucket
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.errors import KubeApiError
 from sits_observe.tracing import span
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
 
 log = logging.getLogger(__name__)
 

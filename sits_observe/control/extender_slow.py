@@ -23,7 +23,8 @@ import polars as pl
 
 from sits_observe.analytics.interference import interference_report, load_gpu_samples
 from sits_observe.analytics.settings import InterferenceSettings
-from sits_observe.store import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store import Store
 
 
 @dataclass(frozen=True)

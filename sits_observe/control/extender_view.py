@@ -50,7 +50,8 @@ from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
 from sits_observe.control.extender_nodes import bound_pods, gpu_uuids_by_index, tie_rank
 from sits_observe.control.extender_slow import SlowSignals, slow_signals
-from sits_observe.store import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store import Store
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

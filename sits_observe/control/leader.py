@@ -24,8 +24,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sits_observe.collectors.kube_api import JsonObject, KubeJson, object_path
 from sits_observe.control.apply import rfc3339
-from sits_observe.control.kube import JsonObject, KubeJson, object_path
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.errors import KubeApiError
 

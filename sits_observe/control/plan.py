@@ -31,7 +31,7 @@ from sits_observe.control.inputs import CurrentState, History, Signals
 from sits_observe.control.model import ACTIONS, ENGINE, PLAN_SCHEMA, QUOTA_ACTIONS, Action, Plan
 from sits_observe.control.safety import below_threshold, clamp, limit_step
 from sits_observe.control.settings import ControllerSettings, Mode
-from sits_observe.store.duck import utc_naive
+from sits_observe.domain.times import utc_naive
 from sits_observe.tracing import note_queue_depth, traced
 
 KEYS = ["kind", "namespace", "name", "action"]

@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from sits_observe.control.inputs import History
 from sits_observe.control.model import Outcome
 from sits_observe.domain.tables import DECISIONS
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 _Key = tuple[str, str | None, str, str]
 

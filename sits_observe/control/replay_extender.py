@@ -59,7 +59,8 @@ from sits_observe.control.extender_handler import Answer, ExtenderHandler
 from sits_observe.control.extender_overlay import AssumedPods, Placement
 from sits_observe.control.extender_scoring import ScoringSettings
 from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.errors import ConfigError, KubeApiError
+from sits_observe.domain.times import utc_naive
+from sits_observe.errors import ConfigError, KubeApiError, UnknownNameError
 from sits_observe.store import Store
 
 #: The replay's inventory snapshot time (any fixed time: the view's clock stands still).
@@ -81,7 +82,7 @@ def replay_store(sim: SimState, pods: PodList, at: datetime = SNAPSHOT_AT) -> St
     store = Store.open(":memory:")
     cluster = sim.cluster
     names = list(cluster.node_names)
-    ts = _naive(at)
+    ts = utc_naive(at)
     models = [cluster.gpu_models[m] if m >= 0 else None for m in cluster.gpu_model_id.tolist()]
     store.append(
         "nodes",
@@ -136,10 +137,6 @@ def _pods_table(pods: PodList, ts: datetime) -> pa.Table:
             "gpu_types": ["|".join(t) if t else None for t in pods.gpu_types],
         }
     )
-
-
-def _naive(ts: datetime) -> datetime:
-    return ts.astimezone(UTC).replace(tzinfo=None)
 
 
 # -- the in-process service ------------------------------------------------------------------
@@ -364,11 +361,11 @@ def choose_policies(
 ) -> list[str | Policy]:
     """``names`` as :func:`~sits_observe.analytics.schedsim.simulate` takes them: registered
     names as they are, the replay-extender ones built for ``pods`` and the configuration at
-    ``config_path``; an unknown name is a :class:`ConfigError`."""
+    ``config_path``; an unknown name is an :class:`UnknownNameError`."""
     known = all_policy_names()
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"unknown policy {unknown[0]!r}: choose from {', '.join(known)}")
+        raise UnknownNameError(f"unknown policy {unknown[0]!r}: choose from {', '.join(known)}")
     wanted = [n for n in names if n in REPLAY_POLICIES]
     factories = replay_policies(pods, config_path) if wanted else {}
     return [factories[n]() if n in factories else n for n in names]

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics.kube_nodes import SchedPod
 from sits_observe.analytics.kube_scheduler import Decision, KubeScheduler
-from sits_observe.control.kube import MERGE_PATCH, JsonObject, KubeJson
+from sits_observe.collectors.kube_api import MERGE_PATCH, JsonObject, KubeJson
 from sits_observe.control.scheduler_nodes import (
     DEFAULT_SCHEDULER,
     ClusterState,

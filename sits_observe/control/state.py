@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 import yaml
 
+from sits_observe.collectors.kube_api import KubeJson, object_path
 from sits_observe.control.inputs import CurrentState
-from sits_observe.control.kube import KubeJson, object_path
 from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommendation_annotation
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.domain.quantity import parse_quantity

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sits_observe.errors import UnknownNameError
+
 TS = pa.timestamp("us")
 
 
@@ -278,11 +280,13 @@ def table_names() -> list[str]:
 
 
 def find_table(name: str) -> TableSpec:
-    """The spec of ``name``; raises ``KeyError`` listing the valid names on a miss."""
+    """The spec of ``name``; raises :class:`UnknownNameError` listing the valid names on a miss."""
     try:
         return TABLES[name]
     except KeyError:
-        raise KeyError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}") from None
+        raise UnknownNameError(
+            f"unknown table {name!r}; valid tables: {', '.join(TABLES)}"
+        ) from None
 
 
 def empty_table(name: str) -> pa.Table:

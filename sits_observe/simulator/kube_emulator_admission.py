@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from sits_observe.domain.quantity import parse_quantity
+from sits_observe.domain.quantity import QuantityUnit, format_quantity, parse_quantity
 from sits_observe.errors import ParseError
 from sits_observe.simulator.kube_emulator_query import status_error
 
@@ -57,6 +57,7 @@ BIND_SUCCESS: JsonObject = {
     "code": 201,
 }
 _BARE = {"cpu": "requests.cpu", "memory": "requests.memory"}
+_QUOTA_UNITS: dict[str, QuantityUnit] = {"cpu": "cores", "memory": "bytes"}
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -152,7 +153,7 @@ def exceeded_message(
         return None
 
     def pretty(values: Mapping[str, Decimal]) -> str:
-        return ",".join(f"{k}={format_quantity(k, values.get(k, Decimal(0)))}" for k in exceeded)
+        return ",".join(f"{k}={quota_quantity(k, values.get(k, Decimal(0)))}" for k in exceeded)
 
     return (
         f'pods "{pod_name}" is forbidden: exceeded quota: {quota_name}, requested: '
@@ -164,23 +165,14 @@ def quota_status(hard: Mapping[str, Any], used: Mapping[str, Decimal]) -> JsonOb
     """The ``status`` the quota controller keeps: ``hard`` as written, ``used`` per key."""
     return {
         "hard": {str(k): str(v) for k, v in hard.items()},
-        "used": {k: format_quantity(k, v) for k, v in sorted(used.items())},
+        "used": {k: quota_quantity(k, v) for k, v in sorted(used.items())},
     }
 
 
-def format_quantity(key: str, value: Decimal) -> str:
+def quota_quantity(key: str, value: Decimal) -> str:
     """``value`` of quota key ``key`` in canonical quantity form: ``4``, ``500m``, ``16Gi``."""
     resource = key.split(".", 1)[1] if "." in key and not key.startswith("count/") else key
-    if resource == "cpu" and value != value.to_integral_value():
-        return f"{int((value * 1000).to_integral_value())}m"
-    if resource == "memory" and value > 0 and value == value.to_integral_value():
-        whole = int(value)
-        for suffix, power in (("Ei", 6), ("Pi", 5), ("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
-            if whole % (1024**power) == 0:
-                return f"{whole // 1024**power}{suffix}"
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    return format_quantity(value, _QUOTA_UNITS.get(resource, "count"))
 
 
 # -- binding ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from sits_observe.domain.quantity import parse_quantity
+from sits_observe.domain.quantity import format_quantity, parse_quantity
 from sits_observe.errors import ParseError
 from sits_observe.simulator.calibration import GPU_FB_TOTAL_MIB, GPU_PRODUCTS
 from sits_observe.simulator.cluster import PodEvent, SimNode, SimPod, SimulatedCluster
@@ -62,6 +62,7 @@ def _ts(at: datetime) -> str:
 
 def node_body(node: SimNode) -> dict[str, Any]:
     """A Node object for one simulated node."""
+    # As a kubelet reports them: whole cores, memory in Ki (not the canonical form).
     capacity = {
         "cpu": str(node.cpu_milli // 1000),
         "memory": f"{node.memory_bytes // 1024}Ki",
@@ -105,11 +106,11 @@ def pod_body(pod: SimPod, created_at: datetime) -> dict[str, Any]:
     ready = initialized + timedelta(seconds=warmup_s)
     resources: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
     if pod.cpu_request_milli:
-        resources["requests"]["cpu"] = f"{pod.cpu_request_milli}m"
-        resources["limits"]["cpu"] = f"{pod.cpu_request_milli}m"
+        cpu = format_quantity(pod.cpu_request_milli, "millicores")
+        resources["requests"]["cpu"] = resources["limits"]["cpu"] = cpu
     if pod.memory_request_bytes:
-        resources["requests"]["memory"] = str(pod.memory_request_bytes)
-        resources["limits"]["memory"] = str(pod.memory_request_bytes)
+        memory = format_quantity(pod.memory_request_bytes, "bytes")
+        resources["requests"]["memory"] = resources["limits"]["memory"] = memory
     if pod.gpu_request:
         resources["limits"]["nvidia.com/gpu"] = str(pod.gpu_request)
         resources["requests"]["nvidia.com/gpu"] = str(pod.gpu_request)
@@ -174,13 +175,13 @@ def _resources(spec: PodSpec) -> dict[str, dict[str, str]]:
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if spec.cpu_request_milli:
-        requests["cpu"] = f"{spec.cpu_request_milli}m"
+        requests["cpu"] = format_quantity(spec.cpu_request_milli, "millicores")
     if spec.cpu_limit_cores:
-        limits["cpu"] = f"{int(spec.cpu_limit_cores * 1000)}m"
+        limits["cpu"] = format_quantity(int(spec.cpu_limit_cores * 1000), "millicores")
     if spec.memory_request_bytes:
-        requests["memory"] = str(spec.memory_request_bytes)
+        requests["memory"] = format_quantity(spec.memory_request_bytes, "bytes")
     if spec.memory_limit_bytes:
-        limits["memory"] = str(spec.memory_limit_bytes)
+        limits["memory"] = format_quantity(spec.memory_limit_bytes, "bytes")
     if spec.num_gpu:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(spec.num_gpu)
         if spec.gpu_percent < WHOLE_GPU_PERCENT:

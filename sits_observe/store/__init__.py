@@ -1,6 +1,7 @@
 """The embedded DuckDB store."""
 
-from sits_observe.store.duck import BatchReceipt, Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import BatchReceipt, Store
 from sits_observe.store.retention import RetentionReport, RetentionSettings, enforce_retention
 
 __all__ = [

@@ -18,7 +18,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 #: The latest inventory row of every pod, with containers_json parsed (NULL when unreadable).
 _LATEST_PODS = """

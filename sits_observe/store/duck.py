@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sits_observe.domain.tables import TABLES, conform, find_table
+from sits_observe.domain.times import utc_naive as utc_naive  # noqa: PLC0414 (re-export)
 from sits_observe.errors import BatchConflict, SchemaError, StoreError, StoreLocked
 from sits_observe.store.migrations import latest_version, migrations
 
@@ -360,10 +360,3 @@ def _check_same_body(batch_id: str, stored: str | None, presented: str | None) -
 def time_column(table: str) -> str:
     """The time column of a sample table."""
     return find_table(table).time_column
-
-
-def utc_naive(ts: datetime) -> datetime:
-    """``ts`` as a zone-less UTC datetime, the form every ``TIMESTAMP`` column holds."""
-    if ts.tzinfo is None:
-        return ts
-    return ts.astimezone(UTC).replace(tzinfo=None)

@@ -18,15 +18,25 @@ from sits_observe.store.duck import Store
 SAMPLE_TABLES: tuple[str, ...] = ("gpu_samples", "container_samples", "requests", "server_windows")
 
 
-def newest_by_node(store: Store, tables: Sequence[str] = SAMPLE_TABLES) -> pa.Table:
+def newest_by_node(
+    store: Store,
+    tables: Sequence[str] = SAMPLE_TABLES,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pa.Table:
     """Columns ``source`` (table name), ``node`` (NULL for rows without one) and
-    ``newest_at`` (naive UTC): one row per table and node that has rows, by node and source."""
+    ``newest_at`` (naive UTC): one row per table and node that has rows, by node and source;
+    only rows with ``since <= ts < until`` count (None = no bound)."""
+    where = "WHERE (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)"
     union = " UNION ALL ".join(
-        f"SELECT '{t}' AS source, node, max(ts) AS newest_at FROM {t} GROUP BY node" for t in tables
+        f"SELECT '{t}' AS source, node, max(ts) AS newest_at FROM {t} {where} GROUP BY node"
+        for t in tables
     )
     return store.query(
         f"SELECT source, node, newest_at FROM ({union}) WHERE newest_at IS NOT NULL "
-        "ORDER BY node NULLS LAST, source"
+        "ORDER BY node NULLS LAST, source",
+        [since, since, until, until] * len(tables),
     )
 
 

@@ -32,7 +32,6 @@ long table the analytics turn into ``server_windows`` with the same maths as the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -41,6 +40,7 @@ import polars as pl
 import pyarrow as pa
 
 from sits_observe.domain.dcgm_fields import FIELDS
+from sits_observe.domain.histogram_bounds import parse_le
 from sits_observe.domain.tables import GPU_SAMPLES, TS, conform
 from sits_observe.errors import StoreError
 from sits_observe.store.promql import PromQLClient, PromSeries
@@ -255,16 +255,6 @@ SNAPSHOT_SCHEMA = pa.schema(
 )
 
 
-def _parse_le(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return None if math.isnan(value) else value
-
-
 class PromQLServerSource:
     """Cumulative vLLM end-to-end latency histograms per scrape (or per step), per model/pod.
 
@@ -289,7 +279,7 @@ class PromQLServerSource:
         if buckets.height == 0:
             return SNAPSHOT_SCHEMA.empty_table()
         buckets = (
-            buckets.with_columns(pl.col("le").map_elements(_parse_le, return_dtype=pl.Float64))
+            buckets.with_columns(pl.col("le").map_elements(parse_le, return_dtype=pl.Float64))
             .filter(pl.col("le").is_not_null())
             .group_by("t_ms", *_GROUP, "le")
             .agg(pl.col("cumulative").sum())

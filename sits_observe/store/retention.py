@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 
 class RetentionSettings(BaseModel):

@@ -316,7 +316,8 @@ def test_bind_writes_the_hint_binds_through_the_api_and_assumes_the_pod(store: S
                 assert stored.metadata.annotations[HINT] == want
             again = post(client, BIND, binding_args("share-a", "gpu-c")).json()["Error"]
             assert again.startswith(
-                "binding serve/share-a to gpu-c: POST pods/share-a/binding: 409"
+                "binding serve/share-a to gpu-c: "
+                "POST /api/v1/namespaces/serve/pods/share-a/binding: 409"
             )
             view = app.state.extender.cache.get()
             row = view.index["gpu-c"]

@@ -50,6 +50,7 @@ from sits_observe.collectors.agent.spool import Spool
 from sits_observe.collectors.agent.wire import batch_rows, encode_batch
 from sits_observe.domain.collect import Collector, CollectResult, drops_table
 from sits_observe.domain.tables import conform, find_table
+from sits_observe.domain.times import utc_naive
 from sits_observe.errors import CollectorError, DriverUnavailable
 from sits_observe.tracing import span
 
@@ -259,7 +260,7 @@ class AgentLoop:
             self.metrics.metrics_errors.labels("publish").inc()
 
     def _drop_rows(self, dropped: dict[str, Counter[str]], now: datetime) -> pa.Table | None:
-        ts = now.astimezone(UTC).replace(tzinfo=None)
+        ts = utc_naive(now)
         tables = [
             drops_table(counter, at=ts, node=self.node, collector=collector)
             for collector, counter in dropped.items()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sits_observe.control.kube import KubeJson
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.record import ControllerMetrics, StoreRecorder
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.apply import Applier
 from sits_observe.control.inputs import History, Signals
-from sits_observe.control.kube import KubeJson
 from sits_observe.control.model import Outcome
 from sits_observe.control.plan import plan
 from sits_observe.control.record import StoreRecorder, load_history

@@ -1,5 +1,5 @@
-"""``sits-observe recommend`` / ``kubectl sits recommend`` and ``sits-observe controller`` on a
-store file and the emulator."""
+"""``sits-observe recommend`` / ``kubectl sits recommend`` (the ``recommend`` report) and
+``sits-observe controller`` on a store file and the emulator."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sits_observe.control.kube import KubeJson
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
@@ -23,7 +24,10 @@ pytestmark = pytest.mark.k8s
 
 GIB = 1024**3
 NOW = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-KEYS = ["kind", "namespace", "name", "action", "current", "proposed", "reason", "evidence"]
+KEYS = {
+    "kind", "namespace", "name", "target", "action", "current", "proposed", "current_value",
+    "proposed_value", "unit", "reason_short", "reason", "evidence", "workload",
+}  # fmt: skip
 
 
 def fill(db: Path) -> None:
@@ -127,54 +131,91 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-def recommend_json(db: Path, *extra: str) -> list[dict[str, object]]:
-    result = CliRunner().invoke(app, ["recommend", "--db", str(db), "--format", "json", *extra])
+def recommend_doc(db: Path, *extra: str) -> dict[str, Any]:
+    """``recommend`` as of the store's newest row (the fixture's ``NOW``), as JSON."""
+    args = ["recommend", "--db", str(db), "--until", "newest", "-o", "json", *extra]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    rows: list[dict[str, object]] = json.loads(result.stdout)
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def recommend_json(db: Path, *extra: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = recommend_doc(db, *extra)["rows"]
     return rows
 
 
 def test_recommend_prints_every_recommendation_with_the_documented_keys(db: Path) -> None:
-    rows = recommend_json(db)
-    assert rows and all(list(r) == KEYS for r in rows)
+    doc = recommend_doc(db)
+    assert doc["report"] == "recommend" and doc["window"]["until_rule"] == "newest"
+    assert doc["facts"]["at"] == NOW.isoformat() + "Z"  # the newest sample, to the second
+    rows = doc["rows"]
+    assert rows and all(set(r) == KEYS for r in rows)
     got = {(r["kind"], r["name"], r["action"]): r for r in rows}
     assert got[("Pod", "p1", "memory-class")]["proposed"] == "L2"
     # P95 ~35 ms > 10 ms: the long slice; finance's SLA is 15 ms P99: all 50 requests violate.
     assert got[("Pod", "p1", "time-slice")]["proposed"] == "25ms"
     prio = got[("Pod", "p1", "priority-class")]
     assert (prio["current"], prio["proposed"]) == ("throughput-guaranteed", "best-effort")
-    assert prio["evidence"]["sla_violation_ratio"] == 1.0  # type: ignore[index]
+    assert json.loads(prio["evidence"])["sla_violation_ratio"] == 1.0
+    assert prio["reason_short"] == "SLA violation 100.0% > 5%"
+    assert prio["reason"] == "SLA violation 100.0% > 5%: next lower priority class"
     assert ("Node", "n1", "fragmentation") in got and ("Node", "n2", "fragmentation") in got
     quota = got[("Namespace", "finance", "quota-gpu")]
-    assert quota["namespace"] is None and quota["evidence"]["history_days"] == 3  # type: ignore[index]
+    assert quota["namespace"] is None and json.loads(quota["evidence"])["history_days"] == 3
+    assert (quota["target"], quota["proposed"], quota["proposed_value"]) == ("finance", "5", 5)
+    # 2 pods x 16 GiB, p95 of 3 days x 1.15 x confidence (1 + 1/3) = 49.07 GiB: as a
+    # Kubernetes quantity rounded up; the exact bytes the controller writes stay beside it.
+    memory = got[("Namespace", "finance", "quota-memory")]
+    assert (memory["proposed"], memory["proposed_value"]) == ("50Gi", 52685701120)
+    assert memory["reason_short"] == "3-day p95 peak 32Gi x 1.53"
+    cpu = got[("Namespace", "finance", "quota-cpu")]
+    assert (cpu["proposed"], cpu["proposed_value"], cpu["unit"]) == ("12267m", 12267, "milli-CPU")
     only = recommend_json(db, "--action", "memory-class", "--namespace", "finance")
     assert {r["action"] for r in only} == {"memory-class"}
+    assert {r["name"] for r in recommend_json(db, "--namespace", "finance")} == {"p1", "finance"}
+    bad = CliRunner().invoke(app, ["recommend", "--db", str(db), "--action", "nope"])
+    assert bad.exit_code == 2 and "memory-class" in bad.output
 
 
 def test_recommend_yaml_and_table(db: Path) -> None:
-    result = CliRunner().invoke(app, ["recommend", "--db", str(db), "--format", "yaml"])
+    args = ["recommend", "--db", str(db), "--until", "newest"]
+    result = CliRunner().invoke(app, [*args, "-o", "yaml"])
     assert result.exit_code == 0, result.output
-    assert yaml.safe_load(result.stdout) == recommend_json(db)
-    table = CliRunner().invoke(app, ["recommend", "--db", str(db)])
+    assert yaml.safe_load(result.stdout)["rows"] == recommend_json(db)
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "100"})
     assert table.exit_code == 0
-    assert "sits_observe recommendations" in table.stdout and "finance" in table.stdout
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"Recommendations ({len(recommend_json(db))} rows)"
+    assert "finance/p1" in table.stdout and "50Gi" in table.stdout and "12267m" in table.stdout
+    # One line per recommendation, none cut: the short reason fits 100 columns.
+    assert len(lines) == 3 + len(recommend_json(db)) and all(len(li) <= 100 for li in lines)
+    assert "…" not in table.stdout
 
 
 def test_kubectl_sits_recommend(db: Path) -> None:
     plugin = Path(sys.executable).parent / "kubectl-sits"
     result = subprocess.run(
-        [str(plugin), "recommend", "--db", str(db), "--format", "json"],
+        [str(plugin), "recommend", "--db", str(db), "--until", "newest", "-o", "json"],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == recommend_json(db)
+    assert json.loads(result.stdout) == recommend_doc(db)
     usage = subprocess.run(
         [str(plugin), "--help"], capture_output=True, text=True, timeout=120, check=False
     )
-    assert "kubectl sits" in usage.stdout
+    assert "kubectl sits" in usage.stdout and "recommend" in usage.stdout
+    serve = subprocess.run(
+        [str(plugin), "serve", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert serve.returncode == 2 and "No such command 'serve'" in serve.stderr
 
 
 def test_recommend_on_a_missing_store_is_a_clear_error(tmp_path: Path) -> None:
@@ -205,7 +246,8 @@ def test_controller_once_dry_run_then_act(db: Path, tmp_path: Path) -> None:
         with Store.open(db, read_only=True) as store:
             assert store.scalar("SELECT count(*) FROM decisions WHERE dry_run") > 0
             assert store.scalar("SELECT count(*) FROM decisions WHERE NOT dry_run") == 0
-        standing = len(recommend_json(db, "--kubeconfig", str(config)))
+        before = {(r["kind"], r["name"], r["action"]) for r in recommend_json(db)}
+        assert ("Node", "n1", "fragmentation") in before
         acted = CliRunner().invoke(app, [*base, "--act"])
         assert acted.exit_code == 0, acted.output
         n1 = next(n for n in emu.objects("nodes") if n["metadata"]["name"] == "n1")
@@ -213,8 +255,18 @@ def test_controller_once_dry_run_then_act(db: Path, tmp_path: Path) -> None:
         assert emu.objects("events")
         [lease] = emu.objects("leases", group="coordination.k8s.io")
         assert lease["spec"]["holderIdentity"] == ""  # released on exit
-        # Applied labels are no longer recommendations when read against the cluster.
-        assert len(recommend_json(db, "--kubeconfig", str(config))) < standing
+        # Applied labels are no longer recommendations once the inventory shows them (what
+        # `serve` snapshots in a cluster; here one `ingest k8s` of the emulator).
+        ingest = CliRunner().invoke(
+            app, ["ingest", "k8s", "--db", str(db), "--kubeconfig", str(config)]
+        )
+        assert ingest.exit_code == 0, ingest.output
+        with Store.open(db, read_only=True) as store:
+            labels = store.scalar("SELECT arg_max(labels_json, ts) FROM nodes WHERE node = 'n1'")
+        assert "sits.io/fragmentation" in labels
+        after = {(r["kind"], r["name"], r["action"]) for r in recommend_json(db)}
+        assert ("Node", "n1", "fragmentation") not in after
+        assert after < before
         api.close()
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sits_observe.control.kube import JsonObject, KubeJson
+from sits_observe.collectors.kube_api import JsonObject, KubeJson
 from sits_observe.control.leader import LeaderElector
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.simulator.kube_emulator import KubeEmulator

@@ -10,9 +10,9 @@ import pytest
 from polars.exceptions import PanicException
 from prometheus_client import CollectorRegistry
 
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.apply import Applier
 from sits_observe.control.inputs import Signals
-from sits_observe.control.kube import KubeJson
 from sits_observe.control.leader import LeaderElector
 from sits_observe.control.loop import ControllerLoop
 from sits_observe.control.record import ControllerMetrics, StoreRecorder

@@ -26,9 +26,9 @@ import yaml
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
 
+from sits_observe.collectors.kube_api import JsonObject, KubeJson
 from sits_observe.control.apply import Applier
 from sits_observe.control.inputs import Signals
-from sits_observe.control.kube import JsonObject, KubeJson
 from sits_observe.control.leader import LeaderElector
 from sits_observe.control.plan import plan
 from sits_observe.control.record import StoreRecorder

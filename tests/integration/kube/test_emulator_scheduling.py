@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from sits_observe.analytics.kube_scheduler import Extender, KubeScheduler
 from sits_observe.analytics.kube_scheduler_config import ExtenderConfig, SchedulerConfig
-from sits_observe.control.kube import KubeJson
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.scheduler_http import HttpExtenderTransport
 from sits_observe.control.scheduler_loop import LiveScheduler
 from sits_observe.simulator.kube_emulator import KubeEmulator

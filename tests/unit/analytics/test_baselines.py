@@ -20,6 +20,7 @@ from sits_observe.analytics.baselines import (
     load_metric,
 )
 from sits_observe.analytics.settings import BaselineSettings
+from sits_observe.errors import UnknownNameError
 from sits_observe.store import Store
 
 S = BaselineSettings()
@@ -38,7 +39,7 @@ def series(values: list[float | None], *, step_s: float = 1.0, key: str = "m") -
 
 
 def test_defaults_are_the_specs() -> None:
-    assert (S.window_s, S.sigma_k) == (60.0, 2.5)
+    assert (S.sliding_window_s, S.sigma_k) == (60.0, 2.5)
 
 
 def test_known_spikes_are_excluded_and_counted() -> None:
@@ -144,7 +145,7 @@ def test_load_metric_checks_names_and_drops_failed_requests() -> None:
         assert load_metric(store, "requests", "latency_s", [], since=T0 + timedelta(seconds=5))[
             "latency_s"
         ].to_list() == [2.0]
-        with pytest.raises(KeyError, match="no numeric column 'model'"):
+        with pytest.raises(UnknownNameError, match="no numeric column 'model'"):
             load_metric(store, "requests", "model", [])
-        with pytest.raises(KeyError, match="no key column 'gpu'"):
+        with pytest.raises(UnknownNameError, match="no key column 'gpu'"):
             load_metric(store, "requests", "latency_s", ["gpu"])

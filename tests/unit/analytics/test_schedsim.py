@@ -16,6 +16,7 @@ from sits_observe.analytics.schedsim import (
 )
 from sits_observe.analytics.schedsim_sits import SitsPolicy, SitsSettings
 from sits_observe.analytics.traces import NodeList, PodList
+from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 
 # Shapes of the synthetic workload: (cpu_milli, num_gpu, gpu_milli, memory_mib, weight).
 SHAPES = [
@@ -94,7 +95,7 @@ def test_arrival_order_depends_only_on_the_seed() -> None:
 
 def test_a_workload_without_gpu_requests_cannot_be_replayed() -> None:
     cpu_only = PodList(("a",), np.array([1000]), np.array([0]), np.array([0]), np.array([0]), ((),))
-    with pytest.raises(ValueError, match="requesting 0 milli-GPU"):
+    with pytest.raises(NoDataError, match="requesting 0 milli-GPU"):
         arrival_order(cpu_only, CAPACITY, 1.3, np.random.default_rng(0))
 
 
@@ -223,9 +224,9 @@ def test_processes_give_the_same_results_as_one() -> None:
 
 
 def test_simulate_rejects_unknown_policies_and_no_seeds() -> None:
-    with pytest.raises(KeyError, match="unknown policy"):
+    with pytest.raises(UnknownNameError, match="unknown policy"):
         simulate(NODES, PODS, ["fgd", "tetris"], [0])
-    with pytest.raises(ValueError, match="seed"):
+    with pytest.raises(ConfigError, match="seed"):
         simulate(NODES, PODS, ["fgd"], [])
-    with pytest.raises(ValueError, match="distinct"):
+    with pytest.raises(ConfigError, match="distinct"):
         simulate(NODES, PODS, ["sits", SitsPolicy(SitsSettings(keep_idle_nodes=False))], [0])

@@ -20,6 +20,7 @@ from sits_observe.analytics.schedsim_policies import (
 )
 from sits_observe.analytics.schedsim_sits import SitsPolicy, SitsSettings
 from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState
+from sits_observe.errors import UnknownNameError
 
 #: One shape, 1 CPU + half a GPU: a GPU with less than 500 milli free is fragment.
 HALF_GPU = TargetWorkload.from_weights([(PodShape(1000, 1, 500), 1.0)])
@@ -169,7 +170,7 @@ def test_ties_follow_the_node_order_or_go_random() -> None:
 
 
 def test_unknown_policy_lists_the_valid_names() -> None:
-    with pytest.raises(KeyError, match="fgd"):
+    with pytest.raises(UnknownNameError, match="fgd"):
         find_policy("tetris")
     assert policy_names() == (
         "random", "dotprod", "clustering", "packing", "bestfit", "fgd", "sits", "kube-default",

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
+from sits_observe.domain.times import utc_naive as naive
 from sits_observe.store import Store
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -55,10 +56,6 @@ PODS = [
     ("train", "big-0", "gpu-d", 4, 8000, "Job", "big-0", "big-0", 60),
     ("train", "big-1", "gpu-d", 4, 8000, "Job", "big-1", "big-1", 60),
 ]
-
-
-def naive(ts: datetime) -> datetime:
-    return ts.astimezone(UTC).replace(tzinfo=None)
 
 
 def nodes_table(

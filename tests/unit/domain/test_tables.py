@@ -10,6 +10,7 @@ import pytest
 
 from sits_observe.domain.describe import schema_markdown
 from sits_observe.domain.tables import TABLES, conform, empty_table, find_table
+from sits_observe.errors import UnknownNameError
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Float columns that are counts (dimensionless), not quantities with a unit.
@@ -30,7 +31,7 @@ def test_conform_rejects_unknown_columns_by_name() -> None:
 
 
 def test_find_table_lists_valid_names_on_a_miss() -> None:
-    with pytest.raises(KeyError, match="gpu_samples"):
+    with pytest.raises(UnknownNameError, match="gpu_samples"):
         find_table("gpu")
 
 
