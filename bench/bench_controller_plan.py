@@ -16,8 +16,9 @@ Two cluster states are timed:
   threshold make most proposals no-ops.
 
 The ``naive`` baseline computes the same cold decisions object by object in plain Python by
-calling the analytics layer's scalar rule functions (``memory_class``, ``time_slice``,
-``recommend_topology``, ``recommend_priority``, ``elastic_quota``) and building a
+calling scalar rule functions (``memory_class``, ``time_slice``, ``recommend_priority``,
+``elastic_quota``: the plain-Python versions the tests keep as the oracle of the vectorised
+rules, ``tests/unit/analytics/class_oracle.py``; and ``recommend_topology``) and building a
 :class:`~sits_observe.control.model.Decision` per proposal, with dictionary look-ups for the
 current state: what a straightforward per-object controller would do. It skips the safety
 steps, so it flatters the baseline.
@@ -36,20 +37,16 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from sits_observe.analytics.classes import (
-    ElasticSignals,
-    Task,
-    elastic_quota,
-    memory_class,
-    recommend_priority,
-    tasks_to_reset,
-    time_slice,
-)
+# The naive baseline's rules are the tests' scalar oracle (tests/ beside bench/).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sits_observe.analytics.classes import ElasticSignals, Task
 from sits_observe.analytics.interference import InterferenceScore, recommend_topology
 from sits_observe.control.inputs import CurrentState, History, Signals
 from sits_observe.control.model import (
@@ -61,6 +58,13 @@ from sits_observe.control.model import (
 )
 from sits_observe.control.plan import plan
 from sits_observe.control.settings import QUOTA_RESOURCES, ControllerSettings
+from tests.unit.analytics.class_oracle import (
+    elastic_quota,
+    memory_class,
+    recommend_priority,
+    tasks_to_reset,
+    time_slice,
+)
 
 GIB = 1024**3
 AT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

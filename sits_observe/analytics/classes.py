@@ -1,344 +1,71 @@
-"""Workload classes: memory sensitivity, QoS tiers and the elastic rule, GPU time slices, the
-Kubernetes QoS mapping and priority classes by SLA violation (SPEC "Workload classes and QoS
-tiers"). The rules are pure functions of measured signals so the controller can act on them;
-:func:`class_report` applies them to pods or workloads read from the store.
+"""Workload classes applied to pods or workloads read from the store: memory sensitivity, the
+fitting QoS tier, GPU sharing by Kubernetes QoS class, the GPU time slice, the SLA-violation
+rate and the priority advice (SPEC "Workload classes and QoS tiers").
 
-Rules and their edges (each number is a :class:`ClassSettings` default quoting the spec):
+The rules themselves, with their edges, are in :mod:`.class_rules` (once, vectorised; the
+controller calls the same expressions); the elastic rule's inputs are in :mod:`.elastic`.
+:func:`class_report` aggregates each pod or workload in one pass and applies every rule to
+the aggregated frame; only the result objects and their reason texts are built per row.
 
-- Memory sensitivity from measured peak GPU memory: L1 < 2 GiB, L2 2-8 GiB (both edges
-  inclusive), L3 > 8 GiB.
-- Elastic rule: GPU utilisation > 90% *and* link saturation > 75% (both strict) -> memory quota
-  max(quota x 0.8, minimum), bandwidth quota min(quota x 1.2, hardware maximum); inputs are
-  means over a 5 s window, with the memory growth slope and link-bandwidth variance as evidence.
-- Time slice: P95 > 10 ms -> 25 ms; else sequence length > 4096 tokens -> 10 ms; else 15 ms.
-  When both hold the P95 rule wins: the spec lists it first, read as an if / elif chain.
-- Kubernetes QoS: Guaranteed = exclusive GPU, Burstable = shared with 60% of the GPU's memory;
-  BestEffort is not in the spec: shared, no memory guarantee.
-- Priority: SLA-violation rate > 5% -> the next lower priority class; fragmentation > 70% ->
-  preemption of lower priorities allowed (PriorityClass ``preemptionPolicy``).
+The scalar names this module used to define (``memory_class``, ``time_slice``,
+``elastic_quota`` ...) are re-exported from :mod:`.class_scalar`, one-row front-ends of the
+same rules, for the callers that still import them from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Literal
+from datetime import datetime
+from typing import Literal, cast
 
-import numpy as np
 import polars as pl
 
-from sits_observe.analytics.settings import ClassSettings, LinkCapacity, TierQuota
+from sits_observe.analytics import class_rules as rules
+from sits_observe.analytics.class_rules import NO_PREEMPT, PREEMPT, tier_quota
+from sits_observe.analytics.class_scalar import (
+    ElasticDecision,
+    ElasticSignals,
+    GpuSharing,
+    MemoryClass,
+    PriorityRecommendation,
+    Task,
+    TimeSlice,
+    elastic_quota,
+    elastic_signals,
+    memory_class,
+    priority_text,
+    recommend_priority,
+    tasks_to_reset,
+    time_slice,
+    time_slice_text,
+)
+from sits_observe.analytics.settings import ClassSettings
 from sits_observe.store.duck import Store, utc_naive
 
-MemoryClass = Literal["L1", "L2", "L3"]
-PREEMPT = "PreemptLowerPriority"
-NO_PREEMPT = "Never"
-
-
-def memory_class(peak_gpu_memory_bytes: int, settings: ClassSettings) -> MemoryClass:
-    """L1 below 2 GiB, L3 above 8 GiB, L2 from 2 GiB to 8 GiB inclusive."""
-    if peak_gpu_memory_bytes < settings.l1_below_bytes:
-        return "L1"
-    if peak_gpu_memory_bytes > settings.l3_above_bytes:
-        return "L3"
-    return "L2"
-
-
-def tier_quota(tier: str, settings: ClassSettings) -> TierQuota:
-    """The quotas of a QoS tier (case-insensitive); ``KeyError`` lists the tiers on a miss."""
-    try:
-        return settings.tiers[tier.lower()]
-    except KeyError:
-        raise KeyError(f"unknown QoS tier {tier!r}; tiers: {', '.join(settings.tiers)}") from None
-
-
-def smallest_fitting_tier(peak_gpu_memory_bytes: int, settings: ClassSettings) -> str | None:
-    """The tier with the smallest memory quota that still covers the peak (None if none does).
-
-    The spec does not say how tiers are assigned; this is a sizing hint, not a policy.
-    """
-    fitting = [(q.memory_bytes, name) for name, q in settings.tiers.items()]
-    fitting = sorted(f for f in fitting if f[0] >= peak_gpu_memory_bytes)
-    return fitting[0][1] if fitting else None
-
-
-# -- the elastic rule --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ElasticSignals:
-    """The elastic rule's inputs over one sliding window (None = not measured)."""
-
-    window_s: float
-    samples: int
-    gpu_util_ratio: float | None
-    link_saturation_ratio: float | None
-    memory_growth_bytes_per_s: float | None
-    link_bandwidth_variance: float | None  # (bytes/s)^2 of NVLink + PCIe traffic
-
-
-@dataclass(frozen=True)
-class ElasticDecision:
-    """New quotas (equal to the old ones when the rule did not fire) and why."""
-
-    triggered: bool
-    memory_quota_bytes: int
-    bandwidth_quota_bytes_per_s: float
-    reason: str
-
-
-def elastic_quota(
-    memory_quota_bytes: int,
-    bandwidth_quota_bytes_per_s: float,
-    signals: ElasticSignals,
-    settings: ClassSettings,
-    *,
-    memory_minimum_bytes: int,
-    bandwidth_maximum_bytes_per_s: float,
-) -> ElasticDecision:
-    """Apply the elastic rule to one workload's quotas."""
-    util, link = signals.gpu_util_ratio, signals.link_saturation_ratio
-    if util is None or link is None:
-        missing = [
-            n for n, v in (("gpu utilisation", util), ("link saturation", link)) if v is None
-        ]
-        return ElasticDecision(
-            False,
-            memory_quota_bytes,
-            bandwidth_quota_bytes_per_s,
-            f"not evaluated: {' and '.join(missing)} not measured",
-        )
-    if util > settings.elastic_util_above_ratio and link > settings.elastic_link_above_ratio:
-        memory = max(int(memory_quota_bytes * settings.elastic_memory_factor), memory_minimum_bytes)
-        bandwidth = min(
-            bandwidth_quota_bytes_per_s * settings.elastic_bandwidth_factor,
-            bandwidth_maximum_bytes_per_s,
-        )
-        return ElasticDecision(
-            True,
-            memory,
-            bandwidth,
-            f"utilisation {util:.3f} > {settings.elastic_util_above_ratio:g} and link "
-            f"saturation {link:.3f} > {settings.elastic_link_above_ratio:g}",
-        )
-    return ElasticDecision(
-        False,
-        memory_quota_bytes,
-        bandwidth_quota_bytes_per_s,
-        f"utilisation {util:.3f} / link saturation {link:.3f} not both above "
-        f"{settings.elastic_util_above_ratio:g} / {settings.elastic_link_above_ratio:g}",
-    )
-
-
-def elastic_signals(
-    series: pl.DataFrame,
-    link: LinkCapacity | None,
-    settings: ClassSettings,
-    *,
-    at: datetime | None = None,
-) -> ElasticSignals:
-    """The elastic inputs of one GPU over ``(at - window, at]`` (``at`` = its last sample).
-
-    ``series`` holds ``gpu_samples`` rows of one GPU: ``ts``, ``gpu_util_ratio``,
-    ``fb_used_bytes``, ``nvlink_tx/rx_bytes_per_s``, ``pcie_tx/rx_bytes_per_s``. Link
-    saturation is the larger of NVLink and PCIe traffic over the product's bidirectional
-    capacity (NVLink only where the product has it), mean over the window.
-    """
-    window = settings.elastic_window_s
-    if series.height == 0:
-        return ElasticSignals(window, 0, None, None, None, None)
-    end = at if at is not None else series.get_column("ts").max()
-    assert isinstance(end, datetime)
-    part = series.filter(
-        (pl.col("ts") > end - timedelta(seconds=window)) & (pl.col("ts") <= end)
-    ).sort("ts")
-    util = part.get_column("gpu_util_ratio").mean()
-    nvlink = pl.col("nvlink_tx_bytes_per_s").fill_null(0) + pl.col(
-        "nvlink_rx_bytes_per_s"
-    ).fill_null(0)
-    pcie = pl.col("pcie_tx_bytes_per_s").fill_null(0) + pl.col("pcie_rx_bytes_per_s").fill_null(0)
-    has_nv = (
-        pl.col("nvlink_tx_bytes_per_s").is_not_null()
-        | pl.col("nvlink_rx_bytes_per_s").is_not_null()
-    )
-    has_pcie = (
-        pl.col("pcie_tx_bytes_per_s").is_not_null() | pl.col("pcie_rx_bytes_per_s").is_not_null()
-    )
-    saturation: float | None = None
-    variance: float | None = None
-    if link is not None:
-        ratios = [pl.when(has_pcie).then(pcie / link.pcie_bytes_per_s)]
-        if link.nvlink_bytes_per_s > 0:
-            ratios.append(pl.when(has_nv).then(nvlink / link.nvlink_bytes_per_s))
-        sat = part.select(pl.max_horizontal(ratios).clip(0.0, 1.0).mean()).item()
-        saturation = None if sat is None else float(sat)
-    traffic = part.filter(has_nv | has_pcie).select((nvlink + pcie).alias("t")).get_column("t")
-    if traffic.len() >= 2:
-        variance = float(np.var(traffic.to_numpy(), ddof=1))
-    return ElasticSignals(
-        window_s=window,
-        samples=part.height,
-        gpu_util_ratio=None if util is None else float(util),  # type: ignore[arg-type]
-        link_saturation_ratio=saturation,
-        memory_growth_bytes_per_s=_slope(part, "fb_used_bytes"),
-        link_bandwidth_variance=variance,
-    )
-
-
-def _slope(part: pl.DataFrame, column: str) -> float | None:
-    """Least-squares slope of ``column`` against time, per second (None with < 2 points)."""
-    data = part.filter(pl.col(column).is_not_null())
-    if data.height < 2:
-        return None
-    t = (data.get_column("ts") - data.get_column("ts").min()).dt.total_microseconds().to_numpy()
-    t = t.astype(np.float64) / 1e6
-    if np.ptp(t) == 0:
-        return None
-    y = data.get_column(column).cast(pl.Float64).to_numpy()
-    return float(np.polyfit(t, y, 1)[0])
-
-
-@dataclass(frozen=True)
-class Task:
-    """A workload competing for a GPU when quotas are reallocated."""
-
-    name: str
-    priority: int
-    misses_sla: bool
-
-
-def tasks_to_reset(tasks: Sequence[Task], reallocating_priority: int) -> tuple[Task, ...]:
-    """SPEC: "On reallocation, only lower-priority tasks that miss their SLA are reset"."""
-    return tuple(t for t in tasks if t.priority < reallocating_priority and t.misses_sla)
-
-
-# -- time slices, Kubernetes QoS, priority ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TimeSlice:
-    """A GPU time-slice quota and the rule that chose it."""
-
-    slice_s: float
-    rule: str
-
-
-def time_slice(
-    p95_latency_s: float | None, sequence_tokens: float | None, settings: ClassSettings
-) -> TimeSlice:
-    """P95 > 10 ms -> 25 ms; else sequence > 4096 tokens -> 10 ms; else 15 ms (None = absent)."""
-    if p95_latency_s is not None and p95_latency_s > settings.slice_p95_above_s:
-        return TimeSlice(
-            settings.slice_long_s,
-            f"p95 {p95_latency_s * 1000:g} ms > {settings.slice_p95_above_s * 1000:g} ms",
-        )
-    if sequence_tokens is not None and sequence_tokens > settings.slice_sequence_above_tokens:
-        return TimeSlice(
-            settings.slice_short_s,
-            f"sequence {sequence_tokens:g} tokens > {settings.slice_sequence_above_tokens}",
-        )
-    absent = [
-        n for n, v in (("p95", p95_latency_s), ("sequence length", sequence_tokens)) if v is None
-    ]
-    note = f" ({', '.join(absent)} not measured)" if absent else ""
-    return TimeSlice(settings.slice_default_s, f"default{note}")
-
-
-@dataclass(frozen=True)
-class GpuSharing:
-    """How a pod of a Kubernetes QoS class shares its GPU."""
-
-    exclusive: bool
-    memory_share_ratio: float | None
-    memory_limit_bytes: int | None
-
-
-def gpu_sharing(
-    qos_class: str | None, gpu_memory_bytes: int | None, settings: ClassSettings
-) -> GpuSharing:
-    """Guaranteed -> exclusive GPU; Burstable -> shared, 60% of the GPU's memory; other -> shared
-    without a memory share (BestEffort is not in the spec)."""
-    if qos_class == "Guaranteed":
-        return GpuSharing(True, 1.0, gpu_memory_bytes)
-    if qos_class == "Burstable":
-        share = settings.burstable_memory_share_ratio
-        limit = int(gpu_memory_bytes * share) if gpu_memory_bytes is not None else None
-        return GpuSharing(False, share, limit)
-    return GpuSharing(False, None, None)
-
-
-@dataclass(frozen=True)
-class PriorityRecommendation:
-    """Priority class advice for one workload."""
-
-    current: str | None
-    proposed: str | None
-    preemption_policy: str | None
-    reason: str
-
-
-def recommend_priority(
-    current_class: str | None,
-    sla_violation_rate: float | None,
-    fragmentation_ratio: float | None,
-    settings: ClassSettings,
-) -> PriorityRecommendation:
-    """Violation rate > 5% -> next lower class; fragmentation > 70% -> allow preemption."""
-    if fragmentation_ratio is None:
-        preemption, frag_note = None, "fragmentation not given"
-    elif fragmentation_ratio > settings.preemption_fragmentation_above_ratio:
-        preemption = PREEMPT
-        frag_note = (
-            f"fragmentation {fragmentation_ratio:.3f} > "
-            f"{settings.preemption_fragmentation_above_ratio:g}: preemption allowed"
-        )
-    else:
-        preemption = NO_PREEMPT
-        frag_note = f"fragmentation {fragmentation_ratio:.3f}: no preemption"
-    ranked = sorted(settings.priority_classes, key=lambda c: c.value, reverse=True)
-    names = [c.name for c in ranked]
-    if sla_violation_rate is None:
-        return PriorityRecommendation(
-            current_class, current_class, preemption, f"no SLA measured; {frag_note}"
-        )
-    rate = f"SLA violation {sla_violation_rate:.1%}"
-    if sla_violation_rate <= settings.sla_violation_above_ratio:
-        return PriorityRecommendation(
-            current_class,
-            current_class,
-            preemption,
-            f"{rate} <= {settings.sla_violation_above_ratio:.0%}; {frag_note}",
-        )
-    if current_class not in names:
-        return PriorityRecommendation(
-            current_class,
-            None,
-            preemption,
-            f"{rate} > {settings.sla_violation_above_ratio:.0%} but {current_class!r} is not one "
-            f"of {', '.join(names)}; {frag_note}",
-        )
-    index = names.index(current_class)
-    proposed = names[min(index + 1, len(names) - 1)]
-    what = "lower" if proposed != current_class else "already lowest"
-    return PriorityRecommendation(
-        current_class,
-        proposed,
-        preemption,
-        f"{rate} > {settings.sla_violation_above_ratio:.0%}: {what}; {frag_note}",
-    )
-
-
-def sla_violation_rate(
-    latencies_s: Sequence[float] | np.ndarray, failed: int, sla_s: float
-) -> float | None:
-    """Share of requests that failed or took longer than ``sla_s`` (None with no requests)."""
-    values = np.asarray(latencies_s, dtype=np.float64)
-    total = values.size + failed
-    if total == 0:
-        return None
-    return float((np.count_nonzero(values > sla_s) + failed) / total)
-
+# Re-exported for the callers that import the class rules' names from here.
+__all__ = [
+    "NO_PREEMPT",
+    "PREEMPT",
+    "ElasticDecision",
+    "ElasticSignals",
+    "GpuSharing",
+    "MemoryClass",
+    "PriorityRecommendation",
+    "Task",
+    "TimeSlice",
+    "WorkloadClass",
+    "class_report",
+    "elastic_quota",
+    "elastic_signals",
+    "load_class_inputs",
+    "load_latest_pods",
+    "memory_class",
+    "pod_memory_peaks",
+    "recommend_priority",
+    "tasks_to_reset",
+    "tier_quota",
+    "time_slice",
+]
 
 # -- applying the rules to pods and workloads -----------------------------------------------
 
@@ -437,17 +164,20 @@ def _peaks(per: pl.DataFrame, source: str, *, shared: pl.Expr) -> pl.DataFrame:
     )
 
 
-def _one(column: pl.Series) -> str | None:
-    """The column's single non-NULL value, ``mixed`` when it has several, None when none."""
-    distinct = column.drop_nulls().unique().to_list()
-    if not distinct:
-        return None
-    return str(distinct[0]) if len(distinct) == 1 else "mixed"
+def _one(column: str) -> pl.Expr:
+    """The group's single non-null value, ``mixed`` when it has several, null when none."""
+    values = pl.col(column).drop_nulls().cast(pl.String).unique()
+    return (
+        pl.when(values.len() == 0)
+        .then(pl.lit(None, pl.String))
+        .when(values.len() == 1)
+        .then(values.first())
+        .otherwise(pl.lit("mixed"))
+        .alias(column)
+    )
 
 
-def _int_max(column: pl.Series) -> int | None:
-    value = column.drop_nulls().max()
-    return None if value is None else int(value)  # type: ignore[arg-type]
+_KEYS = ["namespace", "name"]
 
 
 def class_report(
@@ -467,7 +197,8 @@ def class_report(
     ``namespace``, ``pod``, ``latency_s``, ``ok``, ``prompt_tokens``, ``output_tokens``.
     ``gpu_memory_bytes`` (node -> bytes per GPU) sizes the Burstable memory share. Pods with
     no GPU request and no GPU memory measured are left out. ``fragmentation_ratio`` (0-1, the
-    cluster's) decides preemption; None leaves it undecided.
+    cluster's) decides preemption; None leaves it undecided. A workload's peak is its pods'
+    largest; its P95s and SLA-violation rate are over all its pods' requests.
     """
     node_mem = gpu_memory_bytes or {}
     table = (
@@ -482,79 +213,136 @@ def class_report(
             ),
         )
     )
-    reqs = requests.join(
-        table.select("namespace", "pod", "name").unique(["namespace", "pod"]),
-        on=["namespace", "pod"],
+    known_memory = pl.col("gpu_memory_bytes").drop_nulls()
+    groups = table.group_by(_KEYS).agg(
+        pl.len().alias("pods"),
+        _one("qos_class"),
+        _one("priority_class"),
+        _one("memory_source"),
+        pl.col("gpu_request").max(),
+        pl.col("peak_gpu_memory_bytes").max(),
+        pl.col("peak_total_gpu_memory_bytes").max(),
+        pl.col("shared_gpu").fill_null(False).any(),
+        pl.when(known_memory.n_unique() == 1).then(known_memory.first()).alias("gpu_memory_bytes"),
     )
-    out: list[WorkloadClass] = []
-    for key, group in table.partition_by(["namespace", "name"], as_dict=True).items():
-        namespace, name = (None if k is None else str(k) for k in key)
-        mine = reqs.filter(
-            pl.col("namespace").eq_missing(namespace) & pl.col("name").eq_missing(name)
+    sla = pl.col("namespace").replace_strict(
+        settings.namespace_sla_p99_s, default=None, return_dtype=pl.Float64
+    )
+    frame = (
+        groups.join(_request_stats(requests, table, sla), on=_KEYS, how="left", nulls_equal=True)
+        .with_columns(pl.col("requests").fill_null(0), sla.alias("sla_p99_s"))
+        .with_columns(_rules(settings, fragmentation_ratio))
+        .with_columns(
+            rules.time_slice_s(pl.col("slice_rule"), settings).alias("slice_s"),
+            rules.proposed_priority_class(
+                pl.col("priority_class"), pl.col("sla_violation_rate"), settings
+            ).alias("proposed_priority_class"),
         )
-        out.append(
-            _classify(
-                group,
-                mine,
-                settings,
-                namespace=namespace,
-                name=name,
-                level=by,
-                fragmentation_ratio=fragmentation_ratio,
-            )
-        )
-    return tuple(sorted(out, key=lambda w: (w.namespace or "", w.name or "")))
+        .sort(pl.col("namespace").fill_null(""), pl.col("name").fill_null(""))
+    )
+    return tuple(_result(r, by, fragmentation_ratio, settings) for r in frame.iter_rows(named=True))
 
 
-def _classify(
-    group: pl.DataFrame,
-    reqs: pl.DataFrame,
-    settings: ClassSettings,
-    *,
-    namespace: str | None,
-    name: str | None,
+def _request_stats(requests: pl.DataFrame, table: pl.DataFrame, sla: pl.Expr) -> pl.DataFrame:
+    """Per group: request count, P95 latency and sequence length of the requests that did not
+    fail (linear interpolation, numpy's default), and the SLA-violation counts."""
+    ok = pl.col("ok").fill_null(True)
+    latency = pl.col("latency_s")
+    sequence = pl.col("prompt_tokens") + pl.col("output_tokens").fill_null(0)
+    names = table.select("namespace", "pod", "name").unique(["namespace", "pod"])
+    return (
+        requests.join(names, on=["namespace", "pod"])
+        .with_columns(sla.alias("_sla"))
+        .group_by(_KEYS)
+        .agg(
+            pl.len().alias("requests"),
+            latency.filter(ok).quantile(0.95, "linear").alias("p95_latency_s"),
+            sequence.filter(ok)
+            .cast(pl.Float64)
+            .quantile(0.95, "linear")
+            .alias("sequence_p95_tokens"),
+            (latency > pl.col("_sla")).filter(ok).sum().alias("_slow"),
+            latency.filter(ok).count().alias("_timed"),
+            (~ok).sum().alias("_failed"),
+        )
+    )
+
+
+def _rules(settings: ClassSettings, fragmentation_ratio: float | None) -> list[pl.Expr]:
+    peak = pl.col("peak_gpu_memory_bytes")
+    return [
+        rules.memory_class(peak, settings).alias("memory_class"),
+        rules.smallest_fitting_tier(peak, settings).alias("fitting_tier"),
+        *rules.gpu_sharing(pl.col("qos_class"), pl.col("gpu_memory_bytes"), settings),
+        rules.time_slice_rule(
+            pl.col("p95_latency_s"), pl.col("sequence_p95_tokens"), settings
+        ).alias("slice_rule"),
+        pl.when(pl.col("sla_p99_s").is_not_null())
+        .then(rules.sla_violation_ratio(pl.col("_slow"), pl.col("_failed"), pl.col("_timed")))
+        .alias("sla_violation_rate"),
+        rules.preemption_policy(pl.lit(fragmentation_ratio, pl.Float64), settings).alias(
+            "preemption_policy"
+        ),
+    ]
+
+
+def _result(
+    r: dict[str, object],
     level: Literal["pod", "workload"],
     fragmentation_ratio: float | None,
+    settings: ClassSettings,
 ) -> WorkloadClass:
-    peak = _int_max(group.get_column("peak_gpu_memory_bytes"))
-    qos = _one(group.get_column("qos_class"))
-    priority_class = _one(group.get_column("priority_class"))
-    gpu_mem = group.get_column("gpu_memory_bytes").drop_nulls().unique()
-    ok = reqs.filter(pl.col("ok").fill_null(True))
-    latencies = ok.get_column("latency_s").drop_nulls().to_numpy()
-    seq = (
-        ok.select(pl.col("prompt_tokens") + pl.col("output_tokens").fill_null(0))
-        .to_series()
-        .drop_nulls()
-        .to_numpy()
-    )
-    p95 = float(np.quantile(latencies, 0.95)) if latencies.size else None
-    seq95 = float(np.quantile(seq, 0.95)) if seq.size else None
-    sla = settings.namespace_sla_p99_s.get(namespace or "")
-    failed = reqs.height - ok.height
-    violation = sla_violation_rate(latencies, failed, sla) if sla is not None else None
+    """One aggregated, classified row as its result object (with the reasons in words)."""
+
+    def opt_float(key: str) -> float | None:
+        value = r[key]
+        return None if value is None else float(cast(float, value))
+
+    def opt_int(key: str) -> int | None:
+        value = r[key]
+        return None if value is None else int(cast(int, value))
+
+    def opt_str(key: str) -> str | None:
+        value = r[key]
+        return None if value is None else str(value)
+
+    p95, seq = opt_float("p95_latency_s"), opt_float("sequence_p95_tokens")
+    rate, current = opt_float("sla_violation_rate"), opt_str("priority_class")
+    proposed = opt_str("proposed_priority_class")
     return WorkloadClass(
-        namespace=namespace,
-        name=name,
+        namespace=opt_str("namespace"),
+        name=opt_str("name"),
         level=level,
-        pods=group.height,
-        qos_class=qos,
-        priority_class=priority_class,
-        gpu_request=_int_max(group.get_column("gpu_request")),
-        peak_gpu_memory_bytes=peak,
-        peak_total_gpu_memory_bytes=_int_max(group.get_column("peak_total_gpu_memory_bytes")),
-        memory_source=_one(group.get_column("memory_source")),
-        shared_gpu=bool(group.get_column("shared_gpu").fill_null(False).any()),
-        memory_class=None if peak is None else memory_class(peak, settings),
-        fitting_tier=None if peak is None else smallest_fitting_tier(peak, settings),
-        sharing=gpu_sharing(qos, int(gpu_mem[0]) if gpu_mem.len() == 1 else None, settings),
-        requests=reqs.height,
+        pods=int(cast(int, r["pods"])),
+        qos_class=opt_str("qos_class"),
+        priority_class=current,
+        gpu_request=opt_int("gpu_request"),
+        peak_gpu_memory_bytes=opt_int("peak_gpu_memory_bytes"),
+        peak_total_gpu_memory_bytes=opt_int("peak_total_gpu_memory_bytes"),
+        memory_source=opt_str("memory_source"),
+        shared_gpu=bool(r["shared_gpu"]),
+        memory_class=cast(MemoryClass | None, r["memory_class"]),
+        fitting_tier=opt_str("fitting_tier"),
+        sharing=GpuSharing(
+            bool(r["exclusive_gpu"]),
+            opt_float("gpu_memory_share_ratio"),
+            opt_int("gpu_memory_limit_bytes"),
+        ),
+        requests=int(cast(int, r["requests"])),
         p95_latency_s=p95,
-        sequence_p95_tokens=seq95,
-        time_slice=time_slice(p95, seq95, settings),
-        sla_p99_s=sla,
-        sla_violation_rate=violation,
-        priority=recommend_priority(priority_class, violation, fragmentation_ratio, settings),
+        sequence_p95_tokens=seq,
+        time_slice=TimeSlice(
+            float(cast(float, r["slice_s"])),
+            time_slice_text(str(r["slice_rule"]), p95, seq, settings),
+        ),
+        sla_p99_s=opt_float("sla_p99_s"),
+        sla_violation_rate=rate,
+        priority=PriorityRecommendation(
+            current,
+            proposed,
+            opt_str("preemption_policy"),
+            priority_text(current, proposed, rate, fragmentation_ratio, settings),
+        ),
     )
 
 

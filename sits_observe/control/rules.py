@@ -1,11 +1,20 @@
-"""The decision rules, vectorised: signals (+ each object's current level) -> proposals.
+"""The decision rules as proposals: signals (+ each object's current level) -> proposals.
 
 Each function takes one signals frame joined with a ``state`` column (the level the object
 is at as far as the controller knows: its latest recommendation, else the value in effect;
-null when none) and returns rows of :data:`PROPOSAL_SCHEMA`. They compute the same results as
-the scalar rules in :mod:`sits_observe.analytics.classes` and
-:mod:`sits_observe.analytics.interference` (tests check this on random inputs) when the
-state is null; with a state, boundaries get the hysteresis of :mod:`.safety`.
+null when none) and returns rows of :data:`PROPOSAL_SCHEMA`. The spec's class rules are not
+implemented here (the list below only summarises them): each function evaluates the rule of
+:mod:`sits_observe.analytics.class_rules` and adds only what the controller adds around it:
+
+- hysteresis (:mod:`.safety`): a level rule's boundaries go through
+  :func:`~.safety.hysteresis_levels`; a threshold rule gets :func:`hysteresis_band` for the
+  objects already holding its outcome, so they keep it until the signal falls that far below
+  the boundary. With a null state every rule answers exactly as analytics does (tests check
+  this against the scalar oracle on random inputs);
+- which objects get a proposal, and the reason and evidence written with it.
+
+The topology policy and fragmentation levels compare the controller's own settings
+(:mod:`sits_observe.analytics.interference` holds the interference score itself).
 
 Rules (SPEC "Workload classes and QoS tiers", "Topology and interference"; thresholds in
 :class:`~sits_observe.control.settings.ControllerSettings`):
@@ -30,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from sits_observe.analytics import class_rules
 from sits_observe.analytics.settings import GIB
 from sits_observe.control.model import Action
 from sits_observe.control.safety import above_with_hysteresis, hysteresis_levels
@@ -56,7 +66,7 @@ PROPOSAL_SCHEMA: dict[str, pl.DataType] = {
     "workload": pl.String(),
 }
 
-MEMORY_LEVELS = ("L1", "L2", "L3")
+MEMORY_LEVELS = class_rules.MEMORY_CLASSES
 FRAGMENTATION_LEVELS = ("low", "medium", "high")
 SINGLE_NUMA_NODE = "single-numa-node"
 BEST_EFFORT = "best-effort"
@@ -131,6 +141,13 @@ def finish(
     )
 
 
+def hysteresis_band(engaged: pl.Expr, settings: ControllerSettings) -> pl.Expr:
+    """Per row, the fraction a threshold rule's boundary is lowered by: the hysteresis band
+    where ``engaged`` (the object already holds the rule's outcome), else 0 (the spec's
+    boundary exactly). The same test as :func:`~.safety.above_with_hysteresis`."""
+    return pl.when(engaged.fill_null(False)).then(settings.hysteresis_ratio).otherwise(0.0)
+
+
 def _namespace_expr(namespace: str | pl.Expr | None) -> pl.Expr:
     if namespace is None:
         return pl.lit(None, pl.String())
@@ -152,15 +169,16 @@ def fmt(expr: pl.Expr, digits: int = 3) -> pl.Expr:
 def memory_class(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
     """Memory-sensitivity class label per pod from ``peak_gpu_memory_bytes``."""
     c = settings.classes
+    bounds = class_rules.memory_class_bounds(c)
     level = hysteresis_levels(
         floats(pods, "peak_gpu_memory_bytes"),
-        _state_codes(pods, MEMORY_LEVELS),
-        [float(c.l1_below_bytes), float(c.l3_above_bytes)],
-        [True, False],
+        _state_codes(pods, bounds.names),
+        list(bounds.boundaries),
+        list(bounds.inclusive),
         settings.hysteresis_ratio,
     )
     frame = pods.lazy().with_columns(pl.Series("_level", level)).filter(pl.col("_level") >= 0)
-    proposed = pl.col("_level").replace_strict(dict(enumerate(MEMORY_LEVELS)))
+    proposed = pl.col("_level").replace_strict(dict(enumerate(bounds.names)))
     gib = pl.col("peak_gpu_memory_bytes") / GIB
     return finish(
         frame,
@@ -291,38 +309,33 @@ def slice_label(slice_s: float) -> str:
 def time_slice(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
     """GPU time-slice quota per pod (the same for every pod of a workload)."""
     c = settings.classes
-    long_label, short_label = slice_label(c.slice_long_s), slice_label(c.slice_short_s)
-    state = pods.get_column("state")
-    long_ = above_with_hysteresis(
-        floats(pods, "p95_latency_s"),
-        c.slice_p95_above_s,
-        state.eq(long_label).fill_null(False).to_numpy(),
-        settings.hysteresis_ratio,
+    labels = {
+        class_rules.SLICE_P95: slice_label(c.slice_long_s),
+        class_rules.SLICE_SEQUENCE: slice_label(c.slice_short_s),
+        class_rules.SLICE_DEFAULT: slice_label(c.slice_default_s),
+    }
+    state = pl.col("state")
+    rule = class_rules.time_slice_rule(
+        pl.col("p95_latency_s"),
+        pl.col("sequence_tokens"),
+        c,
+        p95_band=hysteresis_band(state == labels[class_rules.SLICE_P95], settings),
+        sequence_band=hysteresis_band(state == labels[class_rules.SLICE_SEQUENCE], settings),
     )
-    short = ~long_ & above_with_hysteresis(
-        floats(pods, "sequence_tokens"),
-        float(c.slice_sequence_above_tokens),
-        state.eq(short_label).fill_null(False).to_numpy(),
-        settings.hysteresis_ratio,
-    )
-    code = np.where(long_, 0, np.where(short, 1, 2))
-    codes = pl.Series("_code", code)
-    labels = {0: long_label, 1: short_label, 2: slice_label(c.slice_default_s)}
-    names = {0: "p95", 1: "sequence", 2: "default"}
     # Without either input there is no evidence for a slice: no proposal.
     frame = (
         pods.lazy()
+        .with_columns(rule.alias("_rule"))
         .with_columns(
-            codes.replace_strict(labels, return_dtype=pl.String).alias("_slice"),
-            codes.replace_strict(names, return_dtype=pl.String).alias("_rule"),
+            pl.col("_rule").replace_strict(labels, return_dtype=pl.String).alias("_slice")
         )
         .filter(pl.col("p95_latency_s").is_not_null() | pl.col("sequence_tokens").is_not_null())
     )
     p95_ms = fmt(pl.col("p95_latency_s") * 1000, 2)
     reason = (
-        pl.when(pl.col("_rule") == "p95")
+        pl.when(pl.col("_rule") == class_rules.SLICE_P95)
         .then(pl.format("p95 {} ms > {} ms", p95_ms, pl.lit(f"{c.slice_p95_above_s * 1000:g}")))
-        .when(pl.col("_rule") == "sequence")
+        .when(pl.col("_rule") == class_rules.SLICE_SEQUENCE)
         .then(
             pl.format(
                 "sequence {} tokens > {}",
@@ -360,25 +373,18 @@ def priority_class(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyF
     proposed) once the rate falls back below the threshold with hysteresis.
     """
     c = settings.classes
-    ranked = sorted(c.priority_classes, key=lambda p: p.value, reverse=True)
-    lower = {ranked[i].name: ranked[min(i + 1, len(ranked) - 1)].name for i in range(len(ranked))}
-    current = pods.get_column("priority_class")
-    recommended = pods.get_column("recommended")
-    engaged = (recommended.is_not_null() & (recommended != current)).fill_null(False)
-    violating = above_with_hysteresis(
-        floats(pods, "sla_violation_ratio"),
-        c.sla_violation_above_ratio,
-        engaged.to_numpy(),
-        settings.hysteresis_ratio,
+    engaged = (
+        pl.col("recommended").is_not_null() & (pl.col("recommended") != pl.col("priority_class"))
+    ).fill_null(False)
+    violating = class_rules.sla_violated(
+        pl.col("sla_violation_ratio"), c, band=hysteresis_band(engaged, settings)
     )
     frame = (
         pods.lazy()
-        .with_columns(pl.Series("_violating", violating), pl.Series("_engaged", engaged))
+        .with_columns(violating.alias("_violating"), engaged.alias("_engaged"))
         .with_columns(
             pl.when(pl.col("_violating"))
-            .then(
-                pl.col("priority_class").replace_strict(lower, default=None, return_dtype=pl.String)
-            )
+            .then(class_rules.lower_priority_class(pl.col("priority_class"), c))
             .when(pl.col("_engaged"))
             .then(pl.col("priority_class"))
             .otherwise(pl.lit(None, pl.String()))
@@ -399,13 +405,7 @@ def priority_class(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyF
             )
         )
     )
-    preempt = (
-        pl.when(pl.col("fragmentation_ratio").is_null())
-        .then(pl.lit(None, pl.String()))
-        .when(pl.col("fragmentation_ratio") > c.preemption_fragmentation_above_ratio)
-        .then(pl.lit("PreemptLowerPriority"))
-        .otherwise(pl.lit("Never"))
-    )
+    preempt = class_rules.preemption_policy(pl.col("fragmentation_ratio"), c)
     return finish(
         frame,
         kind="Pod",

@@ -1,13 +1,14 @@
-"""Quota rules, vectorised: QoS-tier quotas with the elastic rule, and namespace
+"""Quota rules as proposals: QoS-tier quotas with the elastic rule, and namespace
 ResourceQuotas sized VPA-style (see :mod:`.rules` for the conventions they share).
 
-- QoS-tier quotas per pod (tier from its priority class, ``tier_by_priority_class``): when
-  its GPU is contended (utilisation > 90% and link saturation > 75%), a pod of lower priority
-  than the highest on its node that misses its SLA (P99 above its namespace's) gets memory
-  max(tier x 0.8, minimum) and bandwidth min(tier x 1.2, link maximum); every other pod keeps
-  (or gets back) its tier's quotas. Level-triggered: the factors apply to the tier's quota and
-  never compound from pass to pass. "Only lower-priority tasks that miss their SLA are
-  reset" (SPEC) is :func:`sits_observe.analytics.classes.tasks_to_reset` per node.
+- QoS-tier quotas per pod (tier from its priority class, ``tier_by_priority_class``): the
+  elastic rule of :mod:`sits_observe.analytics.class_rules` (contention, the two quota
+  formulas, "only lower-priority tasks that miss their SLA are reset" with the node's highest
+  priority as the reallocating one). The controller adds the hysteresis band on every test
+  for a pod already on a reduced quota, the bounds (``qos_memory_min_bytes``; the link
+  capacity, else ``qos_bandwidth_max_bytes_per_s``), and level triggering: the factors apply
+  to the tier's quota and never compound from pass to pass; every pod not reset keeps (or
+  gets back) its tier's quotas.
 - Namespace quota per resource: quantile of daily peaks x (1 + margin) x VPA's confidence
   factor (1 + multiplier / days) ** exponent, rounded up to whole GPUs, milli-CPU and MiB.
 """
@@ -18,9 +19,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from sits_observe.analytics import class_rules
 from sits_observe.control.model import ACTIONS, ENGINE, QUOTA_ACTIONS, Action
-from sits_observe.control.rules import empty, finish, floats, fmt
-from sits_observe.control.safety import above_with_hysteresis
+from sits_observe.control.rules import empty, finish, fmt, hysteresis_band
 from sits_observe.control.settings import ControllerSettings
 
 FloatArray = npt.NDArray[np.float64]
@@ -47,7 +48,16 @@ def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame
     for column in ("bandwidth_current", "bandwidth_recommended"):
         if column not in pods.columns:
             pods = pods.with_columns(pl.lit(None, pl.String()).alias(column))
-    frame = (
+    base_mem, base_bw, prio = pl.col("_base_mem"), pl.col("_base_bw"), pl.col("_prio")
+    # A pod already below its tier's memory quota holds the elastic outcome: hysteresis.
+    band = hysteresis_band(pl.col("state").cast(pl.Float64, strict=False) < base_mem, settings)
+    contended = class_rules.elastic_contended(
+        pl.col("gpu_util_ratio"), pl.col("link_saturation_ratio"), c, band=band
+    )
+    misses = class_rules.misses_sla(pl.col("p99_latency_s"), pl.col("sla_p99_s"), band=band)
+    hw_max = pl.col("link_capacity_bytes_per_s").fill_null(settings.qos_bandwidth_max_bytes_per_s)
+    minimum = pl.lit(settings.qos_memory_min_bytes, pl.Int64)
+    lazy = (
         pods.lazy()
         .with_columns(
             pl.col("priority_class")
@@ -65,53 +75,28 @@ def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame
             .fill_null(0)
             .alias("_prio"),
         )
-        # Lower priority than the highest on the same node (a pod without a node is alone).
+        # The reallocating priority: the highest on the same node, tier or not (a pod without
+        # a node is alone).
+        .with_columns(prio.max().over(pl.col("node").fill_null(pl.col("pod"))).alias("_top"))
+        .filter(base_mem.is_not_null())
         .with_columns(
-            (
-                pl.col("_prio")
-                < pl.col("_prio").max().over(pl.col("node").fill_null(pl.col("pod")))
-            ).alias("_lower")
+            (prio < pl.col("_top")).alias("_lower"),
+            (contended & class_rules.reset_on_reallocation(prio, pl.col("_top"), misses)).alias(
+                "_reset"
+            ),
         )
-        .filter(pl.col("_base_mem").is_not_null())
-        .collect(engine=ENGINE)
-    )
-    if frame.height == 0:
-        return empty()
-    engaged = (
-        (frame.get_column("state").cast(pl.Float64, strict=False) < frame.get_column("_base_mem"))
-        .fill_null(False)
-        .to_numpy()
-    )
-    h = settings.hysteresis_ratio
-    contended = above_with_hysteresis(
-        floats(frame, "gpu_util_ratio"), c.elastic_util_above_ratio, engaged, h
-    ) & above_with_hysteresis(
-        floats(frame, "link_saturation_ratio"), c.elastic_link_above_ratio, engaged, h
-    )
-    p99 = floats(frame, "p99_latency_s")
-    sla = floats(frame, "sla_p99_s")
-    with np.errstate(invalid="ignore"):
-        misses = (p99 > sla) | (engaged & (p99 > sla * (1.0 - h)))
-    reset = contended & misses & frame.get_column("_lower").to_numpy()
-    hw_max = pl.col("link_capacity_bytes_per_s").fill_null(settings.qos_bandwidth_max_bytes_per_s)
-    lazy = (
-        frame.lazy()
-        .with_columns(pl.Series("_reset", reset))
         .with_columns(
             pl.when(pl.col("_reset"))
-            .then(
-                pl.max_horizontal(
-                    (pl.col("_base_mem") * c.elastic_memory_factor).floor(),
-                    pl.lit(float(settings.qos_memory_min_bytes)),
-                )
-            )
-            .otherwise(pl.col("_base_mem").cast(pl.Float64))
+            .then(class_rules.elastic_memory_quota(base_mem, minimum, c))
+            .otherwise(base_mem)
             .alias("_mem"),
             pl.when(pl.col("_reset"))
-            .then(pl.min_horizontal(pl.col("_base_bw") * c.elastic_bandwidth_factor, hw_max))
-            .otherwise(pl.col("_base_bw"))
+            .then(class_rules.elastic_bandwidth_quota(base_bw, hw_max, c))
+            .otherwise(base_bw)
             .alias("_bw"),
         )
+        .collect(engine=ENGINE)
+        .lazy()
     )
     reason = (
         pl.when(pl.col("_reset"))
@@ -153,8 +138,8 @@ def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame
         action=Action.QOS_MEMORY_QUOTA,
         name="pod",
         namespace="namespace",
-        proposed=pl.col("_mem").cast(pl.Int64).cast(pl.String),
-        value=pl.col("_mem"),
+        proposed=pl.col("_mem").cast(pl.String),
+        value=pl.col("_mem").cast(pl.Float64),
         default_current=pl.col("_base_mem").cast(pl.String),
         reason=reason,
         evidence=[*evidence, pl.col("_base_mem").alias("tier_memory_bytes")],

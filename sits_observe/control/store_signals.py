@@ -18,14 +18,22 @@ the interference report); the rest is plain SQL over the sample tables:
 - latency: exact P95 / P99 of the pod's ``requests`` over ``window_s`` (failed requests count
   as violations, not latencies), else the mean of ``server_windows`` estimates; the sequence
   length is the P95 of prompt + output tokens; the SLA is the namespace's P99 SLA
-  (``ClassSettings.namespace_sla_p99_s``) and the violation rate the share of requests above
-  it (or failed);
-- elastic inputs: mean GPU utilisation and link saturation (traffic / the product's
-  bidirectional NVLink or PCIe capacity) of the pod's GPUs over the last
-  ``elastic_window_s`` (5 s) of samples;
+  (``ClassSettings.namespace_sla_p99_s``) and the violation rate
+  :func:`~sits_observe.analytics.class_rules.sla_violation_ratio` of the requests (the
+  class report's definition), else the share of ``server_windows`` whose P99 is above it;
+- elastic inputs: :func:`~sits_observe.analytics.elastic.elastic_inputs` (the same numbers
+  as ``classes --view elastic``) of every GPU with samples in ``window_s``, per pod its
+  busiest GPU (:func:`~sits_observe.analytics.elastic.pod_elastic_inputs`);
 - namespace peaks: per day, the largest sum of the namespace's pod requests (GPUs,
   milli-CPU, bytes) over any one inventory snapshot, for ``history_days``; namespaces that
   never requested a GPU get no quota advice unless ``gpu_namespaces_only`` is off.
+
+The node signal families (fragmentation, interference) are computed each under a guard: a
+family without enough data (``NoDataError``; ``StoreError`` from
+:func:`~sits_observe.analytics.fgd_live.live_cluster`, which signals an empty inventory that
+way) is logged at info and left null; any other failure is logged with its traceback and
+counted in ``sits_controller_signal_errors_total{signal}`` (:class:`SignalMetrics`), and the
+other signals are still measured.
 """
 
 from __future__ import annotations
@@ -35,22 +43,41 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import polars as pl
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
+from sits_observe.analytics import class_rules
+from sits_observe.analytics.elastic import elastic_inputs, load_elastic_samples, pod_elastic_inputs
 from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.interference import interference_report, load_gpu_samples
-from sits_observe.analytics.settings import find_link_capacity
 from sits_observe.control.inputs import CurrentState, Signals
 from sits_observe.control.model import ACTIONS, Action
 from sits_observe.control.settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY, ControllerSettings
-from sits_observe.errors import StoreError
+from sits_observe.errors import NoDataError, StoreError
 from sits_observe.store.duck import Store, utc_naive
 
 log = logging.getLogger(__name__)
 
 _DONE = ("Succeeded", "Failed")
+#: The store's timestamp resolution: ``(a, b]`` is ``[a + 1 µs, b + 1 µs)``.
+_TICK = timedelta(microseconds=1)
+
+
+class SignalMetrics:
+    """The adapter's metric on an explicit ``registry``:
+    ``sits_controller_signal_errors_total{signal}``, signal families that failed for a reason
+    other than missing data (an analytics bug, a broken row)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.errors = Counter(
+            "sits_controller_signal_errors",
+            "Signal families (fragmentation, interference) that failed for a reason other than "
+            "missing data, by signal",
+            ["signal"],
+            registry=registry,
+        )
 
 
 class StoreSignalSettings(BaseModel):
@@ -72,6 +99,11 @@ class StoreSignalSettings(BaseModel):
     )
 
 
+def _floor(since: datetime | None) -> datetime:
+    """``since`` as a SQL lower bound (``ts >= ?``); none = every row."""
+    return datetime.min if since is None else since
+
+
 def _frame(store: Store, sql: str, params: list[object]) -> pl.DataFrame:
     return pl.DataFrame(store.query(sql, params))
 
@@ -85,21 +117,38 @@ _INTERFERENCE_SCHEMA = {
 
 
 def _guarded(
-    what: str, compute: Callable[[], pl.DataFrame], schema: dict[str, pl.DataType]
+    what: str,
+    compute: Callable[[], pl.DataFrame],
+    schema: dict[str, pl.DataType],
+    metrics: SignalMetrics | None,
 ) -> pl.DataFrame:
     """``compute()``, or an empty frame when it fails: one broken signal family must not
-    stop every other recommendation. The failure is logged with its traceback."""
+    stop every other recommendation. Missing data is logged at info; anything else is
+    logged with its traceback and counted in ``metrics``."""
     try:
         return compute()
-    except (StoreError, ValueError):
-        log.info("no %s signal: not enough data in the store", what)
-    except Exception:  # an analytics bug: log it loudly, keep the other signals
+    except (NoDataError, StoreError) as exc:
+        log.info("no %s signal: %s", what, exc)
+    except Exception:  # not a data gap: an analytics bug or a broken row
         log.exception("computing the %s signal failed", what)
+        if metrics is not None:
+            metrics.errors.labels(signal=what).inc()
     return pl.DataFrame(schema=schema)
 
 
-def _fragmentation(store: Store, window: StoreSignalSettings) -> pl.DataFrame:
-    live = live_cluster(store, since_s=window.fgd_since_s)
+def _start(at: datetime, seconds: float, since: datetime | None) -> datetime:
+    """The (exclusive) start of a look-back of ``seconds`` ending at ``at``, never before the
+    caller's ``since`` (a report's window: ``since <= ts``)."""
+    start = at - timedelta(seconds=seconds)
+    return start if since is None else max(start, since - timedelta(microseconds=1))
+
+
+def _fragmentation(
+    store: Store, at: datetime, window: StoreSignalSettings, since: datetime | None = None
+) -> pl.DataFrame:
+    live = live_cluster(
+        store, since_s=window.fgd_since_s, since=since, until=at + timedelta(microseconds=1)
+    )
     report = fragmentation(live.state, typical_pods(live.shapes))
     idle = report.node_idle_milli
     ratio = [
@@ -111,9 +160,13 @@ def _fragmentation(store: Store, window: StoreSignalSettings) -> pl.DataFrame:
 
 
 def _interference(
-    store: Store, settings: ControllerSettings, at: datetime, window: StoreSignalSettings
+    store: Store,
+    settings: ControllerSettings,
+    at: datetime,
+    window: StoreSignalSettings,
+    since: datetime | None = None,
 ) -> pl.DataFrame:
-    samples = load_gpu_samples(store, at - timedelta(seconds=window.window_s), at)
+    samples = load_gpu_samples(store, _start(at, window.window_s, since), at)
     report = interference_report(samples, settings.interference)
     return pl.DataFrame(
         {
@@ -126,21 +179,30 @@ def _interference(
 
 
 def _nodes(
-    store: Store, settings: ControllerSettings, at: datetime, window: StoreSignalSettings
+    store: Store,
+    settings: ControllerSettings,
+    at: datetime,
+    window: StoreSignalSettings,
+    since: datetime | None = None,
+    *,
+    metrics: SignalMetrics | None = None,
 ) -> pl.DataFrame:
     nodes = _frame(
         store,
-        "SELECT DISTINCT node FROM nodes WHERE ts = (SELECT max(ts) FROM nodes WHERE ts <= ?) "
-        "AND node IS NOT NULL ORDER BY node",
-        [at],
+        "SELECT DISTINCT node FROM nodes WHERE ts = (SELECT max(ts) FROM nodes WHERE ts <= ? "
+        "AND ts >= ?) AND node IS NOT NULL ORDER BY node",
+        [at, _floor(since)],
     )
     if nodes.height == 0:
         return pl.DataFrame(schema={"node": pl.String()})
-    frag = _guarded("fragmentation", lambda: _fragmentation(store, window), _FRAG_SCHEMA)
+    frag = _guarded(
+        "fragmentation", lambda: _fragmentation(store, at, window, since), _FRAG_SCHEMA, metrics
+    )
     scores = _guarded(
         "interference",
-        lambda: _interference(store, settings, at, window),
+        lambda: _interference(store, settings, at, window, since),
         _INTERFERENCE_SCHEMA,
+        metrics,
     )
     return nodes.join(frag, on="node", how="left").join(scores, on="node", how="left")
 
@@ -148,7 +210,7 @@ def _nodes(
 _PODS_SQL = """
 SELECT namespace, pod, workload, node, priority_class, pod_uid
 FROM pods
-WHERE ts = (SELECT max(ts) FROM pods WHERE ts <= ?)
+WHERE ts = (SELECT max(ts) FROM pods WHERE ts <= ? AND ts >= ?)
   AND node IS NOT NULL AND namespace IS NOT NULL AND pod IS NOT NULL
   AND coalesce(phase, '') NOT IN (?, ?)
 """
@@ -187,85 +249,79 @@ FROM server_windows WHERE ts > ? AND ts <= ? AND pod IS NOT NULL AND namespace I
 GROUP BY ALL
 """
 
-_ELASTIC_SQL = """
-WITH last AS (SELECT gpu_uuid, max(ts) AS end_ts FROM gpu_samples
-              WHERE ts > ? AND ts <= ? AND pod IS NOT NULL GROUP BY gpu_uuid)
-SELECT s.namespace, s.pod, s.gpu_uuid, any_value(s.model_name) AS model_name,
-       avg(s.gpu_util_ratio) AS util,
-       avg(coalesce(s.nvlink_tx_bytes_per_s, 0) + coalesce(s.nvlink_rx_bytes_per_s, 0)) AS nv,
-       bool_or(s.nvlink_tx_bytes_per_s IS NOT NULL OR s.nvlink_rx_bytes_per_s IS NOT NULL)
-           AS has_nv,
-       avg(coalesce(s.pcie_tx_bytes_per_s, 0) + coalesce(s.pcie_rx_bytes_per_s, 0)) AS pcie,
-       bool_or(s.pcie_tx_bytes_per_s IS NOT NULL OR s.pcie_rx_bytes_per_s IS NOT NULL)
-           AS has_pcie
-FROM gpu_samples s JOIN last USING (gpu_uuid)
-WHERE s.ts > last.end_ts - to_microseconds(?) AND s.ts <= last.end_ts
-  AND s.pod IS NOT NULL AND s.namespace IS NOT NULL
-GROUP BY s.namespace, s.pod, s.gpu_uuid
-"""
-
 
 def _elastic(
-    store: Store, settings: ControllerSettings, at: datetime, window: StoreSignalSettings
+    store: Store,
+    settings: ControllerSettings,
+    at: datetime,
+    window: StoreSignalSettings,
+    since: datetime | None = None,
 ) -> pl.DataFrame:
-    window_us = int(settings.classes.elastic_window_s * 1e6)
-    rows = _frame(store, _ELASTIC_SQL, [at - timedelta(seconds=window.window_s), at, window_us])
-    schema = {
-        "namespace": pl.String(),
-        "pod": pl.String(),
-        "gpu_util_ratio": pl.Float64(),
-        "link_saturation_ratio": pl.Float64(),
-        "link_capacity_bytes_per_s": pl.Float64(),
-    }
-    if rows.height == 0:
-        return pl.DataFrame(schema=schema)
-    sat: list[float | None] = []
-    cap: list[float | None] = []
-    for r in rows.iter_rows(named=True):
-        link = find_link_capacity(settings.interference.links, r["model_name"])
-        if link is None:
-            sat.append(None)
-            cap.append(None)
-            continue
-        ratios = []
-        if r["has_pcie"]:
-            ratios.append(r["pcie"] / link.pcie_bytes_per_s)
-        if r["has_nv"] and link.nvlink_bytes_per_s > 0:
-            ratios.append(r["nv"] / link.nvlink_bytes_per_s)
-        sat.append(min(1.0, max(ratios)) if ratios else None)
-        cap.append(link.nvlink_bytes_per_s or link.pcie_bytes_per_s)
-    rows = rows.with_columns(
-        pl.Series("link_saturation_ratio", sat, dtype=pl.Float64()),
-        pl.Series("link_capacity_bytes_per_s", cap, dtype=pl.Float64()),
-    )
-    # A pod on several GPUs: its busiest GPU decides.
-    return (
-        rows.group_by("namespace", "pod")
-        .agg(
-            pl.col("util").max().alias("gpu_util_ratio"),
-            pl.col("link_saturation_ratio").max(),
-            pl.col("link_capacity_bytes_per_s").min(),
+    # (start, at] as the reader's [since, until): the store keeps microseconds.
+    start = _start(at, window.window_s, since) + _TICK
+    samples = load_elastic_samples(store, start, at + _TICK, settings.classes)
+    inputs = elastic_inputs(samples, settings.classes, settings.interference.links)
+    return pod_elastic_inputs(inputs)
+
+
+def _violation_ratios(pods: pl.DataFrame) -> pl.Series:
+    """``sla_violation_ratio`` of each row of ``pods``: of its requests where it has any (a
+    ``latencies`` list or failures), else the share of its ``server_windows`` P99s above the
+    SLA; null without an SLA or either source."""
+    rows = pods.select("sla_p99_s", "latencies", "w_p99s", "failed").with_row_index("_row")
+    sla = pl.col("sla_p99_s")
+
+    def above_sla(column: str) -> pl.DataFrame:
+        return (
+            rows.select("_row", "sla_p99_s", pl.col(column).alias("_v"))
+            .explode("_v")
+            .group_by("_row")
+            .agg(
+                (pl.col("_v") > sla).sum().alias(f"{column}_slow"),
+                pl.col("_v").count().alias(f"{column}_n"),
+            )
         )
-        .cast(schema)  # type: ignore[arg-type]
+
+    failed = pl.col("failed").fill_null(0)
+    ratio = (
+        pl.when(sla.is_null())
+        .then(pl.lit(None, pl.Float64))
+        .when(pl.col("latencies").is_not_null() | (failed > 0))
+        .then(
+            class_rules.sla_violation_ratio(pl.col("latencies_slow"), failed, pl.col("latencies_n"))
+        )
+        .when(pl.col("w_p99s_n") > 0)
+        .then(pl.col("w_p99s_slow") / pl.col("w_p99s_n"))
+    )
+    return (
+        rows.join(above_sla("latencies"), on="_row", how="left")
+        .join(above_sla("w_p99s"), on="_row", how="left")
+        .sort("_row")
+        .select(ratio.cast(pl.Float64).alias("sla_violation_ratio"))
+        .to_series()
     )
 
 
 def _pods(
-    store: Store, settings: ControllerSettings, at: datetime, window: StoreSignalSettings
+    store: Store,
+    settings: ControllerSettings,
+    at: datetime,
+    window: StoreSignalSettings,
+    since: datetime | None = None,
 ) -> pl.DataFrame:
-    pods = _frame(store, _PODS_SQL, [at, *_DONE])
+    pods = _frame(store, _PODS_SQL, [at, _floor(since), *_DONE])
     if pods.height == 0:
         return pods.drop("pod_uid")
-    peak_from = at - timedelta(seconds=window.peak_window_s)
+    peak_from = _start(at, window.peak_window_s, since)
     peaks = _frame(store, _PEAK_SQL, [peak_from, at, peak_from, at])
     dcgm = peaks.filter(pl.col("src") == "dcgm").select(
         "namespace", "pod", pl.col("peak").alias("_dcgm")
     )
     nvml = peaks.filter(pl.col("src") == "nvml").select("pod_uid", pl.col("peak").alias("_nvml"))
     pods = pods.join(dcgm, on=["namespace", "pod"], how="left").join(nvml, on="pod_uid", how="left")
-    since = at - timedelta(seconds=window.window_s)
-    lat = _frame(store, _LATENCY_SQL, [since, at])
-    win = _frame(store, _WINDOWS_SQL, [since, at])
+    start = _start(at, window.window_s, since)
+    lat = _frame(store, _LATENCY_SQL, [start, at])
+    win = _frame(store, _WINDOWS_SQL, [start, at])
     slas = settings.classes.namespace_sla_p99_s
     pods = (
         pods.join(lat, on=["namespace", "pod"], how="left")
@@ -276,29 +332,16 @@ def _pods(
             .alias("sla_p99_s")
         )
     )
-    rates: list[float | None] = []
-    for r in pods.select("sla_p99_s", "latencies", "failed", "w_p99s").iter_rows(named=True):
-        sla = r["sla_p99_s"]
-        if sla is None:
-            rates.append(None)
-        elif r["latencies"] is not None or r["failed"]:
-            values = r["latencies"] or []
-            total = len(values) + int(r["failed"] or 0)
-            bad = sum(1 for v in values if v is not None and v > sla) + int(r["failed"] or 0)
-            rates.append(bad / total if total else None)
-        elif r["w_p99s"]:
-            windows = [v for v in r["w_p99s"] if v is not None]
-            rates.append(sum(1 for v in windows if v > sla) / len(windows) if windows else None)
-        else:
-            rates.append(None)
     pods = pods.with_columns(
         pl.coalesce("_dcgm", "_nvml").cast(pl.Int64).alias("peak_gpu_memory_bytes"),
         pl.coalesce("p95", "w_p95").alias("p95_latency_s"),
         pl.coalesce("p99", "w_p99").alias("p99_latency_s"),
         pl.col("seq").cast(pl.Float64).alias("sequence_tokens"),
-        pl.Series("sla_violation_ratio", rates, dtype=pl.Float64()),
+        _violation_ratios(pods),
     )
-    pods = pods.join(_elastic(store, settings, at, window), on=["namespace", "pod"], how="left")
+    pods = pods.join(
+        _elastic(store, settings, at, window, since), on=["namespace", "pod"], how="left"
+    )
     return pods.select(
         "namespace",
         "pod",
@@ -338,10 +381,14 @@ FROM daily GROUP BY namespace ORDER BY namespace
 
 
 def _namespaces(
-    store: Store, settings: ControllerSettings, at: datetime, window: StoreSignalSettings
+    store: Store,
+    settings: ControllerSettings,
+    at: datetime,
+    window: StoreSignalSettings,
+    since: datetime | None = None,
 ) -> pl.DataFrame:
-    since = at - timedelta(days=settings.quota.history_days)
-    rows = _frame(store, _PEAKS_SQL, [since, at, *_DONE])
+    start = _start(at, settings.quota.history_days * 86_400.0, since)
+    rows = _frame(store, _PEAKS_SQL, [start, at, *_DONE])
     if rows.height == 0:
         return pl.DataFrame()
     if window.gpu_namespaces_only:
@@ -360,13 +407,20 @@ def signals_from_store(
     at: datetime,
     settings: ControllerSettings,
     window: StoreSignalSettings | None = None,
+    *,
+    since: datetime | None = None,
+    metrics: SignalMetrics | None = None,
 ) -> Signals:
-    """The signals of one pass, measured from ``store`` as of ``at`` (see the docstring)."""
+    """The signals of one pass, measured from ``store`` as of ``at`` (see the docstring);
+    ``since`` (a report's window) cuts every look-back so no row before it is read;
+    ``metrics`` counts the signal families that failed for a reason other than missing data
+    (None: they are only logged)."""
     window = window or StoreSignalSettings()
     naive = utc_naive(at)
-    nodes = _nodes(store, settings, naive, window)
-    pods = _pods(store, settings, naive, window)
-    namespaces = _namespaces(store, settings, naive, window)
+    floor = None if since is None else utc_naive(since)
+    nodes = _nodes(store, settings, naive, window, floor, metrics=metrics)
+    pods = _pods(store, settings, naive, window, floor)
+    namespaces = _namespaces(store, settings, naive, window, floor)
     return Signals.of(
         at,
         nodes=nodes if nodes.height else None,
@@ -375,24 +429,25 @@ def signals_from_store(
     )
 
 
-def state_from_store(store: Store, at: datetime) -> CurrentState:
+def state_from_store(store: Store, at: datetime, since: datetime | None = None) -> CurrentState:
     """What the store knows of the cluster, for offline ``recommend``: the latest node
     labels (so an applied ``sits.io/fragmentation`` label counts as current) and each pod's
     priority class. Object lists are incomplete (``complete=False``): nothing is skipped as
-    gone or opted out."""
+    gone or opted out. ``since`` ignores snapshots before it (a report's window)."""
     naive = utc_naive(at)
+    floor = _floor(None if since is None else utc_naive(since))
     label = ACTIONS[Action.FRAGMENTATION].key
     nodes = _frame(
         store,
         "SELECT node AS name, json_extract_string(labels_json, ?) AS current FROM nodes "
-        "WHERE ts = (SELECT max(ts) FROM nodes WHERE ts <= ?) AND node IS NOT NULL",
-        [f'$."{label}"', naive],
+        "WHERE ts = (SELECT max(ts) FROM nodes WHERE ts <= ? AND ts >= ?) AND node IS NOT NULL",
+        [f'$."{label}"', naive, floor],
     )
     pods = _frame(
         store,
         "SELECT namespace, pod AS name, priority_class AS current FROM pods "
-        "WHERE ts = (SELECT max(ts) FROM pods WHERE ts <= ?) AND pod IS NOT NULL",
-        [naive],
+        "WHERE ts = (SELECT max(ts) FROM pods WHERE ts <= ? AND ts >= ?) AND pod IS NOT NULL",
+        [naive, floor],
     )
     parts = []
     if nodes.height:
@@ -421,15 +476,3 @@ def state_from_store(store: Store, at: datetime) -> CurrentState:
         else None
     )
     return CurrentState.of(values=values, complete=False)
-
-
-def latest_data_at(store: Store) -> datetime | None:
-    """The newest sample or snapshot time in the store (naive UTC), or None when empty.
-
-    ``recommend`` measures as of this time, so a store recorded earlier (a demo, a copy from
-    production) still yields its recommendations.
-    """
-    tables = ("gpu_samples", "requests", "server_windows", "pods", "nodes")
-    latest = [store.scalar(f"SELECT max(ts) FROM {table}") for table in tables]
-    found = [t for t in latest if isinstance(t, datetime)]
-    return max(found) if found else None

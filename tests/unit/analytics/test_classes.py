@@ -1,5 +1,7 @@
 """Workload classes and QoS rules, each against the numbers of SPEC "Workload classes and QoS
-tiers", with the edges the spec leaves to interpretation pinned down."""
+tiers", with the edges the spec leaves to interpretation pinned down. The rules are the
+vectorised ones of :mod:`sits_observe.analytics.class_rules`, called here through their
+one-value front-ends; ``test_class_rules`` checks them against the scalar oracle at scale."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sits_observe.analytics import class_rules
 from sits_observe.analytics.classes import (
     NO_PREEMPT,
     PREEMPT,
@@ -17,12 +20,9 @@ from sits_observe.analytics.classes import (
     class_report,
     elastic_quota,
     elastic_signals,
-    gpu_sharing,
     memory_class,
     pod_memory_peaks,
     recommend_priority,
-    sla_violation_rate,
-    smallest_fitting_tier,
     tasks_to_reset,
     tier_quota,
     time_slice,
@@ -34,6 +34,7 @@ from sits_observe.analytics.settings import (
     ClassSettings,
     find_link_capacity,
 )
+from sits_observe.errors import UnknownNameError
 
 S = ClassSettings()
 T0 = datetime(2026, 1, 1)
@@ -71,15 +72,14 @@ def test_tiers_are_the_specs() -> None:
         2 * GIB,
         8e9,
     )
-    with pytest.raises(KeyError, match="tiers: gold, silver, bronze"):
+    with pytest.raises(UnknownNameError, match="tiers: gold, silver, bronze"):
         tier_quota("platinum", S)
 
 
 def test_smallest_fitting_tier() -> None:
-    assert smallest_fitting_tier(2 * GIB, S) == "bronze"
-    assert smallest_fitting_tier(2 * GIB + 1, S) == "silver"
-    assert smallest_fitting_tier(8 * GIB, S) == "gold"
-    assert smallest_fitting_tier(8 * GIB + 1, S) is None
+    peaks = pl.DataFrame({"peak": [2 * GIB, 2 * GIB + 1, 8 * GIB, 8 * GIB + 1]})
+    got = peaks.select(class_rules.smallest_fitting_tier(pl.col("peak"), S)).to_series()
+    assert got.to_list() == ["bronze", "silver", "gold", None]
 
 
 # -- elastic rule ---------------------------------------------------------------------------------
@@ -210,13 +210,9 @@ def test_time_slice_names_missing_inputs() -> None:
 
 
 def test_kubernetes_qos_mapping() -> None:
-    guaranteed = gpu_sharing("Guaranteed", 80 * GIB, S)
-    assert (guaranteed.exclusive, guaranteed.memory_share_ratio) == (True, 1.0)
-    burstable = gpu_sharing("Burstable", 80 * GIB, S)
-    assert (burstable.exclusive, burstable.memory_share_ratio) == (False, 0.6)
-    assert burstable.memory_limit_bytes == 48 * GIB
-    best_effort = gpu_sharing("BestEffort", 80 * GIB, S)
-    assert (best_effort.exclusive, best_effort.memory_share_ratio) == (False, None)
+    frame = pl.DataFrame({"qos": ["Guaranteed", "Burstable", "BestEffort"], "mem": [80 * GIB] * 3})
+    got = frame.select(class_rules.gpu_sharing(pl.col("qos"), pl.col("mem"), S)).rows()
+    assert got == [(True, 1.0, 80 * GIB), (False, 0.6, 48 * GIB), (False, None, None)]
 
 
 def test_priority_classes_are_the_specs() -> None:
@@ -253,8 +249,12 @@ def test_preemption_by_fragmentation(fragmentation: float | None, policy: str | 
 
 
 def test_sla_violation_rate_counts_slow_and_failed_requests() -> None:
-    assert sla_violation_rate([0.010, 0.015, 0.016, 0.030], 1, 0.015) == pytest.approx(3 / 5)
-    assert sla_violation_rate([], 0, 0.015) is None
+    # [10, 15, 16, 30] ms against 15 ms: two slow, one failed, of five.
+    rate = class_rules.sla_violation_ratio(pl.lit(2), pl.lit(1), pl.lit(4))
+    assert pl.select(rate).item() == pytest.approx(3 / 5)
+    assert (
+        pl.select(class_rules.sla_violation_ratio(pl.lit(0), pl.lit(0), pl.lit(0))).item() is None
+    )
 
 
 # -- applied to pods -----------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""The vectorised rules agree with the analytics layer's scalar rules, and the quota rule's
-numbers are the documented formula."""
+"""The controller's rules agree with the scalar oracle of the class rules
+(:mod:`tests.unit.analytics.class_oracle`) when no object holds a level yet, their hysteresis
+is :mod:`sits_observe.control.safety`'s, and the quota rule's numbers are the documented
+formula."""
 
 from __future__ import annotations
 
@@ -11,7 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.classes import (
+from sits_observe.analytics import class_rules
+from sits_observe.analytics.interference import interference_score, recommend_topology
+from sits_observe.control import rules, rules_quotas
+from sits_observe.control.inputs import NODE_SIGNALS, POD_SIGNALS, conform
+from sits_observe.control.safety import above_with_hysteresis
+from sits_observe.control.settings import ControllerSettings
+from tests.unit.analytics.class_oracle import (
     ElasticSignals,
     Task,
     elastic_quota,
@@ -20,10 +28,6 @@ from sits_observe.analytics.classes import (
     tasks_to_reset,
     time_slice,
 )
-from sits_observe.analytics.interference import interference_score, recommend_topology
-from sits_observe.control import rules, rules_quotas
-from sits_observe.control.inputs import NODE_SIGNALS, POD_SIGNALS, conform
-from sits_observe.control.settings import ControllerSettings
 
 S = ControllerSettings()
 GIB = 1024**3
@@ -250,3 +254,135 @@ def test_round_values_by_unit() -> None:
         1,
         2 * 1024**2 + 1,
     ]
+
+
+# -- hysteresis around the analytics rules --------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.none() | st.floats(0.0, 2.0), st.booleans()), min_size=1, max_size=30),
+    st.sampled_from([0.05, 0.65, 0.75, 0.9, 0.0]),
+)
+def test_the_hysteresis_band_is_safetys_test(
+    values: list[tuple[float | None, bool]], t: float
+) -> None:
+    frame = pl.DataFrame(
+        {"v": [v for v, _ in values], "e": [e for _, e in values]},
+        schema={"v": pl.Float64, "e": pl.Boolean},
+    )
+    band = rules.hysteresis_band(pl.col("e"), S)
+    got = frame.select(class_rules.above(pl.col("v"), t, band)).to_series().to_list()
+    want = above_with_hysteresis(
+        rules.floats(frame, "v"), t, frame.get_column("e").to_numpy(), S.hysteresis_ratio
+    )
+    assert got == want.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(latency, tokens, st.sampled_from([None, "25ms", "10ms", "15ms"])),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_time_slice_with_a_state_keeps_it_inside_the_band(
+    inputs: list[tuple[float | None, float | None, str | None]],
+) -> None:
+    rows = [
+        {"namespace": "ns", "pod": f"p{i}", "p95_latency_s": p, "sequence_tokens": t}
+        for i, (p, t, _) in enumerate(inputs)
+    ]
+    frame = pods(rows).with_columns(pl.Series("state", [s for *_, s in inputs], dtype=pl.String))
+    got = proposed(rules.time_slice(frame, S))
+    c, h = S.classes, S.hysteresis_ratio
+    state = np.array([s for *_, s in inputs], dtype=object)
+    long_ = above_with_hysteresis(
+        rules.floats(frame, "p95_latency_s"), c.slice_p95_above_s, state == "25ms", h
+    )
+    short = ~long_ & above_with_hysteresis(
+        rules.floats(frame, "sequence_tokens"),
+        float(c.slice_sequence_above_tokens),
+        state == "10ms",
+        h,
+    )
+    want = {
+        f"p{i}": "25ms" if long_[i] else "10ms" if short[i] else "15ms"
+        for i, (p, t, _) in enumerate(inputs)
+        if p is not None or t is not None
+    }
+    assert got == want
+
+
+priorities = st.sampled_from(["ultra-low-latency", "throughput-guaranteed", "best-effort", "x"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["n1", "n2", None]),
+            priorities,
+            maybe,
+            maybe,
+            st.none() | st.floats(0.0, 0.5),
+            st.sampled_from([0.015, 0.120, None]),
+            st.none() | st.floats(1e9, 1e12),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_qos_quotas_match_the_oracle(
+    inputs: list[
+        tuple[str | None, str, float | None, float | None, float | None, float | None, float | None]
+    ],
+) -> None:
+    rows = [
+        {
+            "namespace": "ns",
+            "pod": f"p{i}",
+            "node": node,
+            "priority_class": cls,
+            "gpu_util_ratio": util,
+            "link_saturation_ratio": link,
+            "p99_latency_s": p99,
+            "sla_p99_s": sla,
+            "link_capacity_bytes_per_s": cap,
+        }
+        for i, (node, cls, util, link, p99, sla, cap) in enumerate(inputs)
+    ]
+    out = rules_quotas.qos_quotas(pods(rows), S).collect()
+    got = {(r["name"], r["action"]): r["proposed_value"] for r in out.iter_rows(named=True)}
+    prio = {p.name: p.value for p in S.classes.priority_classes}
+    top: dict[str, int] = {}
+    for r in rows:
+        key = r["node"] or r["pod"]
+        top[key] = max(top.get(key, 0), prio.get(r["priority_class"], 0))
+    for r in rows:
+        tier_name = S.tier_by_priority_class.get(r["priority_class"])
+        if tier_name is None:
+            assert (r["pod"], "qos-memory-quota") not in got
+            continue
+        tier = S.classes.tiers[tier_name]
+        cap = r["link_capacity_bytes_per_s"] or S.qos_bandwidth_max_bytes_per_s
+        decision = elastic_quota(
+            tier.memory_bytes,
+            tier.bandwidth_bytes_per_s,
+            ElasticSignals(5, 5, r["gpu_util_ratio"], r["link_saturation_ratio"], None, None),
+            S.classes,
+            memory_minimum_bytes=S.qos_memory_min_bytes,
+            bandwidth_maximum_bytes_per_s=cap,
+        )
+        misses = (
+            r["p99_latency_s"] is not None
+            and r["sla_p99_s"] is not None
+            and (r["p99_latency_s"] > r["sla_p99_s"])
+        )
+        task = Task(r["pod"], prio.get(r["priority_class"], 0), misses)
+        reset = decision.triggered and bool(tasks_to_reset([task], top[r["node"] or r["pod"]]))
+        mem = decision.memory_quota_bytes if reset else tier.memory_bytes
+        bw = decision.bandwidth_quota_bytes_per_s if reset else tier.bandwidth_bytes_per_s
+        assert got[(r["pod"], "qos-memory-quota")] == mem
+        assert got[(r["pod"], "qos-bandwidth-quota")] == pytest.approx(bw)
