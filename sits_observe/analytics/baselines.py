@@ -27,7 +27,9 @@ import polars as pl
 
 from sits_observe.analytics.settings import BaselineSettings
 from sits_observe.domain.tables import find_table
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.errors import UnknownNameError
+from sits_observe.store.duck import Store
 
 KEPT = "kept"
 EXCLUDED = "excluded"
@@ -44,7 +46,7 @@ DEFAULT_KEYS: dict[str, tuple[str, ...]] = {
 
 def exclusion_reason(settings: BaselineSettings) -> str:
     """The human reason written beside every excluded count."""
-    return f"outside {settings.sigma_k:g} sigma of the {settings.window_s:g} s window mean"
+    return f"outside {settings.sigma_k:g} sigma of the {settings.sliding_window_s:g} s window mean"
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def flag_noise(
     """``frame``'s non-NULL rows, sorted, with ``window_mean``, ``window_std``,
     ``window_samples`` and ``status`` (``kept`` | ``excluded`` | ``unchecked``) added."""
     keys = list(key_columns)
-    window = f"{round(settings.window_s * 1_000_000)}us"
+    window = f"{round(settings.sliding_window_s * 1_000_000)}us"
     value = pl.col(value_column).cast(pl.Float64)
     data = frame.filter(pl.col(value_column).is_not_null()).sort([*keys, ts_column])
     # Constant helper for counting earlier samples in the window.
@@ -250,15 +252,17 @@ def load_metric(
 
     Names are checked against the table's schema (they cannot be SQL parameters). For
     ``requests``, failed requests (``ok = false``) are left out: their latency is not service.
-    Raises ``KeyError`` listing the valid names on a bad table, metric or key.
+    Raises :class:`UnknownNameError` listing the valid names on a bad table, metric or key.
     """
     spec = find_table(table)
     valid = numeric_columns(table)
     if metric not in valid:
-        raise KeyError(f"{table} has no numeric column {metric!r}; valid: {', '.join(valid)}")
+        raise UnknownNameError(
+            f"{table} has no numeric column {metric!r}; valid: {', '.join(valid)}"
+        )
     for key in key_columns:
         if spec.schema.get_field_index(key) < 0 or key == metric:
-            raise KeyError(
+            raise UnknownNameError(
                 f"{table} has no key column {key!r}; valid: {', '.join(spec.schema.names)}"
             )
     ts = spec.time_column

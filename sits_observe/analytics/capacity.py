@@ -32,7 +32,8 @@ import polars as pl
 from sits_observe.analytics.heatmap import HeatmapSettings, compute_heatmaps
 from sits_observe.analytics.latency import RequestSelection
 from sits_observe.analytics.settings import PriceTable
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 #: Relative slack when dividing target by capacity, so 0.3 / 0.1 = 2.9999999999999996 is 3.
 _CEIL_SLACK = 1e-9
@@ -185,12 +186,15 @@ def size_model(
 
 # -- reading the store -------------------------------------------------------------------------
 
+# The latest snapshot before ``until`` (one ``?`` pair: ``[until, until]``, None = newest).
 _LATEST_NODES = (
     "SELECT node, gpu_product, labels_json FROM nodes WHERE node IS NOT NULL "
+    "AND (?::TIMESTAMP IS NULL OR ts < ?) "
     "QUALIFY row_number() OVER (PARTITION BY node ORDER BY ts DESC) = 1"
 )
 _LATEST_PODS = (
     "SELECT namespace, pod, node, gpu_request FROM pods WHERE pod IS NOT NULL "
+    "AND (?::TIMESTAMP IS NULL OR ts < ?) "
     "QUALIFY row_number() OVER (PARTITION BY namespace, pod ORDER BY ts DESC) = 1"
 )
 
@@ -202,7 +206,8 @@ def load_pool_inputs(
     until: datetime | None = None,
     model: str | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``(requests with their node, latest nodes)`` for :func:`pool_latency`."""
+    """``(requests in [since, until) with their node, latest nodes before until)`` for
+    :func:`pool_latency`."""
     lo = utc_naive(since) if since is not None else None
     hi = utc_naive(until) if until is not None else None
     sql = (
@@ -213,8 +218,8 @@ def load_pool_inputs(
         "AND (?::TIMESTAMP IS NULL OR r.ts >= ?) AND (?::TIMESTAMP IS NULL OR r.ts < ?) "
         "AND (?::VARCHAR IS NULL OR r.model = ?)"
     )
-    requests = pl.DataFrame(store.query(sql, [lo, lo, hi, hi, model, model]))
-    return requests, pl.DataFrame(store.query(_LATEST_NODES))
+    requests = pl.DataFrame(store.query(sql, [hi, hi, lo, lo, hi, hi, model, model]))
+    return requests, pl.DataFrame(store.query(_LATEST_NODES, [hi, hi]))
 
 
 @dataclass(frozen=True)
@@ -226,16 +231,22 @@ class ReplicaShape:
     gpus_per_replica: int | None
 
 
-def replica_shapes(store: Store, model: str) -> dict[str | None, ReplicaShape]:
-    """Per GPU product: the pods that served ``model`` and their largest ``gpu_request``."""
+def replica_shapes(
+    store: Store, model: str, *, since: datetime | None = None, until: datetime | None = None
+) -> dict[str | None, ReplicaShape]:
+    """Per GPU product: the pods that served ``model`` in ``[since, until)`` and their largest
+    ``gpu_request`` (latest snapshots before ``until``)."""
+    lo = utc_naive(since) if since is not None else None
+    hi = utc_naive(until) if until is not None else None
     sql = (
         "SELECT DISTINCT r.pod, coalesce(r.node, p.node) AS node, p.gpu_request, n.gpu_product "
         f"FROM requests r LEFT JOIN ({_LATEST_PODS}) p "
         "ON r.namespace IS NOT DISTINCT FROM p.namespace AND r.pod = p.pod "
         f"LEFT JOIN ({_LATEST_NODES}) n ON n.node = coalesce(r.node, p.node) "
-        "WHERE r.model = ? AND r.pod IS NOT NULL"
+        "WHERE r.model = ? AND r.pod IS NOT NULL "
+        "AND (?::TIMESTAMP IS NULL OR r.ts >= ?) AND (?::TIMESTAMP IS NULL OR r.ts < ?)"
     )
-    rows = store.query(sql, [model]).to_pylist()
+    rows = store.query(sql, [hi, hi, hi, hi, model, lo, lo, hi, hi]).to_pylist()
     shapes: dict[str | None, ReplicaShape] = {}
     for product in {r["gpu_product"] for r in rows}:
         mine = [r for r in rows if r["gpu_product"] == product]
@@ -263,6 +274,7 @@ def measured_safe_max(
     shapes: Mapping[str | None, ReplicaShape],
     *,
     since: datetime | None = None,
+    until: datetime | None = None,
     heatmap: HeatmapSettings | None = None,
 ) -> dict[str | None, MeasuredSafeMax]:
     """Safe maximum throughput per replica and GPU product, through the heatmap's rule.
@@ -273,7 +285,7 @@ def measured_safe_max(
     base = heatmap or HeatmapSettings()
     settings = HeatmapSettings.model_validate({**base.model_dump(), "slo_ms": slo_s * 1000})
     maps = compute_heatmaps(
-        store, settings, selection=RequestSelection(model=model, since=since), by="pod"
+        store, settings, selection=RequestSelection(model=model, since=since, until=until), by="pod"
     )
     by_pod = {m.group: m.safe_max for m in maps}
     out: dict[str | None, MeasuredSafeMax] = {}

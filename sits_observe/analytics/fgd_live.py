@@ -23,6 +23,9 @@
 - Workload M: the distinct pods (by UID) seen in ``pods`` snapshots within ``since_s`` before
   the latest one, each with its latest request: CPU, GPU count, the share of each GPU and the
   allowed GPU products (``gpu_types``).
+- A window: with ``until``, "latest" means the latest before ``until`` (rows at or after it
+  are not read), and with ``since`` no row before ``since`` is read (snapshots, pods of M,
+  device samples): the inventory at the end of a report's window (``since <= ts < until``).
 
 Inconsistent rows (a pod on a node missing from the snapshot, requests above what is left, a
 share outside 1-1000 or a partial share of several GPUs) never fail the measure: they are
@@ -76,13 +79,21 @@ class _Holding:
 
 
 def live_cluster(
-    store: Store, *, since_s: float = 86_400.0, devices_since_s: float = DEVICES_SINCE_S
+    store: Store,
+    *,
+    since_s: float | None = 86_400.0,
+    devices_since_s: float = DEVICES_SINCE_S,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> LiveCluster:
     """Build the cluster state and workload shapes from ``store`` (see the module docstring).
 
-    Raises :class:`StoreError` when there is no ``nodes`` snapshot or no pod in the window.
+    ``since`` / ``until`` bound every row read (``since <= ts < until``, None = open);
+    ``since_s`` None takes every pod of the window into M. Raises :class:`StoreError` when
+    there is no ``nodes`` snapshot or no pod in the window.
     """
-    nodes_at = store.scalar("SELECT max(ts) FROM nodes")
+    bounds = _Bounds(since, until)
+    nodes_at = store.scalar(f"SELECT max(ts) FROM nodes WHERE {bounds.sql}", bounds.params)
     if nodes_at is None:
         raise StoreError(
             "no node inventory in the store; run the inventory collector "
@@ -90,22 +101,46 @@ def live_cluster(
         )
     warnings: list[str] = []
     state = _nodes(store, nodes_at, warnings)
-    pods_at = store.scalar("SELECT max(ts) FROM pods")
+    pods_at = store.scalar(f"SELECT max(ts) FROM pods WHERE {bounds.sql}", bounds.params)
     placed = 0
     shapes: tuple[PodShape, ...] = ()
     if pods_at is not None:
         holdings, placed = _bound_pods(store, state, pods_at, warnings)
-        devices_from = nodes_at - timedelta(seconds=devices_since_s)
+        devices = bounds.clipped(nodes_at - timedelta(seconds=devices_since_s))
         _place_gpus(
-            store, state, holdings, since=devices_from, since_s=devices_since_s, warnings=warnings
+            store, state, holdings, bounds=devices, since_s=devices_since_s, warnings=warnings
         )
-        shapes = _shapes(store, pods_at, since_s, warnings)
+        start = None if since_s is None else pods_at - timedelta(seconds=since_s)
+        shapes = _shapes(store, pods_at, bounds.clipped(start), warnings)
     if not shapes:
+        within = "in the window" if since_s is None else f"within {since_s:g} s"
         raise StoreError(
-            f"no pods in the store within {since_s:g} s of the latest snapshot; "
+            f"no pods in the store {within} of the latest snapshot; "
             "the workload M is built from recent pods (widen --since)"
         )
     return LiveCluster(state, shapes, nodes_at, pods_at, placed, tuple(warnings))
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """``since <= ts < until`` as SQL (None = open at that end)."""
+
+    since: datetime | None
+    until: datetime | None
+
+    @property
+    def sql(self) -> str:
+        return "(? IS NULL OR ts >= ?) AND (? IS NULL OR ts < ?)"
+
+    @property
+    def params(self) -> list[object]:
+        return [self.since, self.since, self.until, self.until]
+
+    def clipped(self, start: datetime | None) -> _Bounds:
+        """These bounds, starting no earlier than ``start``."""
+        if start is None or (self.since is not None and self.since >= start):
+            return self
+        return _Bounds(start, self.until)
 
 
 def _nodes(store: Store, at: datetime, warnings: list[str]) -> ClusterState:
@@ -174,14 +209,14 @@ def _bound_pods(
     return holdings, placed
 
 
-def _devices(store: Store, state: ClusterState, since: datetime) -> dict[str, dict[str, int]]:
-    """node -> {GPU UUID -> index} from each UUID's latest whole-GPU sample since ``since``."""
+def _devices(store: Store, state: ClusterState, bounds: _Bounds) -> dict[str, dict[str, int]]:
+    """node -> {GPU UUID -> index} from each UUID's latest whole-GPU sample in ``bounds``."""
     rows = store.query(
         "SELECT node, gpu_uuid AS uuid, arg_max(gpu_index, ts) AS idx, max(ts) AS seen_at "
-        "FROM gpu_samples WHERE ts >= ? AND mig_instance_id IS NULL AND node IS NOT NULL "
+        f"FROM gpu_samples WHERE {bounds.sql} AND mig_instance_id IS NULL AND node IS NOT NULL "
         "AND gpu_uuid IS NOT NULL AND gpu_index IS NOT NULL "
         "GROUP BY node, gpu_uuid ORDER BY node, seen_at DESC, uuid",
-        [since],
+        bounds.params,
     ).to_pylist()
     devices: dict[str, dict[str, int]] = {}
     for r in rows:
@@ -202,12 +237,12 @@ def _place_gpus(
     state: ClusterState,
     holdings: list[_Holding],
     *,
-    since: datetime,
+    bounds: _Bounds,
     since_s: float,
     warnings: list[str],
 ) -> None:
     """Assigned devices first (every pod), then the rest by the default rules."""
-    devices = _devices(store, state, since) if any(h.uuids for h in holdings) else {}
+    devices = _devices(store, state, bounds) if any(h.uuids for h in holdings) else {}
     unsampled: Counter[str] = Counter()
     rest: list[tuple[_Holding, int]] = []
     for h in holdings:
@@ -272,15 +307,15 @@ def _default(state: ClusterState, h: _Holding, count: int, warnings: list[str]) 
 
 
 def _shapes(
-    store: Store, at: datetime, since_s: float, warnings: list[str]
+    store: Store, at: datetime, bounds: _Bounds, warnings: list[str]
 ) -> tuple[PodShape, ...]:
-    start = at - timedelta(seconds=since_s)
     rows = store.query(
         "SELECT coalesce(cpu_request_milli, 0) AS cpu, coalesce(gpu_request, 0) AS gpus, "
-        "gpu_milli AS milli, gpu_types AS types FROM pods WHERE ts >= ? AND ts <= ? "
+        "gpu_milli AS milli, gpu_types AS types FROM pods "
+        "WHERE (? IS NULL OR ts >= ?) AND ts <= ? "
         "QUALIFY row_number() OVER ("
         "PARTITION BY coalesce(pod_uid, namespace || '/' || pod) ORDER BY ts DESC) = 1",
-        [start, at],
+        [bounds.since, bounds.since, at],
     ).to_pylist()
     shapes = []
     impossible = 0

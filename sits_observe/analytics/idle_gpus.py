@@ -41,7 +41,8 @@ from sits_observe.analytics.fgd_live import LiveCluster
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.settings import PriceTable
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 Kind = Literal["idle", "oversized", "stranded"]
 KINDS: tuple[Kind, ...] = ("idle", "oversized", "stranded")

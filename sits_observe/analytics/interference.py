@@ -36,7 +36,8 @@ from datetime import datetime
 import polars as pl
 
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 SINGLE_NUMA_NODE = "single-numa-node"
 BEST_EFFORT = "best-effort"

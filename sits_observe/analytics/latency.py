@@ -32,9 +32,9 @@ from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
-from sits_observe.errors import ConfigError
+from sits_observe.domain.times import utc_naive
+from sits_observe.errors import ConfigError, UnknownNameError
 from sits_observe.store import Store
-from sits_observe.store.duck import utc_naive
 
 GroupBy = Literal["model", "pod", "node", "gpu_uuid"]
 Metric = Literal["latency_s", "ttft_s", "inter_token_s"]
@@ -90,9 +90,9 @@ def quantile_column(q: float) -> str:
 
 
 def check_group(by: str, allowed: Sequence[str] = get_args(GroupBy)) -> GroupBy:
-    """``by`` as a :data:`GroupBy`; :class:`ConfigError` listing the valid names otherwise."""
+    """``by`` as a :data:`GroupBy`; :class:`UnknownNameError` listing the valid names otherwise."""
     if by not in allowed:
-        raise ConfigError(f"cannot group by {by!r}; valid: {', '.join(allowed)}")
+        raise UnknownNameError(f"cannot group by {by!r}; valid: {', '.join(allowed)}")
     return by  # type: ignore[return-value]
 
 
@@ -120,7 +120,7 @@ def exact_quantiles(
     """
     check_group(by)
     if metric not in get_args(Metric):
-        raise ConfigError(f"unknown metric {metric!r}; valid: {', '.join(get_args(Metric))}")
+        raise UnknownNameError(f"unknown metric {metric!r}; valid: {', '.join(get_args(Metric))}")
     _check_quantiles(quantiles)
     where, params = (selection or RequestSelection()).where(metric)
     picks = ", ".join(f'q[{i + 1}] AS "{quantile_column(q)}"' for i, q in enumerate(quantiles))
@@ -192,12 +192,20 @@ def groups_with_only_estimates(
 
 
 def known_values(
-    store: Store, column: GroupBy, table: Literal["requests", "server_windows"] = "requests"
+    store: Store,
+    column: GroupBy,
+    table: Literal["requests", "server_windows"] = "requests",
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[str]:
-    """Distinct non-NULL values of ``column`` in ``table`` (for messages), sorted."""
+    """Distinct non-NULL values of ``column`` in ``table`` (for messages), sorted; only rows
+    with ``since <= ts < until`` where those are given."""
     check_group(column)
     rows = store.query(
-        f"SELECT DISTINCT {column} AS v FROM {table} WHERE {column} IS NOT NULL ORDER BY v"
+        f"SELECT DISTINCT {column} AS v FROM {table} WHERE {column} IS NOT NULL"
+        " AND (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?) ORDER BY v",
+        [since, since, until, until],
     )
     return [str(v) for v in rows.column("v").to_pylist()]
 
@@ -229,8 +237,13 @@ def explain_empty(
         )
     elif not chosen.include_failed and not store.scalar(
         "SELECT count(*) FROM requests WHERE ok IS DISTINCT FROM false"
-        + (" AND model = ?" if chosen.model is not None else ""),
-        [chosen.model] if chosen.model is not None else [],
+        + (" AND model = ?" if chosen.model is not None else "")
+        + " AND (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)",
+        [
+            *([chosen.model] if chosen.model is not None else []),
+            *[None if chosen.since is None else utc_naive(chosen.since)] * 2,
+            *[None if chosen.until is None else utc_naive(chosen.until)] * 2,
+        ],
     ):
         reason = "every selected request failed (ok = false); --include-failed counts them"
     else:
@@ -243,3 +256,18 @@ def explain_empty(
     if store.scalar(f"SELECT count(*) FROM server_windows WHERE {where}", params):
         reason += "; histogram ESTIMATES exist for it: try --source estimate"
     return reason
+
+
+def latency_buckets(
+    store: Store, selection: RequestSelection, bounds_s: Sequence[float]
+) -> pa.Table:
+    """Per model, the selected requests as a cumulative histogram over ``bounds_s``: columns
+    ``model``, ``n`` (requests), ``total`` (sum of latency_s, s) and ``b0`` ... ``b<k>``
+    (requests with latency_s <= ``bounds_s[i]``); one row per model, in no set order."""
+    where, params = selection.where("latency_s")
+    columns = ["model", "count(*) AS n", "sum(latency_s) AS total"]
+    columns += [f"count(*) FILTER (WHERE latency_s <= ?) AS b{i}" for i in range(len(bounds_s))]
+    return store.query(
+        f"SELECT {', '.join(columns)} FROM requests WHERE {where} GROUP BY model",
+        [*bounds_s, *params],
+    )

@@ -33,7 +33,8 @@ from sits_observe.analytics.capacity import replicas_needed
 from sits_observe.analytics.heatmap import HeatmapSettings, compute_heatmaps
 from sits_observe.analytics.heatmap_knee import find_safe_max
 from sits_observe.analytics.latency import RequestSelection
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 
 class ReplicaSettings(BaseModel):
@@ -82,6 +83,8 @@ class ReplicaRecommendation:
     pods_measured: int
     upper_bound: bool
     reason: str
+    #: The namespaces of its serving pods (the latest inventory row of each).
+    namespaces: tuple[str, ...] = ()
 
 
 _PEAK_SQL = """
@@ -93,7 +96,7 @@ SELECT quantile_disc(n, ?) AS peak FROM (
 """
 
 _PODS_SQL = """
-SELECT pod, coalesce(workload, pod) AS workload, gpu_request FROM pods
+SELECT namespace, pod, coalesce(workload, pod) AS workload, gpu_request FROM pods
 WHERE pod IN (SELECT unnest(?::VARCHAR[]))
 QUALIFY row_number() OVER (PARTITION BY namespace, pod ORDER BY ts DESC) = 1
 """
@@ -142,6 +145,7 @@ def _one(
     inventory = store.query(_PODS_SQL, [list(pods)]).to_pylist() if pods else []
     per_replica = max((int(r["gpu_request"]) for r in inventory if r["gpu_request"]), default=1)
     workloads = tuple(sorted({str(r["workload"]) for r in inventory}))
+    namespaces = tuple(sorted({str(r["namespace"]) for r in inventory if r["namespace"]}))
     peak = peak_rate(store, model, since, until, s)
     current = len(pods)
     notes = "; ".join(dict.fromkeys(v.note for v in verdicts.values())) or "no serving pod"
@@ -163,6 +167,7 @@ def _one(
         pods_measured=len(safe),
         upper_bound=False,
         reason=f"not enough data: {notes}",
+        namespaces=namespaces,
     )
     if not safe:
         return rec

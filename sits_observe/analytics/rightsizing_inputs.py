@@ -18,7 +18,8 @@ import polars as pl
 
 from sits_observe.analytics.rightsizing import MemoryRecommendation, RightsizingSettings
 from sits_observe.analytics.rightsizing import recommendations as _recommendations
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 WORKLOAD_KEY = ("namespace", "workload")
 

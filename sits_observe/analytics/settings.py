@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -72,6 +73,13 @@ def find_link_capacity(
     return next((link for link in links if link.matches(gpu_name)), None)
 
 
+class NvlinkScope(StrEnum):
+    """When NVLink traffic counts as conflict (see ``nvlink_conflict_scope``)."""
+
+    gpu = "gpu"
+    node = "node"
+
+
 class InterferenceSettings(BaseModel):
     """Interference score and TopologyManager rule (SPEC "Topology and interference")."""
 
@@ -92,8 +100,8 @@ class InterferenceSettings(BaseModel):
     sync_delay_consecutive: int = Field(
         3, ge=1, le=1000, description="consecutive bad sync delays that force best-effort"
     )
-    nvlink_conflict_scope: Literal["gpu", "node"] = Field(
-        "gpu",
+    nvlink_conflict_scope: NvlinkScope = Field(
+        NvlinkScope.gpu,
         description="when NVLink traffic counts as conflict: 'gpu' = the GPU serves 2+ pods at "
         "that sample; 'node' = 2+ pods on the node move NVLink traffic at that sample",
     )
@@ -116,7 +124,9 @@ class BaselineSettings(BaseModel):
 
     # SPEC: "a 60 s sliding window; a sample further than 2.5 sigma from the window mean is
     # excluded from baselines (and counted)".
-    window_s: float = Field(60.0, gt=0, le=86400, description="sliding window length, seconds")
+    sliding_window_s: float = Field(
+        60.0, gt=0, le=86400, description="sliding window a sample is judged against, seconds"
+    )
     sigma_k: float = Field(
         2.5, gt=0, le=100, description="samples further than k standard deviations are noise"
     )

@@ -43,7 +43,8 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_PROCESSES, GPU_SAMPLES
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 #: Columns each input needs (a table may carry more; missing ones are read as NULL).
 GPU_COLUMNS = (
@@ -184,20 +185,28 @@ def smf_value(fb_free_bytes: int, memory_current_bytes: int, fb_total_bytes: int
 
 
 def read_smf_inputs(
-    store: Store, *, since: datetime | None = None, settings: SmfSettings | None = None
+    store: Store,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    settings: SmfSettings | None = None,
 ) -> SmfInputs:
-    """Read the columns SMF needs from ``store``, from ``since`` (UTC) on.
+    """Read the columns SMF needs from ``store``, ``since <= ts < until`` (UTC; None = open).
 
     GPU samples are read from ``max_skew_s`` before ``since`` so that the first cgroup samples
     of the window can still find their GPU sample.
     """
     settings = settings or SmfSettings()
     bound = None if since is None else utc_naive(since)
+    end = None if until is None else utc_naive(until)
     gpu_bound = None if bound is None else bound - timedelta(seconds=settings.max_skew_s)
 
     def read(table: str, columns: tuple[str, ...], start: datetime | None) -> pa.Table:
-        sql = f"SELECT {', '.join(columns)} FROM {table} WHERE (? IS NULL OR ts >= ?)"
-        return store.query(sql, [start, start])
+        sql = (
+            f"SELECT {', '.join(columns)} FROM {table} "
+            "WHERE (? IS NULL OR ts >= ?) AND (? IS NULL OR ts < ?)"
+        )
+        return store.query(sql, [start, start, end, end])
 
     return SmfInputs(
         gpu_samples=read(GPU_SAMPLES.name, GPU_COLUMNS, gpu_bound),

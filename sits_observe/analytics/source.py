@@ -37,8 +37,9 @@ from sits_observe.analytics.trends_series import (
 )
 from sits_observe.collectors import histogram as hist
 from sits_observe.domain.tables import GPU_SAMPLES, SERVER_WINDOWS, conform
-from sits_observe.errors import ConfigError
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.errors import ConfigError, UnknownNameError
+from sits_observe.store.duck import Store
 
 
 class GpuSeriesSource(Protocol):
@@ -98,7 +99,7 @@ class DuckGpuSource:
         names = list(GPU_SAMPLES.schema.names if columns is None else columns)
         bad = [c for c in names if GPU_SAMPLES.schema.get_field_index(c) < 0]
         if bad:
-            raise ConfigError(f"unknown gpu_samples column(s) {bad}")
+            raise UnknownNameError(f"unknown gpu_samples column(s) {bad}")
         identity = ["ts", "node", "gpu_uuid", "gpu_index", "model_name", "mig_profile"]
         identity += ["mig_instance_id", "namespace", "pod", "container", "device"]
         chosen = list(dict.fromkeys([*identity, *names]))

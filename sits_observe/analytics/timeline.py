@@ -42,7 +42,8 @@ import numpy as np
 import polars as pl
 
 from sits_observe.analytics.settings import TimelineSettings
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.domain.times import utc_naive
+from sits_observe.store.duck import Store
 
 #: (stage, start column, end column, likely cause), in order.
 STAGES: tuple[tuple[str, str, str, str], ...] = (
@@ -253,15 +254,16 @@ def compare_to_reference(p95_s: float | None, settings: TimelineSettings) -> str
 def load_pods(
     store: Store, since: datetime | None = None, until: datetime | None = None
 ) -> pl.DataFrame:
-    """The latest snapshot of each pod created in ``[since, until)`` (NULL creation included
-    only without ``since``)."""
+    """The latest snapshot before ``until`` of each pod created in ``[since, until)`` (NULL
+    creation included only without ``since``)."""
     cols = ", ".join(POD_COLUMNS)
     lo = utc_naive(since) if since is not None else None
     hi = utc_naive(until) if until is not None else None
     sql = (
         f"SELECT ts, {cols} FROM pods WHERE pod_uid IS NOT NULL "
+        "AND (?::TIMESTAMP IS NULL OR ts < ?) "
         "QUALIFY row_number() OVER (PARTITION BY pod_uid ORDER BY ts DESC) = 1 "
         "AND (?::TIMESTAMP IS NULL OR created_at >= ?) "
         "AND (?::TIMESTAMP IS NULL OR created_at < ?)"
     )
-    return pl.DataFrame(store.query(sql, [lo, lo, hi, hi]))
+    return pl.DataFrame(store.query(sql, [hi, hi, lo, lo, hi, hi]))

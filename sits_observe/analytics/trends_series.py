@@ -28,8 +28,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, StoreError
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.store.duck import Store
 
 #: Bucket widths the automatic choice picks from, seconds.
 AUTO_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60)
@@ -79,9 +80,10 @@ def auto_bucket_s(span_s: float) -> int:
 
 _SPAN = """
 SELECT min(t), max(t) FROM (
-    SELECT ts AS t FROM gpu_samples WHERE (? IS NULL OR ts >= ?)
+    SELECT ts AS t FROM gpu_samples WHERE (? IS NULL OR ts >= ?) AND (? IS NULL OR ts < ?)
     UNION ALL
-    SELECT minute AS t FROM gpu_samples_1m WHERE (? IS NULL OR minute >= ?)
+    SELECT minute AS t FROM gpu_samples_1m
+    WHERE (? IS NULL OR minute >= ?) AND (? IS NULL OR minute < ?)
 )
 """
 
@@ -92,7 +94,8 @@ WITH raw AS (
            node, gpu_uuid, coalesce(mig_instance_id, -1) AS mig_key,
            fb_used_bytes, fb_total_bytes
     FROM gpu_samples
-    WHERE ($since IS NULL OR ts >= $since) AND node IS NOT NULL AND gpu_uuid IS NOT NULL
+    WHERE ($since IS NULL OR ts >= $since) AND ($until IS NULL OR ts < $until)
+      AND node IS NOT NULL AND gpu_uuid IS NOT NULL
       AND fb_used_bytes IS NOT NULL AND fb_total_bytes > 0
 ), raw_b AS (
     SELECT bucket, node, gpu_uuid, mig_key, sum(fb_used_bytes)::DOUBLE AS used_sum,
@@ -104,6 +107,7 @@ WITH raw AS (
            sum(r.samples)::DOUBLE AS n, max(r.fb_total_bytes_max)::DOUBLE AS total
     FROM gpu_samples_1m AS r
     WHERE $use_rollups AND ($since IS NULL OR r.minute >= $since)
+      AND ($until IS NULL OR r.minute < $until)
       AND r.samples > 0 AND r.fb_total_bytes_max > 0 AND r.fb_used_bytes_sum IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM raw WHERE raw.minute = r.minute AND raw.node = r.node
                       AND raw.gpu_uuid = r.gpu_uuid AND raw.mig_key = r.mig_instance_id)
@@ -128,22 +132,30 @@ def read_occupancy_series(
     since: datetime | None = None,
     level: TrendLevel = TrendLevel.gpu,
     bucket_s: int | None = None,
+    until: datetime | None = None,
 ) -> OccupancySeries:
-    """Occupancy series from ``store`` since ``since`` (UTC), bucketed by ``bucket_s``.
+    """Occupancy series from ``store`` in ``since <= ts < until`` (UTC, None = open),
+    bucketed by ``bucket_s``.
 
     ``bucket_s`` None picks :func:`auto_bucket_s` of the data's time span. Raises
     :class:`ConfigError` for a bucket outside 1 s - 1 day.
     """
     bound = None if since is None else utc_naive(since)
+    end = None if until is None else utc_naive(until)
     if bucket_s is None:
-        span = store.query(_SPAN, [bound, bound, bound, bound]).to_pylist()[0]
+        span = store.query(_SPAN, [bound, bound, end, end] * 2).to_pylist()[0]
         first, last = span["min(t)"], span["max(t)"]
         span_s = 0.0 if first is None else (last - first).total_seconds()
         bucket_s = auto_bucket_s(span_s)
     if not 1 <= bucket_s <= 86_400:
         raise ConfigError(f"bucket of {bucket_s} s is out of range; allowed: 1 to 86400 s")
     key = "gpu_uuid" if level is TrendLevel.gpu else "node"
-    params = {"bucket_s": float(bucket_s), "since": bound, "use_rollups": bucket_s % 60 == 0}
+    params = {
+        "bucket_s": float(bucket_s),
+        "since": bound,
+        "until": end,
+        "use_rollups": bucket_s % 60 == 0,
+    }
     try:
         # Batches keep the key strings of one batch in memory at a time, not one per point.
         reader = (

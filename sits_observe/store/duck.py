@@ -258,6 +258,10 @@ class Store:
             raise StoreError(f"query failed: {exc}") from exc
         return row[0] if row else None
 
+    def ping(self) -> None:
+        """Run a trivial query; :class:`StoreError` when the database does not answer."""
+        self.scalar("SELECT 1")
+
     def count(self, table: str) -> int:
         """Rows in ``table``."""
         self._check_name(table)

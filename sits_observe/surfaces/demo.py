@@ -33,11 +33,9 @@ import secrets
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import httpx
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, Field
 
 from sits_observe.analytics.heatmap import HeatmapSettings
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
@@ -52,13 +50,13 @@ from sits_observe.control.kube import KubeJson
 from sits_observe.control.loop import ControllerLoop
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.domain.collect import Collector
+from sits_observe.reports import decision_totals
 from sits_observe.simulator.cluster import SimulatedCluster
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.simulator.kube_publish import KubePublisher
 from sits_observe.simulator.runtime import SimulationRuntime
 from sits_observe.store import Store
 from sits_observe.surfaces.demo_loop import (
-    SCHEDULER_CONFIG,
     TIME_SLICING,
     LiveLoop,
     LoopCounts,
@@ -66,6 +64,7 @@ from sits_observe.surfaces.demo_loop import (
     seed_cluster,
     serves_bind,
 )
+from sits_observe.surfaces.demo_settings import DemoSettings
 from sits_observe.surfaces.demo_workdir import PreviousRun, WorkdirLock, prepare_workdir
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
@@ -118,50 +117,6 @@ DEMO_HEATMAP = HeatmapSettings(
 DEMO_EXPORTER = ExporterSettings(
     cache_s=5.0, slow_cache_s=20.0, latency_slo_s=DEMO_SLO_S, heatmap=DEMO_HEATMAP
 )
-
-
-class DemoSettings(BaseModel):
-    """What ``sits-observe demo`` simulates and where it writes."""
-
-    duration_s: float | None = Field(None, gt=0, description="seconds to run; none = until Ctrl-C")
-    nodes: int = Field(2, ge=1, le=64, description="simulated GPU nodes")
-    gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per simulated node")
-    seed: int = Field(7, ge=0, description="seed of the simulation (same seed, same cluster)")
-    db_path: Path = Field(Path("demo-data/sits.duckdb"), description="DuckDB file to fill")
-    workdir: Path = Field(
-        Path("demo-data"), description="folder for the simulated nodes' files and agent spools"
-    )
-    interval_s: float = Field(1.0, ge=0.1, le=60, description="agent collection interval, s")
-    inventory_interval_s: float = Field(
-        5.0, ge=0.5, le=600, description="seconds between Kubernetes inventory snapshots"
-    )
-    controller_interval_s: float = Field(
-        10.0, ge=1, le=3600, description="seconds between controller passes"
-    )
-    scheduler_config: Path = Field(
-        SCHEDULER_CONFIG,
-        description="KubeSchedulerConfiguration whose extenders the demo's scheduler calls "
-        "(their urlPrefix is moved to the demo service)",
-    )
-    server_start_timeout_s: float = Field(
-        60.0,
-        gt=0,
-        le=600,
-        description="seconds to wait for the inference pods to be scheduled and running "
-        "before the agents start",
-    )
-    ui_port: int | None = Field(
-        None,
-        ge=1,
-        le=65535,
-        description="serve the Streamlit app on this loopback port, reading through the "
-        "service (none = no app)",
-    )
-    keep_db: bool = Field(
-        False,
-        description="append to the database an earlier run left instead of replacing it "
-        "(the simulated node files are always replaced)",
-    )
 
 
 def node_collectors(
@@ -442,13 +397,7 @@ class Demo:
 
     def applied_decisions(self) -> dict[str, int]:
         """Controller decisions written to the emulator, by action."""
-        if self.store is None:
-            return {}
-        rows = self.store.query(
-            "SELECT action, count(*) AS n FROM decisions WHERE outcome = 'applied' "
-            "GROUP BY action ORDER BY action"
-        ).to_pylist()
-        return {str(r["action"]): int(r["n"]) for r in rows}
+        return decision_totals.applied_decisions(self.store) if self.store is not None else {}
 
     @property
     def service_url(self) -> str:

@@ -50,8 +50,6 @@ BIND_PATH = "/scheduler/bind"
 
 log = logging.getLogger(__name__)
 
-#: The scheduler configuration the repository ships (beside the package in a checkout).
-SCHEDULER_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "scheduler-config.yaml"
 #: Where the demo's NVIDIA device plugin reads its time slices (namespace, name).
 TIME_SLICING = ("kube-system", "sits-time-slicing")
 TIME_SLICING_KEY = "sits-time-slices.yaml"

@@ -65,7 +65,7 @@ from sits_observe.control.scheduler_loop import LiveScheduler, SchedulerLoopSett
 from sits_observe.control.scheduler_nodes import read_gpu_request
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.control.state import read_state
-from sits_observe.control.store_signals import signals_from_store
+from sits_observe.control.store_signals import SignalMetrics, signals_from_store
 from sits_observe.errors import ConfigError
 from sits_observe.simulator.calibration import GPU_PRODUCTS
 from sits_observe.simulator.cluster import PodEvent, SimulatedCluster
@@ -312,7 +312,9 @@ class RunParts:
             time_slicing_configmap="/".join(TIME_SLICING),
         )
         kube = KubeJson(self.emulator.api_client())
-        metrics = ControllerMetrics(CollectorRegistry())
+        registry = CollectorRegistry()
+        metrics = ControllerMetrics(registry)
+        signal_metrics = SignalMetrics(registry)
         recorder = StoreRecorder(
             store,
             metrics,
@@ -327,7 +329,7 @@ class RunParts:
         )
         return ControllerLoop(
             settings=settings,
-            read_signals=lambda at: signals_from_store(store, at, settings),
+            read_signals=lambda at: signals_from_store(store, at, settings, metrics=signal_metrics),
             read_state=lambda: read_state(kube, settings),
             applier=applier,
             recorder=recorder,

@@ -37,7 +37,13 @@ from sits_observe.analytics.experiment_measures import (
     RunTimeline,
     applied_by_action,
 )
+from sits_observe.analytics.experiment_reads import (
+    gpu_utilisation,
+    pod_start_s,
+    request_latencies_s,
+)
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.reports.decision_totals import applied_decisions
 from sits_observe.simulator.calibration import GPU_PRODUCTS
 from sits_observe.simulator.cluster import SimulatedCluster
 from sits_observe.simulator.pod_specs import PodSpec
@@ -195,7 +201,7 @@ class _Stepper:
             )
             for at_s, spec in self.parts.workloads.arrived
         )
-        util_t, util = self._utilisation()
+        util_t, util = gpu_utilisation(self.store, self.parts.clock.epoch.timestamp())
         return RunTimeline(
             arm=self.parts.arm.name,
             seed=self.parts.seed,
@@ -212,17 +218,10 @@ class _Stepper:
             pods=pods,
             util_t_s=util_t,
             util_ratio=util,
-            latencies_s=self._column(
-                "SELECT latency_s FROM requests WHERE ok ORDER BY ts, latency_s"
-            ),
-            pod_start_s=self._column(
-                "SELECT epoch(initialized_at) - epoch(created_at) FROM "
-                "(SELECT pod_uid, min(created_at) AS created_at, "
-                "min(initialized_at) AS initialized_at FROM pods GROUP BY pod_uid) "
-                "WHERE created_at IS NOT NULL AND initialized_at IS NOT NULL ORDER BY pod_uid"
-            ),
+            latencies_s=request_latencies_s(self.store),
+            pod_start_s=pod_start_s(self.store),
             quota_rejections=int(self.parts.driver.counts.outcomes["rejected_quota"]),
-            controller_applied=applied_by_action(self._applied()),
+            controller_applied=applied_by_action(applied_decisions(self.store)),
             scheduled_by_path=applied_by_action(
                 {
                     k.removeprefix("scheduled_"): v
@@ -239,28 +238,6 @@ class _Stepper:
                 }
             ),
         )
-
-    def _epoch_s(self) -> float:
-        return self.parts.clock.epoch.timestamp()
-
-    def _utilisation(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.store.query(
-            "SELECT epoch(ts) AS t, avg(gpu_util_ratio) AS u FROM gpu_samples "
-            "WHERE mig_profile IS NULL GROUP BY ts ORDER BY ts"
-        ).to_pydict()
-        t = np.array(rows["t"], dtype=np.float64) - self._epoch_s()
-        return t, np.array([np.nan if u is None else u for u in rows["u"]], dtype=np.float64)
-
-    def _column(self, sql: str) -> np.ndarray:
-        table = self.store.query(sql)
-        values = table.column(0).to_pylist()
-        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-
-    def _applied(self) -> dict[str, int]:
-        rows = self.store.query(
-            "SELECT action, count(*) AS n FROM decisions WHERE outcome = 'applied' GROUP BY action"
-        ).to_pylist()
-        return {str(r["action"]): int(r["n"]) for r in rows}
 
 
 def _shape(spec: PodSpec) -> PodShape:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sits_observe.surfaces.demo_settings import SCHEDULER_CONFIG
+
 #: The arms, with what each runs (the parts are built in :mod:`.experiment_parts`).
 ARM_DOCS: dict[str, str] = {
     "kube-default": "kube-scheduler without extenders, no controller (what a team runs today)",
@@ -29,8 +31,6 @@ ARM_DOCS: dict[str, str] = {
 }
 #: The arm every sits arm is compared against.
 BASELINE = "kube-default"
-#: The repository's scheduler configuration (demo_loop.SCHEDULER_CONFIG, without its imports).
-SCHEDULER_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "scheduler-config.yaml"
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,9 @@ def test_errors_are_one_line_at_40_columns_from_a_long_path(deep: Path) -> None:
     db = deep / "nope.duckdb"
     missing = sits("recommend", "--db", db)
     assert missing.returncode == 2
-    assert missing.stderr == f"error: database {str(db)!r} does not exist; ingest something first\n"
+    assert missing.stderr == (
+        f"error: database {db} does not exist; give the --db of an ingest or serve\n"
+    )
     absent = deep / "absent-metrics.txt"
     unreadable = sits("ingest", "dcgm", absent, "--db", deep / "s.duckdb")
     assert unreadable.returncode == 2
@@ -175,6 +177,8 @@ def test_a_model_named_like_markup_reaches_latency_and_heatmap(tmp_path: Path) -
     assert latency.exit_code == 0, latency.output
     [row] = [line for line in latency.stdout.splitlines() if "[/evil]" in line]
     assert " 50 " in row
-    heatmap = CliRunner().invoke(app, ["heatmap", "--db", str(db), "--by", "model"])
+    heatmap = CliRunner().invoke(app, ["heatmap", "--db", str(db), "--by", "model", "--grid"])
     assert heatmap.exit_code == 0, heatmap.output
     assert "model = [/evil]: 50 requests" in heatmap.stdout
+    *_bins, limits = [line for line in heatmap.stdout.splitlines() if line.startswith("[/evil] ")]
+    assert " 50 " in limits  # the knee / safe maximum row of the one model

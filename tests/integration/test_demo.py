@@ -94,13 +94,13 @@ def test_demo_database_answers_the_analysis_commands(tmp_path: Path) -> None:
         _wait_for(demo, ("requests", "pods", "decisions"), 60)
     db = str(settings.db_path)
     runner = CliRunner()
-    advice = runner.invoke(app, ["recommend", "--db", db, "--format", "json"])
+    advice = runner.invoke(app, ["recommend", "--db", db, "-o", "json"])
     assert advice.exit_code == 0, advice.output
-    rows = json.loads(advice.stdout)
-    assert rows and {"kind", "namespace", "name", "action", "current", "proposed"} <= set(rows[0])
+    rows = json.loads(advice.stdout)["rows"]
+    assert rows and {"kind", "target", "action", "current", "proposed"} <= set(rows[0])
     latency = runner.invoke(app, ["latency", "--db", db, "--by", "model", "--format", "json"])
     assert latency.exit_code == 0, latency.output
-    (model,) = json.loads(latency.stdout)
+    (model,) = json.loads(latency.stdout)["rows"]
     assert model["model"] == "llama2-70b" and model["count"] > 0
     assert 0 < model["p50_s"] <= model["p95_s"] <= model["p99_s"]
 

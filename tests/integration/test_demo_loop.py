@@ -193,4 +193,4 @@ def test_the_closing_summary_says_what_the_loop_did(tmp_path: Path) -> None:
     assert "pods through the sits extender" in out
     assert "controller decisions applied in the emulator:" in out
     assert "sits-observe experiment --arms kube-default,kube-sits" in out
-    assert "--window-s 10 --throughput-bin-rps 1 --slo-ms 60000" in out
+    assert "--bin-s 10 --throughput-bin-rps 1 --slo-ms 60000" in out

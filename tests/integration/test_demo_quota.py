@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sits_observe.collectors.kube import KubeInventoryCollector
-from sits_observe.control.kube import KubeJson
+from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.settings import Bound, ControllerSettings, Mode, QuotaRuleSettings
 from sits_observe.simulator.cluster import SimulatedCluster
 from sits_observe.simulator.kube_emulator import KubeEmulator

@@ -14,6 +14,7 @@ import time
 import zlib
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -108,10 +109,18 @@ def db(tmp_path: Path) -> Path:
 # -- latency ----------------------------------------------------------------------------
 
 
-def test_latency_json_has_exactly_the_keys_and_numpy_values(db: Path) -> None:
-    code, stdout, stderr = invoke("latency", "--db", str(db), "--format", "json")
+def document(*args: str) -> tuple[dict[str, Any], str]:
+    """The JSON document of one report command, and its stderr."""
+    code, stdout, stderr = invoke(*args, "-o", "json")
     assert code == 0, stderr
-    rows = json.loads(stdout)
+    doc = json.loads(stdout)
+    assert isinstance(doc, dict)
+    return doc, stderr
+
+
+def test_latency_json_has_exactly_the_keys_and_numpy_values(db: Path) -> None:
+    doc, stderr = document("latency", "--db", str(db))
+    rows = doc["rows"]
     assert [list(r) for r in rows] == [["model", "count", "p50_s", "p95_s", "p99_s"]] * 2
     with Store.open(db, read_only=True) as store:
         chat = store.query("SELECT latency_s FROM requests WHERE model = 'chat' AND ok")
@@ -121,6 +130,7 @@ def test_latency_json_has_exactly_the_keys_and_numpy_values(db: Path) -> None:
         assert rows[0][f"p{q}_s"] == pytest.approx(np.percentile(values, q), rel=1e-14)
     assert "no exact latencies for model rerank" in stderr
     assert "--source estimate" in stderr
+    assert doc["facts"]["source"] == "exact" and doc["facts"]["by"] == "model"
 
 
 def test_latency_csv_by_pod_and_failed(db: Path) -> None:
@@ -139,17 +149,52 @@ def test_latency_csv_by_pod_and_failed(db: Path) -> None:
     assert int(rows[0]["count"]) == int(ok_only[0]["count"]) + 1  # the failed request
 
 
+def test_latency_window_counts_back_from_the_newest_request(db: Path) -> None:
+    doc, _ = document("latency", "--db", str(db), "--since", "5s", "--until", "newest")
+    (chat,) = doc["rows"]  # embed's requests all completed in the first 5 s
+    # the newest request completed at T0 + 17.x s: the window holds the 1 s bins 12..17
+    newest = T0 + timedelta(seconds=17 + 94 / 95)
+    assert doc["window"]["until_rule"] == "newest"
+    with Store.open(db, read_only=True) as store:
+        expected = store.scalar(
+            "SELECT count(*) FROM requests WHERE model = 'chat' AND ok AND ts >= ?",
+            [newest - timedelta(seconds=5)],
+        )
+    assert chat["count"] == expected > 0
+
+
 def test_latency_estimates_are_labelled(db: Path) -> None:
-    code, stdout, stderr = invoke(
-        "latency", "--db", str(db), "--source", "estimate", "--format", "json"
-    )
-    assert code == 0, stderr
-    first, unbounded = json.loads(stdout)
+    doc, _ = document("latency", "--db", str(db), "--source", "estimate")
+    first, unbounded = doc["rows"]
     assert first["estimate"] is True and first["error_bound_s"] == 0.25
     assert first["window_end"] == "2026-05-04T10:00:00Z"
     assert unbounded["error_bound_s"] is None  # JSON has no infinity
-    code, stdout, _ = invoke("latency", "--db", str(db), "--source", "estimate")
-    assert "ESTIMATES" in stdout
+    _, stdout, _ = invoke("latency", "--db", str(db), "--source", "estimate")
+    assert "ESTIMATES" in stdout and "inf" in stdout
+
+
+def test_latency_by_gpu_names_the_gpu(db: Path, tmp_path: Path) -> None:
+    with Store.open(db) as store:
+        store.execute("UPDATE requests SET gpu_uuid = 'GPU-1234' WHERE pod = 'embed-0'")
+        store.append(
+            "gpu_samples",
+            pa.Table.from_pylist(
+                [
+                    {
+                        "ts": T0,
+                        "node": "node-a",
+                        "gpu_uuid": "GPU-1234",
+                        "gpu_index": 3,
+                        "model_name": "NVIDIA H100 80GB HBM3",
+                    }
+                ]
+            ),
+        )
+    doc, _ = document("latency", "--db", str(db), "--by", "gpu")
+    gpus = {r["gpu_uuid"]: r for r in doc["rows"]}
+    assert gpus["GPU-1234"]["gpu"] == "node-a/3 (H100 80GB)"
+    assert gpus["GPU-1234"]["count"] == 5
+    assert gpus[None]["count"] == 945  # the chat requests record no GPU
 
 
 @pytest.mark.parametrize(
@@ -158,8 +203,10 @@ def test_latency_estimates_are_labelled(db: Path) -> None:
         (("--model", "nope"), "models with requests: chat, embed"),
         (("--model", "rerank"), "--source estimate"),
         (("--since", "5 parsecs"), "--since"),
-        (("--since", "1h"), "no request completed since"),
-        (("--by", "gpu_uuid", "--source", "estimate"), "do not know the GPU"),
+        (("--since", "1h"), "try --until newest"),
+        (("--by", "gpu", "--source", "estimate"), "do not know the GPU"),
+        (("--by", "gpu_uuid"), "--by"),
+        (("--metric", "ttft", "--source", "estimate"), "end-to-end latency only"),
     ],
 )
 def test_latency_errors_are_one_line(db: Path, args: tuple[str, ...], message: str) -> None:
@@ -181,59 +228,76 @@ def test_empty_database(tmp_path: Path) -> None:
     Store.open(path).close()
     for command in ("latency", "heatmap"):
         code, _, stderr = invoke(command, "--db", str(path))
-        assert code == 2 and "has no requests" in stderr
+        assert code == 2 and "table requests is empty" in stderr
+        assert "sits-observe ingest requests" in stderr
 
 
 # -- heatmap ----------------------------------------------------------------------------
 
-HEATMAP_KEYS = {
-    "by",
-    "group",
-    "window_s",
+HEATMAP_SETTINGS = {
+    "bin_s",
     "latency_bin_ms",
     "throughput_bin_rps",
     "slo_ms",
     "min_bin_requests",
-    "requests",
-    "cells",
-    "windows",
-    "throughput_bins",
-    "knee",
-    "safe_max",
-    "notes",
+    "by",
+    "model",
+    "include_failed",
+    "table",
 }
+HEATMAP_FACTS = {*HEATMAP_SETTINGS, "first_bin_at", "requests", "heatmaps"}
 
 
 def test_heatmap_json(db: Path) -> None:
-    code, stdout, stderr = invoke(
-        "heatmap", "--db", str(db), "--model", "chat", "--throughput-bin-rps", "20",
-        "--latency-bin-ms", "25", "--slo-ms", "400", "--format", "json",
-    )  # fmt: skip
-    assert code == 0, stderr
-    data = json.loads(stdout)
-    assert set(data) == HEATMAP_KEYS
-    assert data["latency_bin_ms"] == 25 and data["throughput_bin_rps"] == 20
-    assert all(set(c) == {"latency_lo_ms", "throughput_lo_rps", "count"} for c in data["cells"])
+    common = ("heatmap", "--db", str(db), "--model", "chat", "--throughput-bin-rps", "20")
+    common += ("--latency-bin-ms", "25", "--slo-ms", "400")
+    cells, _ = document(*common, "--table", "cells")
+    assert set(cells["facts"]) == HEATMAP_FACTS
+    facts = cells["facts"]
+    assert facts["latency_bin_ms"] == 25 and facts["throughput_bin_rps"] == 20
     assert all(
-        set(w) == {"start", "throughput_rps", "count", "p50_s", "p95_s", "p99_s"}
-        for w in data["windows"]
+        set(c) == {"latency_lo_ms", "throughput_lo_rps", "count", "latency_bin", "throughput_bin"}
+        for c in cells["rows"]
     )
+    assert set(cells["tables"]) == {"bins", "limits"}
     total = sum(10 + 5 * k for k in range(18))
-    assert sum(c["count"] for c in data["cells"]) == data["requests"] == total
-    assert [w["count"] for w in data["windows"]] == [10 + 5 * k for k in range(18)]
-    assert data["safe_max"] is not None and data["safe_max"]["slo_ms"] == 400
-    assert data["knee"] is None or data["knee"]["throughput_lo_rps"] >= 0
+    assert sum(c["count"] for c in cells["rows"]) == facts["requests"] == total
+    windows, _ = document(*common, "--table", "windows")
+    assert all(
+        set(w) == {"start", "throughput_rps", "count", "throughput_bin", "p50_s", "p95_s", "p99_s"}
+        for w in windows["rows"]
+    )
+    assert [w["count"] for w in windows["rows"]] == [10 + 5 * k for k in range(18)]
+    bins, _ = document(*common)
+    assert set(bins["tables"]) == {"limits"}
+    assert sum(b["requests"] for b in bins["rows"]) == total
+    (heatmap,) = facts["heatmaps"]
+    assert heatmap["safe_max"] is not None and heatmap["safe_max"]["slo_ms"] == 400
+    assert heatmap["knee"] is None or heatmap["knee"]["throughput_lo_rps"] >= 0
+    (limits,) = bins["tables"]["limits"]["rows"]
+    assert limits["safe_max_rps"] == heatmap["safe_max"]["throughput_lo_rps"]
+    assert limits["exceeded_from_rps"] == heatmap["safe_max"]["exceeded_from_rps"]
 
 
-def test_heatmap_grouped_json_is_a_list_and_pooling_is_noted(db: Path) -> None:
-    code, stdout, stderr = invoke("heatmap", "--db", str(db), "--by", "model", "--format", "json")
-    assert code == 0, stderr
-    maps = json.loads(stdout)
-    assert [(m["by"], m["group"]) for m in maps] == [("model", "chat"), ("model", "embed")]
-    code, stdout, stderr = invoke("heatmap", "--db", str(db), "--format", "json")
-    assert code == 0
-    assert json.loads(stdout)["group"] is None
+def test_heatmap_grouped_and_pooling_is_noted(db: Path) -> None:
+    doc, _ = document("heatmap", "--db", str(db), "--by", "model")
+    assert [m["model"] for m in doc["facts"]["heatmaps"]] == ["chat", "embed"]
+    assert [r["model"] for r in doc["tables"]["limits"]["rows"]] == ["chat", "embed"]
+    doc, stderr = document("heatmap", "--db", str(db))
+    assert doc["facts"]["by"] is None and len(doc["facts"]["heatmaps"]) == 1
     assert "one heatmap over 2 models" in stderr
+
+
+def test_heatmap_bins_start_inside_the_window(db: Path) -> None:
+    doc, _ = document(
+        "heatmap", "--db", str(db), "--model", "chat", "--since", "5.5s", "--until", "newest",
+        "--table", "windows",
+    )  # fmt: skip
+    since = datetime.fromisoformat(doc["window"]["since"].removesuffix("Z"))
+    starts = [datetime.fromisoformat(w["start"].removesuffix("Z")) for w in doc["rows"]]
+    # the window starts mid-bin (at T0 + 12.49 s): the first whole bin is T0 + 13 s
+    assert starts[0] == T0 + timedelta(seconds=13) > since
+    assert [w["count"] for w in doc["rows"]] == [10 + 5 * k for k in range(13, 18)]
 
 
 @pytest.mark.parametrize(
@@ -246,12 +310,14 @@ def test_heatmap_grouped_json_is_a_list_and_pooling_is_noted(db: Path) -> None:
 )
 def test_heatmap_csv(db: Path, part: str, header: str) -> None:
     code, stdout, stderr = invoke(
-        "heatmap", "--db", str(db), "--model", "chat", "--format", "csv", "--csv-of", part
+        "heatmap", "--db", str(db), "--model", "chat", "--format", "csv", "--table", part
     )
     assert code == 0, stderr
     assert stdout.splitlines()[0].startswith(header)
-    code, stdout, _ = invoke("heatmap", "--db", str(db), "--by", "pod", "--format", "csv")
-    assert stdout.splitlines()[0] == "pod,latency_lo_ms,throughput_lo_rps,count"
+    code, stdout, _ = invoke(
+        "heatmap", "--db", str(db), "--by", "pod", "--format", "csv", "--table", "cells"
+    )
+    assert stdout.splitlines()[0].startswith("pod,latency_lo_ms,throughput_lo_rps,count")
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -268,39 +334,43 @@ def _png_size(path: Path) -> tuple[int, int]:
 def test_heatmap_png_files(db: Path, tmp_path: Path) -> None:
     out = tmp_path / "chat.png"
     code, _, stderr = invoke(
-        "heatmap", "--db", str(db), "--model", "chat", "--slo-ms", "400", "--format", "png",
-        "--out", str(out),
-    )  # fmt: skip
-    assert code == 0, stderr
-    width, height = _png_size(out)
-    assert width > 50 and height > 50
-    code, _, stderr = invoke(
-        "heatmap", "--db", str(db), "--by", "model", "--format", "png", "--out", str(out)
+        "heatmap", "--db", str(db), "--model", "chat", "--slo-ms", "400", "--png", str(out)
     )
     assert code == 0, stderr
+    assert f"wrote {out} (945 requests)" in stderr
+    width, height = _png_size(out)
+    assert width > 50 and height > 50
+    code, stdout, stderr = invoke(
+        "heatmap", "--db", str(db), "--by", "model", "--png", str(out), "-o", "json"
+    )
+    assert code == 0, stderr
+    assert json.loads(stdout)["report"] == "heatmap"  # the picture does not touch stdout
     for name in ("chat-chat.png", "chat-embed.png"):
         _png_size(tmp_path / name)
 
 
-def test_heatmap_table(db: Path) -> None:
+def test_heatmap_table_and_grid(db: Path) -> None:
     code, stdout, stderr = invoke(
         "heatmap", "--db", str(db), "--model", "chat", "--throughput-bin-rps", "20",
-        "--slo-ms", "400",
+        "--slo-ms", "400", "--grid",
     )  # fmt: skip
     assert code == 0, stderr
     assert "P95 per throughput bin" in stdout
-    assert "safe maximum" in stdout and "knee" in stdout
+    assert "safe max" in stdout and "knee" in stdout
+    assert "safe maximum 40 rps" in stderr  # the verdicts' reasons are notes
+    assert "requests per cell" in stdout and "every selected request: 945 requests" in stdout
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--format", "png"), "needs --out"),
-        (("--window-s", "0"), "--window-s"),
+        (("--bin-s", "0"), "--bin-s"),
+        (("--bin-s", "0.0000001"), "whole number of microseconds"),
+        (("--window-s", "1"), "No such option: --window-s"),
         (("--throughput-bin-rps", "-1"), "--throughput-bin-rps"),
         (("--latency-bin-ms", "0.0000001"), "whole number of microseconds"),
         (("--model", "rerank"), "--source estimate"),
-        (("--out", "x.txt"), "--out works with"),
+        (("--table", "grid"), "--table"),
     ],
 )
 def test_heatmap_errors_are_one_line(db: Path, args: tuple[str, ...], message: str) -> None:
@@ -328,33 +398,29 @@ def test_both_commands_on_a_demo_database(tmp_path: Path) -> None:
             time.sleep(1)
     db = str(settings.db_path)
 
-    code, stdout, stderr = invoke("latency", "--db", db, "--format", "json")
-    assert code == 0, stderr
-    rows = json.loads(stdout)
+    doc, _ = document("latency", "--db", db)
+    rows = doc["rows"]
     assert rows and all(set(r) == {"model", "count", "p50_s", "p95_s", "p99_s"} for r in rows)
     assert all(0 < r["p50_s"] <= r["p95_s"] <= r["p99_s"] for r in rows)
 
-    code, stdout, stderr = invoke("latency", "--db", db, "--by", "pod", "--format", "json")
-    assert code == 0, stderr
+    doc, _ = document("latency", "--db", db, "--by", "pod")
     # The demo's inference pods come from its vLLM Deployments (one per GPU product).
-    pods = {r["pod"] for r in json.loads(stdout)}
+    pods = {r["pod"] for r in doc["rows"]}
     assert pods and all(p.startswith("vllm-llama2-70b-") for p in pods), pods
 
-    code, stdout, stderr = invoke("latency", "--db", db, "--source", "estimate", "--format", "json")
-    assert code == 0, stderr
-    assert all(r["estimate"] is True for r in json.loads(stdout))
+    doc, _ = document("latency", "--db", db, "--source", "estimate")
+    assert all(r["estimate"] is True for r in doc["rows"])
 
-    code, stdout, stderr = invoke(
-        "heatmap", "--db", db, "--throughput-bin-rps", "1", "--format", "json", "--slo-ms", "5000"
-    )
-    assert code == 0, stderr
-    data = json.loads(stdout)
+    doc, _ = document("heatmap", "--db", db, "--throughput-bin-rps", "1", "--slo-ms", "5000")
+    cells, _ = document("heatmap", "--db", db, "--throughput-bin-rps", "1", "--table", "cells")
+    windows, _ = document("heatmap", "--db", db, "--throughput-bin-rps", "1", "--table", "windows")
     with Store.open(settings.db_path, read_only=True) as store:
         stored = store.scalar("SELECT count(*) FROM requests WHERE ok IS DISTINCT FROM false")
-    assert sum(c["count"] for c in data["cells"]) == data["requests"] == stored
-    assert sum(w["count"] for w in data["windows"]) == stored
+    assert sum(c["count"] for c in cells["rows"]) == cells["facts"]["requests"] == stored
+    assert sum(w["count"] for w in windows["rows"]) == stored
+    assert doc["facts"]["requests"] == stored
 
     png = tmp_path / "demo.png"
-    code, _, stderr = invoke("heatmap", "--db", db, "--format", "png", "--out", str(png))
+    code, _, stderr = invoke("heatmap", "--db", db, "--png", str(png))
     assert code == 0, stderr
     _png_size(png)

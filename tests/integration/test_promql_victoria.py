@@ -232,34 +232,56 @@ def _db_path(loaded: Loaded) -> str:
 
 
 def test_cli_trends_from_promql_match_the_db(loaded: Loaded) -> None:
-    common = ["trends", "--bucket-s", "60", "--format", "json"]
+    common = ["trends", "--bucket-s", "60", "-o", "json"]
     from_db = _cli(*common, "--db", _db_path(loaded))
     from_vm = _cli(*common, "--promql-url", loaded.client.base_url, "--since", "3h")
     assert isinstance(from_db, dict) and isinstance(from_vm, dict)
-    assert from_vm["clusters"] == from_db["clusters"] and from_vm["noise"] == from_db["noise"]
-    assert from_db["n_series"] == 16
+    assert from_vm["rows"] == from_db["rows"]  # clusters, members named alike
+    assert from_vm["tables"]["noise"] == from_db["tables"]["noise"]
+    assert from_db["facts"]["n_series"] == 16
+
+
+def _same_rows(left: object, right: object) -> None:
+    """Report rows equal, floats to 1e-9 (the two reads sum the same samples in another order)."""
+    assert isinstance(left, list) and isinstance(right, list) and len(left) == len(right)
+    for a, b in zip(left, right, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            if isinstance(value, float):
+                assert b[key] == pytest.approx(value, abs=1e-9), key
+            else:
+                assert b[key] == value, key
 
 
 def test_cli_interference_from_promql_matches_the_db(loaded: Loaded) -> None:
-    common = ["interference", "--format", "json"]
+    common = ["interference", "-o", "json"]
     from_db = _cli(*common, "--db", _db_path(loaded))
     from_vm = _cli(*common, "--promql-url", loaded.client.base_url, "--since", "3h")
     assert isinstance(from_db, dict) and isinstance(from_vm, dict)
-    assert from_vm["nodes"] == from_db["nodes"]
-    assert from_vm["gpus"] == from_db["gpus"]
+    assert len(from_db["rows"]) == 4  # nodes
+    _same_rows(from_vm["rows"], from_db["rows"])
+    _same_rows(from_vm["tables"]["gpus"]["rows"], from_db["tables"]["gpus"]["rows"])
 
 
 def test_cli_latency_estimates_from_promql_match_the_db(loaded: Loaded) -> None:
     common = ["latency", "--source", "estimate", "--format", "json"]
     from_db = _cli(*common, "--db", _db_path(loaded))
     from_vm = _cli(*common, "--promql-url", loaded.client.base_url, "--since", "3h")
-    assert from_vm == from_db
-    assert isinstance(from_db, list) and len(from_db) == VLLM_SCRAPES - 1
+    assert isinstance(from_db, dict) and isinstance(from_vm, dict)
+    assert from_vm["rows"] == from_db["rows"]  # the same windows, bit for bit
+    assert from_vm["columns"] == from_db["columns"]
+    assert isinstance(from_db["rows"], list) and len(from_db["rows"]) == VLLM_SCRAPES - 1
+    assert (from_db["facts"]["store"], from_vm["facts"]["store"]) == ("duckdb", "promql")
 
 
 def test_cli_refuses_exact_latency_from_promql(loaded: Loaded) -> None:
     result = CliRunner().invoke(
         app, ["latency", "--promql-url", loaded.client.base_url, "--since", "1h"]
     )
-    assert result.exit_code != 0
-    assert "--source estimate" in result.output
+    assert result.exit_code == 2
+    assert "--source estimate" in result.stderr
+    result = CliRunner().invoke(
+        app,
+        ["latency", "--promql-url", loaded.client.base_url, "--source", "estimate"],
+    )
+    assert result.exit_code == 2 and "needs --since" in result.stderr

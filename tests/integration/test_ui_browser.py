@@ -104,7 +104,7 @@ def app_url(tmp_path: Path) -> Iterator[str]:
         sys.executable, "-m", "streamlit", "run", str(APP),
         "--server.port", str(port), "--server.address", "127.0.0.1",
         "--server.headless", "true", "--browser.gatherUsageStats", "false",
-        "--", "--db", str(db), "--window-s", str(7 * 86400),
+        "--", "--db", str(db), "--since", "7d",
     ]  # fmt: skip
     log = (tmp_path / "streamlit.log").open("wb")
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

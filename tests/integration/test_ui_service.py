@@ -1,7 +1,7 @@
 """The Streamlit app reading through a real service (uvicorn on loopback) instead of a file.
 
-The service owns the DuckDB file; the app copies its tables over ``GET /api/v1/tables`` into
-memory and must show the same values as when it reads the file directly.
+The service owns the DuckDB file; the app asks it for each report
+(``GET /api/v1/reports/{name}``) and must show the same values as when it reads the file.
 """
 
 from __future__ import annotations
@@ -12,22 +12,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
-from sits_observe.surfaces.ui.source import fetch_table, snapshot_from_service
-from tests.unit.surfaces.test_ui_pages import (
-    T0,
-    app_on,
-    fill_store,
-    frames,
-    metrics,
-    page,
-    request_rows,
-)
+from sits_observe.surfaces.ui.config import UiSettings
+from sits_observe.surfaces.ui.reading import ServiceReader, StoreReader, open_reader
+from tests.unit.surfaces.test_ui_pages import SINCE, app_on, fill_store, frames, metrics, page
 
 pytestmark = pytest.mark.slow
 TOKEN = "ui-token-123"
@@ -57,27 +49,19 @@ def service(tmp_path: Path) -> Iterator[str]:
         store.close()
 
 
-def test_paged_reads_lose_and_double_nothing(service: str) -> None:
-    """Pages of 7 rows split the 1 ms-spaced request times: every row arrives once."""
-    with httpx.Client(timeout=30) as client:
-        got = fetch_table(client, service, TOKEN, "requests", since=T0, page_rows=7)
-    expected = request_rows()
-    assert got.num_rows == len(expected)
-    key = sorted((r["ts"], r["model"], r["latency_s"]) for r in expected)
-    assert (
-        sorted(zip(*(got.column(c).to_pylist() for c in ("ts", "model", "latency_s")), strict=True))
-        == key
-    )
-
-
-def test_snapshot_copies_every_table_the_pages_read(service: str) -> None:
-    snap = snapshot_from_service(service, TOKEN, since=T0, now=T0)
-    try:
-        assert snap.rows["requests"] == len(request_rows())
-        assert snap.rows["gpu_samples"] == 120
-        assert snap.store.count("decisions") == 3
-    finally:
-        snap.store.close()
+def test_the_reader_gives_the_report_the_file_gives(service: str, tmp_path: Path) -> None:
+    file = tmp_path / "same.duckdb"
+    with Store.open(file) as store:
+        fill_store(store)
+    remote = UiSettings.model_validate({"service": service, "token": TOKEN})
+    local = UiSettings.model_validate({"db": file, "since": SINCE, "until": "newest"})
+    request = local.window()  # until the newest sample: both read the same window
+    with open_reader(remote, request) as by_service, open_reader(local, request) as by_file:
+        assert isinstance(by_service, ServiceReader) and isinstance(by_file, StoreReader)
+        for name in ("fleet", "decisions"):
+            got, want = by_service.report(name), by_file.report(name)
+            assert got.main.records() == want.main.records()
+            assert [t.records() for t in got.others] == [t.records() for t in want.others]
 
 
 def test_a_wrong_token_is_one_line_on_the_page(
@@ -97,12 +81,17 @@ def test_pages_read_through_the_service_show_the_file_values(
     token_file.write_text(TOKEN + "\n")
     at = app_on(monkeypatch, SITS_UI_SERVICE=service, SITS_UI_TOKEN_FILE=str(token_file))
     at = page(at, "fleet")
-    assert metrics(at)["Mean GPU utilisation"] == "37.5%"
-    assert frames(at)[4][["collector", "dropped"]].values.tolist() == [["dcgm", 7]]
+    assert metrics(at)["GPU utilisation"] == "37.5%"
+    assert metrics(at)["Allocated GPUs"] == "1"
+    assert frames(at)[3][["collector", "dropped"]].values.tolist() == [["dcgm", "7"]]
     at = page(at, "heatmap")
-    assert metrics(at) == {"Requests": "525", "Knee": "30 rps", "Safe max throughput": "40 rps"}
+    assert metrics(at) == {"Requests": "525", "Knee": "30/s", "Safe max throughput": "40/s"}
     at = page(at, "fragmentation")
-    assert metrics(at)["Fragmentation ratio"] == "33.33%"
-    assert frames(at)[2]["mean_smf"].tolist() == [0.5]
+    assert metrics(at)["Fragmentation ratio"] == "33.3%"
+    assert "50%" in frames(at)[3].to_numpy().ravel().tolist()  # SMF of node-a/0
     at = page(at, "decisions")
-    assert frames(at)[1]["decisions"].sum() == 3
+    assert frames(at)[1]["decisions"].tolist() == ["1", "2"]
+    # One filter value travels as one query parameter, still a list to the report.
+    at.multiselect(key="outcomes").set_value(["recommended"]).run()
+    assert not at.error, [e.value for e in at.error]
+    assert frames(at)[2]["object"].tolist() == ["node/node-b", "node/node-a"]

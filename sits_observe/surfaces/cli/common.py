@@ -8,7 +8,6 @@ characters escaped, diagnostics never wrapped, natural-width tables off a termin
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -16,9 +15,10 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from sits_observe.errors import ConfigError, SitsError
+from sits_observe.domain.validation import validate_settings
+from sits_observe.errors import SitsError
 from sits_observe.surfaces.cli.console import data_table, err, out, styled
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "cli_errors",
     "err",
     "out",
-    "parse_duration_s",
     "print_error",
     "print_rejected",
     "print_rows",
@@ -89,41 +88,13 @@ def print_rows(
     out.print(table)
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration_s(text: str, flag: str = "--since") -> float:
-    """Seconds in ``90``, ``30s``, ``15m``, ``2h``, ``7d``, ``1w`` or sums like ``1h30m``;
-    anything else (or a non-positive value) is a :class:`ConfigError` naming ``flag``."""
-    cleaned = text.strip().lower()
-    try:
-        value = float(cleaned)
-    except ValueError:
-        value = -1.0
-        if cleaned and _DURATION.sub("", cleaned) == "":
-            value = sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(cleaned))
-    if not value > 0:
-        raise ConfigError(
-            f"{flag} {text!r} is not a positive duration; use e.g. 90, 30s, 15m, 2h, 7d, 1h30m"
-        )
-    return value
-
-
 M = TypeVar("M", bound=BaseModel)
 
 
 def settings_from_flags(model: type[M], what: str, **values: object) -> M:
     """``model`` validated from CLI values (None = the model's default); a bad value is a
     :class:`ConfigError` that names the flag (``--field-name``) and what is allowed."""
-    try:
-        return model.model_validate({k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid {what} settings: {problems}") from exc
+    return validate_settings(model, values, what=what)
 
 
 def print_rejected(

@@ -6,22 +6,30 @@ applied in the emulator, and where to look next (docs/demo.md)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from sits_observe.surfaces.cli.common import err, out, run_cli, settings_from_flags
+from sits_observe.domain.validation import validate_settings
+from sits_observe.surfaces.cli.common import err, out, run_cli
+from sits_observe.surfaces.cli.flags import setting_options, with_parameters
+from sits_observe.surfaces.demo_settings import DemoSettings
 
 if TYPE_CHECKING:
     from sits_observe.surfaces.demo_loop import LoopCounts
+
+
+#: The app's port when ``--ui`` is on (the settings' None means "no app"; the CLI serves it).
+UI_PORT = 8501
 
 
 def register(app: typer.Typer) -> None:
@@ -29,55 +37,34 @@ def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
 
 
-def demo(
-    *,
-    duration: float | None = typer.Option(
-        None, "--duration", min=1, help="seconds to run; without it, runs until Ctrl-C"
-    ),
-    nodes: int = typer.Option(2, "--nodes", help="simulated GPU nodes (1-64)"),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node (1-16)"),
-    db: Path = typer.Option(Path("demo-data/sits.duckdb"), "--db", help="DuckDB file to fill"),
-    workdir: Path = typer.Option(
-        Path("demo-data"), "--workdir", help="folder for simulated node files and spools"
-    ),
-    seed: int = typer.Option(7, "--seed", help="seed: the same seed gives the same cluster"),
-    interval_s: float = typer.Option(1.0, "--interval-s", help="agent collection interval"),
-    ui_port: int = typer.Option(
-        8501, "--ui-port", help="loopback port of the Streamlit app (see docs/ui.md)"
-    ),
-    ui: bool = typer.Option(True, "--ui/--no-ui", help="also serve the Streamlit app"),
-    scheduler_config: Path | None = typer.Option(
-        None,
-        "--scheduler-config",
-        help="KubeSchedulerConfiguration whose extenders the demo's scheduler calls "
-        "(default: the repository's deploy/scheduler-config.yaml)",
-    ),
-    keep_db: bool = typer.Option(
-        False,
-        "--keep-db",
-        help="append to the database an earlier run left (default: replace it; the "
-        "simulated node files are always replaced)",
-    ),
-) -> None:
+@with_parameters(
+    [
+        *setting_options(DemoSettings, skip=("ui_port",)),
+        inspect.Parameter(
+            "ui_port",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                UI_PORT, "--ui-port", help="loopback port of the Streamlit app (see docs/ui.md)"
+            ),
+            annotation=int,
+        ),
+        inspect.Parameter(
+            "ui",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(True, "--ui/--no-ui", help="also serve the Streamlit app"),
+            annotation=bool,
+        ),
+    ]
+)
+def demo(**flags: Any) -> None:
     """Start a simulated GPU cluster and the real pipeline against it (Ctrl-C to stop)."""
 
     def go() -> None:
-        from sits_observe.surfaces.demo import Demo, DemoSettings
+        from sits_observe.surfaces.demo import Demo
 
-        settings = settings_from_flags(
-            DemoSettings,
-            "demo",
-            duration_s=duration,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            seed=seed,
-            db_path=db,
-            workdir=workdir,
-            interval_s=interval_s,
-            ui_port=ui_port if ui else None,
-            keep_db=keep_db,
-            scheduler_config=scheduler_config,
-        )
+        ui = flags.pop("ui")
+        flags["ui_port"] = flags["ui_port"] if ui else None
+        settings = validate_settings(DemoSettings, flags, what="demo")
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
 
@@ -179,7 +166,7 @@ def _summary(
     out.print(f"  sits-observe tables --db {db}")
     out.print(f"  sits-observe recommend --db {db}      # the controller's standing advice")
     out.print(
-        f"  sits-observe heatmap --db {db} --window-s {h.window_s:g} "
+        f"  sits-observe heatmap --db {db} --bin-s {h.window_s:g} "
         f"--throughput-bin-rps {h.throughput_bin_rps:g} --slo-ms {h.slo_ms:g}"
     )
     out.print(f"  sits-observe fragmentation --db {db}")

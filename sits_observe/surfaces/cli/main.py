@@ -15,15 +15,12 @@ import typer
 
 from sits_observe.surfaces.cli import (
     agent,
-    analyze_fragmentation,
-    analyze_latency,
-    analyze_trends,
-    analyze_workloads,
     controller,
     demo,
     experiment,
     grafana,
     ingest,
+    report_commands,
     serve,
     simulate,
     store_cmds,
@@ -47,10 +44,7 @@ serve.register(app)
 agent.register(app)
 demo.register(app)
 store_cmds.register(app)
-analyze_latency.register(app)
-analyze_fragmentation.register(app)
-analyze_trends.register(app)
-analyze_workloads.register(app)
+report_commands.register(app)
 controller.register(app)
 simulate.register(app)
 experiment.register(app)
@@ -63,6 +57,21 @@ def main() -> None:
     app()
 
 
+def kubectl_app() -> typer.Typer:
+    """The ``kubectl sits`` plug-in: the read commands only (one per report), reading a
+    DuckDB file (``--db``) or, in a cluster, the service (``--service URL``)."""
+    plugin = typer.Typer(
+        name="kubectl sits",
+        help="Read sits-observe reports (fleet, latency, recommend, ...) from a DuckDB file "
+        "(--db) or a running sits-observe service (--service URL with a read token).",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    report_commands.register(plugin)
+    return plugin
+
+
 def kubectl_main() -> None:
     """Entry point of ``kubectl-sits`` (``kubectl sits ...``)."""
-    app(prog_name="kubectl sits", args=sys.argv[1:])
+    kubectl_app()(prog_name="kubectl sits", args=sys.argv[1:])

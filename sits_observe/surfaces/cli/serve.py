@@ -159,8 +159,11 @@ def register(app: typer.Typer) -> None:
         exporter_window_s: float | None = typer.Option(
             None, "--exporter-window-s", help=_exporter_help("window_s")
         ),
-        latency_slo_s: float | None = typer.Option(
-            None, "--latency-slo-s", help=_exporter_help("latency_slo_s")
+        slo_ms: float | None = typer.Option(
+            None,
+            "--slo-ms",
+            help="P95 latency SLO of every model, in milliseconds, as every command takes it "
+            f"[default: {ExporterSettings.model_fields['latency_slo_s'].default * 1000:g}]",
         ),
         no_exporter: bool = typer.Option(
             False, "--no-exporter", help="do not export the derived signals on /metrics"
@@ -228,7 +231,7 @@ def register(app: typer.Typer) -> None:
                     cache_s=exporter_cache_s,
                     slow_cache_s=exporter_slow_cache_s,
                     window_s=exporter_window_s,
-                    latency_slo_s=latency_slo_s,
+                    latency_slo_s=None if slo_ms is None else slo_ms / 1000,
                 ),
             )
 

@@ -28,7 +28,6 @@ from sits_observe.analytics.schedsim import (
     PolicyResult,
     ReplayResult,
     SimulationSettings,
-    Spread,
     simulate,
 )
 from sits_observe.analytics.schedsim_policies import Policy
@@ -41,6 +40,7 @@ from sits_observe.control.replay_extender import (
     choose_policies,
 )
 from sits_observe.errors import ConfigError
+from sits_observe.reports.whatif import result_document
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
 
@@ -128,44 +128,6 @@ def register(app: typer.Typer) -> None:
                 _print_tables(results, total_gpus, workload)
 
         run_cli(go)
-
-
-def result_document(
-    result: PolicyResult, settings: SimulationSettings, total_gpus: int, workload: str = "default"
-) -> dict[str, Any]:
-    """The JSON document of one policy (keys in docs/analytics/simulator.md)."""
-    curve = []
-    for i, arrived in enumerate(result.arrived_ratio):
-        point: dict[str, float] = {"arrived": float(arrived)}
-        for name in ("alloc_ratio", "frag_ratio", "frag_amount_ratio"):
-            band = getattr(result, name)
-            point[name] = float(band[0, i])
-            point[f"{name}_min"] = float(band[1, i])
-            point[f"{name}_max"] = float(band[2, i])
-        curve.append(point)
-    return {
-        "policy": result.policy,
-        "workload": workload,
-        "seeds": list(result.seeds),
-        "load_ratio": settings.load_ratio,
-        "tie_break": settings.tie_break,
-        "memory_filter": settings.memory_filter,
-        "total_gpus": total_gpus,
-        "curve": curve,
-        "first_failure_arrived": _spread(result.first_failure_arrived),
-        "seeds_with_failure": result.seeds_with_failure,
-        "unallocated_gpus": _spread(result.unallocated_gpus),
-        "alloc_ratio": _spread(result.final_alloc_ratio),
-        "pods_arrived": _spread(Spread.of([r.pods_arrived for r in result.replays])),
-        "pods_failed": _spread(Spread.of([r.pods_failed for r in result.replays])),
-        "pods_per_s": result.pods_per_s,
-    }
-
-
-def _spread(spread: Spread | None) -> dict[str, float] | None:
-    if spread is None:
-        return None
-    return {"mean": spread.mean, "min": spread.min, "max": spread.max}
 
 
 def _settings(load: float, tie_break: str, memory_filter: bool) -> SimulationSettings:

@@ -18,7 +18,7 @@ import typer
 import sits_observe
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.cli.common import err, run_cli
-from sits_observe.surfaces.ui.config import TOKEN_ENV, UiSettings
+from sits_observe.surfaces.ui.config import TOKEN_ENV, UiSettings, window_request
 
 _FIELDS = UiSettings.model_fields
 #: Where the app lives in a checkout (``pip install -e .``, as ``make`` does).
@@ -33,7 +33,8 @@ def streamlit_command(
     db: Path | None,
     service: str | None,
     token_file: Path | None,
-    window_s: float | None = None,
+    since: str | None = None,
+    until: str | None = None,
     slo_ms: float | None = None,
 ) -> list[str]:
     """The command line that serves ``app`` on ``host:port`` reading ``db`` or ``service``."""
@@ -41,6 +42,10 @@ def streamlit_command(
         raise ConfigError("give exactly one data source: --db FILE or --service URL")
     if db is not None and not db.exists():
         raise ConfigError(f"database {db} does not exist; give the --db of an ingest or serve")
+    window_request(  # refused here, in one line, rather than on every page
+        _FIELDS["since"].default if since is None else since,
+        _FIELDS["until"].default if until is None else until,
+    )
     if not app.is_file():
         raise ConfigError(f"Streamlit app {app} not found; pass --app PATH/TO/dashboards/app.py")
     command = [
@@ -66,8 +71,10 @@ def streamlit_command(
         command += ["--service", service]
         if token_file is not None:
             command += ["--token-file", str(token_file)]
-    if window_s is not None:
-        command += ["--window-s", str(window_s)]
+    if since is not None:
+        command += ["--since", since]
+    if until is not None:
+        command += ["--until", until]
     if slo_ms is not None:
         command += ["--slo-ms", str(slo_ms)]
     return command
@@ -88,8 +95,15 @@ def register(app: typer.Typer) -> None:
         ),
         port: int = typer.Option(8501, "--port", min=1, max=65535, help="port of the app"),
         host: str = typer.Option("127.0.0.1", "--host", help="address the app listens on"),
-        window_s: float | None = typer.Option(
-            None, "--window-s", help=_FIELDS["window_s"].description
+        since: str | None = typer.Option(
+            None,
+            "--since",
+            help=f"{_FIELDS['since'].description} [default: {_FIELDS['since'].default}]",
+        ),
+        until: str | None = typer.Option(
+            None,
+            "--until",
+            help=f"{_FIELDS['until'].description} [default: {_FIELDS['until'].default}]",
         ),
         slo_ms: float | None = typer.Option(None, "--slo-ms", help=_FIELDS["slo_ms"].description),
         app_path: Path = typer.Option(DEFAULT_APP, "--app", help="the Streamlit script"),
@@ -104,7 +118,8 @@ def register(app: typer.Typer) -> None:
                 db=db,
                 service=service,
                 token_file=token_file,
-                window_s=window_s,
+                since=since,
+                until=until,
                 slo_ms=slo_ms,
             )
             err.print(f"serving the app on http://{host}:{port} (Ctrl-C stops it)")

@@ -7,6 +7,8 @@ docs/api.md):
 
 - ``POST /api/v1/ingest``: one wire-format batch (see :mod:`.ingest`); ingest token.
 - ``GET /api/v1/tables``, ``GET /api/v1/tables/{table}``: reads; read token.
+- ``GET /api/v1/reports/{name}``: any report as its JSON document (:mod:`.report_routes`);
+  read token.
 - ``POST /v1/traces``: OTLP/HTTP trace export; request spans become ``requests`` rows
   (see :mod:`.otlp`); ingest token.
 - ``GET /healthz``: the process answers. ``GET /readyz``: the store is open and writable
@@ -63,6 +65,7 @@ from sits_observe.surfaces.service.limits import HttpLimits, LimitsMiddleware
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
+from sits_observe.surfaces.service.report_routes import add_report_routes
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,7 @@ def create_app(
     )
     _add_probes(app, store, metrics, state)
     _add_reads(app, store, settings)
+    add_report_routes(app, store, clock)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see
     # extender.py): on this app, or alone on the extender port.
     app.state.extender_app = None
@@ -260,7 +264,7 @@ def _add_probes(app: FastAPI, store: Store, metrics: ServiceMetrics, state: _Sta
         if store.read_only:
             return problem(503, "not_ready", f"database {store.path!r} is open read-only")
         try:
-            store.scalar("SELECT 1")
+            store.ping()
         except Exception as exc:
             return problem(503, "not_ready", f"database {store.path!r} does not answer: {exc}")
         return {"status": "ready", "db": store.path}

@@ -9,14 +9,18 @@ so a sits series joins a DCGM one without relabelling:
 ``on (Hostname, gpu)``. Series about a node carry ``Hostname`` alone.
 
 Index and model name are not part of the analyses' results (they key GPUs by UUID); they are
-looked up once per pass and window from the newest ``gpu_samples`` row of each UUID
-(:class:`GpuNames`). A GPU with no such row is labelled ``unknown`` for both.
+looked up once per pass and window: the newest known index and model of each UUID in
+``gpu_samples`` (:func:`sits_observe.reports.names.gpu_identities`, the same answer the
+reports' GPU labels use; :class:`GpuNames`). A GPU with no such row is labelled ``unknown``
+for both.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from sits_observe.reports.names import gpu_identities
+from sits_observe.reports.window import Window
 from sits_observe.store import Store
 
 #: The node (dcgm-exporter: the node name when NODE_NAME is set, as its Helm chart and the
@@ -30,16 +34,6 @@ GPU_UUID = "UUID"
 MODEL = "modelName"
 #: Every per-GPU series starts with these four labels, in this order.
 GPU_LABELS: tuple[str, ...] = (NODE, GPU_INDEX, GPU_UUID, MODEL)
-
-#: The newest known index and model name of each GPU seen in [since, until).
-_NAMES_SQL = """
-SELECT gpu_uuid,
-       arg_max(gpu_index, ts) FILTER (WHERE gpu_index IS NOT NULL) AS gpu_index,
-       arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name
-FROM gpu_samples
-WHERE ts >= ? AND ts < ? AND gpu_uuid IS NOT NULL
-GROUP BY gpu_uuid
-"""
 
 
 def _text(value: object, unknown: str) -> str:
@@ -56,7 +50,7 @@ class GpuNames:
                 _text(row["gpu_index"], unknown),
                 _text(row["model_name"], unknown),
             )
-            for row in store.query(_NAMES_SQL, [since, until]).to_pylist()
+            for row in gpu_identities(store, Window(since, until, "given")).to_pylist()
         }
 
     def labels(self, node: str, uuid: str) -> tuple[str, str, str, str]:

@@ -1,11 +1,12 @@
 """Per-signal builders of the exporter, part 1: requests, collectors and the controller.
 
-A builder takes the :class:`PassInputs` of one pass and returns metric families. It reads the
-store only through the analytics functions (latency quantiles and estimates, the request
-selection rule) or, for bookkeeping tables the analytics do not cover (``collector_drops``,
-``decisions``, the newest sample time per node), through one parameterised query. A builder
-raises when its signal cannot be computed; the collector (:mod:`.exporter`) counts that and
-carries on. "Nothing to export yet" is not an error: a builder returns no samples.
+A builder takes the :class:`PassInputs` of one pass and returns metric families. It holds no
+SQL: it reads through the analytics (latency quantiles, estimates and bucket counts under the
+request selection rule), the reports layer (the decision log's totals) and the store's plain
+reads (collector drops, the newest sample time per node), and only turns their rows into
+families. A builder raises when its signal cannot be computed; the collector
+(:mod:`.exporter`) counts that and carries on. "Nothing to export yet" is not an error: a
+builder returns no samples.
 
 Label values are bounded: models by ``max_models`` (the busiest in the window), nodes by
 ``max_nodes``; :func:`capped` documents the order that decides which values are kept.
@@ -30,10 +31,18 @@ from sits_observe.analytics.latency import (
     RequestSelection,
     estimate_windows,
     exact_quantiles,
+    latency_buckets,
     quantile_column,
 )
+from sits_observe.reports.decision_totals import (
+    decision_totals,
+    failure_totals,
+    newest_decision_at,
+)
+from sits_observe.reports.window import Window
 from sits_observe.store import Store, utc_naive
 from sits_observe.store.freshness import newest_by_node
+from sits_observe.store.reads import collector_drop_totals
 from sits_observe.surfaces.durations import prom_duration
 from sits_observe.surfaces.service.exporter_labels import NODE, GpuNames
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
@@ -71,6 +80,11 @@ class PassInputs:
         if start not in self._gpu_names:
             self._gpu_names[start] = GpuNames(self.store, start, self.until, unknown=UNKNOWN)
         return self._gpu_names[start]
+
+    @cached_property
+    def span(self) -> Window:
+        """The pass's window as the reports layer reads it (``since <= ts < until``)."""
+        return Window(self.since, self.until, "now")
 
     def ago(self, seconds: float) -> datetime:
         """``seconds`` before now (naive UTC); windows from it end at :attr:`until`."""
@@ -196,15 +210,8 @@ def request_latency_histogram(p: PassInputs) -> list[Metric]:
     """``sits_request_latency_window_seconds{model}``: a gauge histogram of the successful
     requests' latency in the window (cumulative buckets, as Grafana's heatmap reads them)."""
     bounds = p.settings.latency_buckets_s
-    where, params = RequestSelection(since=p.since, until=p.until).where("latency_s")
-    counts = ", ".join(
-        f"count(*) FILTER (WHERE latency_s <= ?) AS b{i}" for i in range(len(bounds))
-    )
-    table = p.store.query(
-        f"SELECT model, count(*) AS n, sum(latency_s) AS total, {counts} "
-        f"FROM requests WHERE {where} GROUP BY model",
-        [*bounds, *params],
-    )
+    selection = RequestSelection(since=p.since, until=p.until)
+    table = latency_buckets(p.store, selection, bounds)
     rows = capped(table.to_pylist(), p.settings.max_models, lambda r: (-r["n"], label(r["model"])))
     family = GaugeHistogramMetricFamily(
         "sits_request_latency_window_seconds",
@@ -224,10 +231,7 @@ def request_latency_histogram(p: PassInputs) -> list[Metric]:
 
 def collector_drops(p: PassInputs) -> list[Metric]:
     """``sits_collector_drops_total{collector, reason}`` from the ``collector_drops`` rows."""
-    rows = p.store.query(
-        "SELECT collector, reason, sum(count) AS n FROM collector_drops "
-        "GROUP BY collector, reason ORDER BY collector, reason"
-    ).to_pylist()
+    rows = collector_drop_totals(p.store).to_pylist()
     family = CounterMetricFamily(
         "sits_collector_drops",
         "samples dropped by collectors, by collector and reason (rows kept in the store)",
@@ -269,11 +273,7 @@ def controller_decisions(p: PassInputs) -> list[Metric]:
         "controller decisions recorded in the store, by action and outcome",
         labels=("action", "outcome"),
     )
-    rows = p.store.query(
-        "SELECT action, outcome, count(*) AS n FROM decisions "
-        "GROUP BY action, outcome ORDER BY action, outcome"
-    ).to_pylist()
-    for row in rows:
+    for row in decision_totals(p.store).to_pylist():
         family.add_metric((label(row["action"]), label(row["outcome"])), float(row["n"]))
     return [family]
 
@@ -291,17 +291,13 @@ def controller_errors(p: PassInputs) -> list[Metric]:
         "unix time of the latest decision the controller recorded",
     )
     counts: dict[str, float] = dict.fromkeys(CONTROLLER_FAILURES, 0.0)
-    rows = p.store.query(
-        "SELECT substr(outcome, 8) AS failure, count(*) AS n FROM decisions "
-        "WHERE starts_with(outcome, 'failed:') GROUP BY failure"
-    ).to_pylist()
-    for row in rows:
+    for row in failure_totals(p.store).to_pylist():
         counts[label(row["failure"])] = float(row["n"])
-    newest = p.store.scalar("SELECT max(ts) FROM decisions")
+    newest = newest_decision_at(p.store)
     for reason in sorted(counts):
         errors.add_metric((reason,), counts[reason])
     families: list[Metric] = [errors]
-    if isinstance(newest, datetime):
+    if newest is not None:
         last.add_metric((), epoch_s(newest))
         families.append(last)
     return families

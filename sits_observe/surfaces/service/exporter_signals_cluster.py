@@ -3,10 +3,11 @@
 Each builder calls the analytics function the matching CLI command calls (FGD over the live
 inventory, the SMF alignment, the framebuffer occupancy series of trend clustering, the pod
 start timelines) and only groups and caps the result for labels. GPU attribution (which pod /
-MIG instance holds each GPU's framebuffer) has no analysis of its own: it is the newest
-``gpu_samples`` row of each GPU instance, read with one parameterised query. Quotas come from the
-controller's own records: the ``decisions`` table holds, per namespace quota, the value in
-effect when the controller read the ResourceQuota (``current``) and its proposal.
+MIG instance holds each GPU's framebuffer, how many pods share a GPU) is read by
+:mod:`sits_observe.reports.gpu_holders`. Quotas come from the controller's own records
+(:func:`sits_observe.reports.decision_totals.latest_quotas`): the ``decisions`` table holds,
+per namespace quota, the value in effect when the controller read the ResourceQuota
+(``current``) and its proposal.
 
 Signals that read the Kubernetes inventory (FGD, pod start) export nothing, without counting
 an error, while the store holds no ``nodes`` / ``pods`` snapshot yet: "no inventory yet" is
@@ -31,7 +32,9 @@ from sits_observe.analytics.timeline import load_pods, pod_timelines
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
 from sits_observe.control.model import QUOTA_ACTIONS
 from sits_observe.control.settings import QUOTA_CPU
-from sits_observe.store import Store
+from sits_observe.reports.decision_totals import latest_quotas
+from sits_observe.reports.gpu_holders import gpu_instances, gpu_sharing
+from sits_observe.store.reads import has_inventory
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS, NODE
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, finite, label
 
@@ -43,11 +46,6 @@ WHOLE_GPU = "none"
 #: Factor from a quota action's stored unit to base units: the controller records CPU in
 #: milli-CPU (docs/controller.md); GPUs and bytes are already base units.
 _TO_BASE_UNIT: dict[str, float] = {QUOTA_CPU: 1e-3}
-
-
-def has_inventory(store: Store) -> bool:
-    """True once the inventory stored a node and a pod snapshot."""
-    return bool(store.scalar("SELECT EXISTS (SELECT 1 FROM nodes) AND EXISTS (SELECT 1 FROM pods)"))
 
 
 def fragmentation(p: PassInputs) -> list[Metric]:
@@ -167,31 +165,6 @@ def framebuffer(p: PassInputs) -> list[Metric]:
     return [family]
 
 
-# The newest row with a framebuffer value of each GPU instance (MIG instance, or the whole
-# GPU when mig_instance_id is NULL); ties at the same time (time-slicing: dcgm-exporter
-# repeats the device's values once per pod) keep one row, attributed ones first, so the bytes
-# of an instance are never counted twice.
-_ATTRIBUTION_SQL = """
-SELECT node, gpu_uuid, gpu_index, model_name, mig_profile, namespace, pod, fb_used_bytes
-FROM gpu_samples
-WHERE ts >= ? AND ts < ? AND fb_used_bytes IS NOT NULL
-QUALIFY row_number() OVER (
-    PARTITION BY gpu_uuid, mig_instance_id
-    ORDER BY ts DESC, pod IS NULL, namespace, pod
-) = 1
-"""
-
-_SHARED_SQL = """
-SELECT gpu_uuid, arg_max(node, ts) AS node,
-       arg_max(gpu_index, ts) FILTER (WHERE gpu_index IS NOT NULL) AS gpu_index,
-       arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name,
-       count(DISTINCT (namespace, pod)) FILTER (WHERE pod IS NOT NULL) AS pods
-FROM gpu_samples
-WHERE ts >= ? AND ts < ?
-GROUP BY gpu_uuid
-"""
-
-
 def gpu_attribution(p: PassInputs) -> list[Metric]:
     """``sits_gpu_framebuffer_used_bytes{Hostname, gpu, UUID, modelName, mig_profile,
     namespace, pod}`` (newest framebuffer use of each GPU instance in the window, with the pod
@@ -199,7 +172,7 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
     attributed pods per physical GPU in the window: more than 1 = shared by MIG or
     time-slicing)."""
     used: dict[tuple[str, ...], float] = defaultdict(float)
-    for row in p.store.query(_ATTRIBUTION_SQL, [p.since, p.until]).to_pylist():
+    for row in gpu_instances(p.store, p.span).to_pylist():
         profile = row["mig_profile"]
         key = (
             label(row["node"]),
@@ -231,7 +204,7 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
             (label(r["node"]), label(r["gpu_index"]), label(r["gpu_uuid"]), label(r["model_name"])),
             int(r["pods"]),
         )
-        for r in p.store.query(_SHARED_SQL, [p.since, p.until]).to_pylist()
+        for r in gpu_sharing(p.store, p.span).to_pylist()
     ]
     shared_family = GaugeMetricFamily(
         "sits_gpu_shared_pods",
@@ -242,15 +215,6 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
     for gpu_labels, pods in capped(rows, p.settings.max_gpus, lambda x: (-x[1], x[0][0], x[0][2])):
         shared_family.add_metric(gpu_labels, pods)
     return [used_family, shared_family]
-
-
-_QUOTAS_SQL = """
-SELECT coalesce(namespace, name) AS namespace, action,
-       arg_max(current, ts) AS current, arg_max(proposed, ts) AS proposed
-FROM decisions
-WHERE action IN (SELECT unnest(?::VARCHAR[])) AND coalesce(namespace, name) IS NOT NULL
-GROUP BY ALL
-"""
 
 
 def quotas(p: PassInputs) -> list[Metric]:
@@ -264,7 +228,7 @@ def quotas(p: PassInputs) -> list[Metric]:
         labels=("namespace", "resource", "kind"),
     )
     resource_of = {str(a): key for key, a in QUOTA_ACTIONS.items()}
-    rows = p.store.query(_QUOTAS_SQL, [list(resource_of)]).to_pylist()
+    rows = latest_quotas(p.store, list(resource_of)).to_pylist()
     kept = set(capped({r["namespace"] for r in rows}, p.settings.max_namespaces, str))
     for row in sorted(rows, key=lambda r: (r["namespace"], r["action"])):
         if row["namespace"] not in kept:

@@ -26,9 +26,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sits_observe.analytics.fgd_live import LiveCluster, live_cluster
 from sits_observe.analytics.idle_gpus import KINDS, find_waste, load_held_samples
 from sits_observe.errors import StoreError
+from sits_observe.store.reads import has_inventory
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
-from sits_observe.surfaces.service.exporter_signals_cluster import has_inventory
 
 
 def _live(p: PassInputs) -> LiveCluster | None:

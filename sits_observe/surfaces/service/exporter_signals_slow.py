@@ -28,9 +28,9 @@ from sits_observe.analytics.heatmap_knee import find_safe_max
 from sits_observe.analytics.latency import RequestSelection
 from sits_observe.analytics.trends import cluster_trends
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
+from sits_observe.store.reads import has_inventory
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
-from sits_observe.surfaces.service.exporter_signals_cluster import has_inventory
 
 #: Values of ``sits_memory_class_workloads{class}``: the SPEC's three classes and the GPU
 #: workloads whose GPU memory was not measured in the window.

@@ -1,10 +1,10 @@
 """Read endpoints: the service owns the DuckDB file, so other tools read through it.
 
 ``GET /api/v1/tables`` lists tables and row counts; ``GET /api/v1/tables/{table}`` returns
-rows of one table in a time range as an Arrow IPC stream (or JSON with ``format=json``).
-Table and column names come from the domain's fixed list, never from the request, and every
-value travels as a DuckDB parameter. JSON rows are strict RFC 8259: a NaN or infinite value
-(stored before the ingest range rules existed, or by a local ``ingest``) is ``null``.
+rows of one table in a time range (read by :func:`sits_observe.store.reads.read_range`) as an
+Arrow IPC stream (or JSON with ``format=json``). JSON rows are strict RFC 8259: a NaN or
+infinite value (stored before the ingest range rules existed, or by a local ``ingest``) is
+``null``.
 """
 
 from __future__ import annotations
@@ -19,54 +19,17 @@ from starlette.concurrency import run_in_threadpool
 
 from sits_observe.domain.strict_json import finite_columns
 from sits_observe.domain.tables import TABLES
-from sits_observe.store import Store, utc_naive
+from sits_observe.store import Store
 from sits_observe.store.duck import EXTRA_TABLES
+from sits_observe.store.reads import TIME_COLUMNS, read_range
 from sits_observe.surfaces.service.ingest import problem
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-
-#: The time column of each readable table (rollups are keyed by minute).
-TIME_COLUMNS: dict[str, str] = {
-    **{name: spec.time_column for name, spec in TABLES.items()},
-    "ingest_batches": "received_at",
-    "gpu_samples_1m": "minute",
-    "container_samples_1m": "minute",
-}
 
 
 def table_counts(store: Store) -> dict[str, int]:
     """Rows of every readable table."""
     return {name: store.count(name) for name in [*TABLES, *EXTRA_TABLES]}
-
-
-def read_rows(
-    store: Store,
-    table: str,
-    *,
-    since: datetime | None,
-    until: datetime | None,
-    node: str | None,
-    limit: int,
-) -> pa.Table:
-    """Rows of ``table`` with ``since <= time < until`` (and ``node``), oldest first."""
-    column = TIME_COLUMNS[table]
-    where: list[str] = []
-    params: list[object] = []
-    if since is not None:
-        where.append(f"{column} >= ?")
-        params.append(utc_naive(since))
-    if until is not None:
-        where.append(f"{column} < ?")
-        params.append(utc_naive(until))
-    if node is not None:
-        where.append("node = ?")
-        params.append(node)
-    sql = f"SELECT * FROM {table}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY {column} LIMIT ?"
-    params.append(limit)
-    return store.query(sql, params)
 
 
 async def rows_response(
@@ -87,7 +50,7 @@ async def rows_response(
     if node is not None and "node" not in store.columns(table):
         return problem(400, "bad_query", f"table {table!r} has no node column")
     data = await run_in_threadpool(
-        lambda: read_rows(store, table, since=since, until=until, node=node, limit=limit)
+        lambda: read_range(store, table, since=since, until=until, node=node, limit=limit)
     )
     if fmt == "json":
         # Columns cleaned in Arrow (vectorised), so the rows need no second walk.

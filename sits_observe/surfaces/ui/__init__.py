@@ -1,6 +1,7 @@
-"""The Streamlit app's package: data access and glue for ``dashboards/`` (see docs/ui.md).
+"""The Streamlit app's package: pages that render reports, for ``dashboards/`` (docs/ui.md).
 
-Analytics are called, never re-implemented: :mod:`.analyses` and :mod:`.whatif` compose the
-analytics functions as the CLI commands do; :mod:`.data` reads the fleet tables and decision
-log; :mod:`.source` opens a file or copies the service's tables; ``page_*`` draw the pages.
+Every number on a page comes from a report (:mod:`sits_observe.reports`), read from a file or
+through the service by :mod:`.reading`; :mod:`.tables` and :mod:`.charts` render reports'
+tables with the CLI's headers and human units; ``page_*`` draw the pages. Nothing here
+computes, queries a table or imports the CLI.
 """

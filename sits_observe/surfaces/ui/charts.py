@@ -1,7 +1,9 @@
 """Vega-Lite specifications of the app's charts (plain dicts; Streamlit draws them natively).
 
-The data travel inside each spec (``data.values``), so a chart shows exactly the rows given
-and a test can read them back from the page.
+The data travel inside each spec (``data.values``): the raw values of a report's table
+(ratios 0-1, seconds, times as ISO-8601), so a chart shows exactly the rows the report gave
+and a test can read them back from the page. Reshaping (long format, bin edges, units on the
+axis) is done by Vega-Lite transforms, not here.
 """
 
 from __future__ import annotations
@@ -12,29 +14,94 @@ from typing import Any
 Spec = dict[str, Any]
 
 
-def heatmap_spec(
-    cells: Sequence[dict[str, Any]],
+def _axis(percent: bool) -> Spec:
+    return {"format": ".0%"} if percent else {}
+
+
+def over_time_spec(
+    rows: Sequence[Mapping[str, Any]],
     *,
+    x: str,
+    lines: Mapping[str, str],
+    title: str,
+    y_title: str,
+    percent: bool = False,
+) -> Spec:
+    """One line per field of ``lines`` (field -> legend label) over time ``x``."""
+    labelled = [{x: r[x], **{label: r[f] for f, label in lines.items()}} for r in rows]
+    return {
+        "title": title,
+        "data": {"values": labelled},
+        "transform": [{"fold": list(lines.values()), "as": ["measure", "value"]}],
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": {"field": x, "type": "temporal", "title": "time (UTC)"},
+            "y": {
+                "field": "value",
+                "type": "quantitative",
+                "title": y_title,
+                "axis": _axis(percent),
+            },
+            "color": {"field": "measure", "type": "nominal", "title": None},
+        },
+        "height": 240,
+    }
+
+
+def grouped_over_time_spec(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    x: str,
+    y: str,
+    group: str,
+    title: str,
+    y_title: str,
+    scale: float = 1.0,
+) -> Spec:
+    """``y`` (times ``scale``) over time ``x``, one line per ``group``."""
+    return {
+        "title": title,
+        "data": {"values": list(rows)},
+        "transform": [{"calculate": f"datum.{y} * {scale!r}", "as": "value"}],
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": {"field": x, "type": "temporal", "title": "time (UTC)"},
+            "y": {"field": "value", "type": "quantitative", "title": y_title},
+            "color": {"field": group, "type": "nominal"},
+        },
+        "height": 240,
+    }
+
+
+def heatmap_spec(
+    cells: Sequence[Mapping[str, Any]],
+    *,
+    latency_bin_ms: float,
+    throughput_bin_rps: float,
     slo_ms: float | None,
     knee_rps: float | None,
     safe_max_rps: float | None,
     title: str,
 ) -> Spec:
-    """Requests per (window throughput, latency) cell; the SLO as a horizontal rule, the knee
-    and the safe maximum as vertical rules."""
+    """Requests per (throughput, latency) cell; the SLO as a horizontal rule, the knee and
+    the safe maximum as vertical rules."""
     layers: list[Spec] = [
         {
             "data": {"values": list(cells)},
+            "transform": [
+                {"calculate": f"datum.throughput_lo_rps + {throughput_bin_rps!r}", "as": "hi_rps"},
+                {"calculate": f"datum.latency_lo_ms + {latency_bin_ms!r}", "as": "hi_ms"},
+            ],
             "mark": {"type": "rect", "tooltip": True},
             "encoding": {
                 "x": {
                     "field": "throughput_lo_rps",
                     "type": "quantitative",
-                    "title": "window throughput, requests/s",
+                    "title": "throughput of the time bin, requests/s",
                 },
-                "x2": {"field": "throughput_hi_rps"},
+                "x2": {"field": "hi_rps"},
                 "y": {"field": "latency_lo_ms", "type": "quantitative", "title": "latency, ms"},
-                "y2": {"field": "latency_hi_ms"},
+                "y2": {"field": "hi_ms"},
                 "color": {
                     "field": "count",
                     "type": "quantitative",
@@ -65,19 +132,16 @@ def _rule(axis: str, value: float, label: str, colour: str) -> Spec:
 
 
 def p95_curve_spec(bins: Sequence[Mapping[str, Any]], *, slo_ms: float | None) -> Spec:
-    """P95 (and P50, P99) per throughput bin, the evidence for the knee and safe maximum."""
-    rows = [
-        {
-            "throughput_lo_rps": b["throughput_lo_rps"],
-            "quantile": q,
-            "latency_ms": b[f"{q}_s"] * 1e3,
-        }
-        for b in bins
-        for q in ("p50", "p95", "p99")
-    ]
+    """P50, P95 and P99 per throughput bin (seconds in the rows, ms on the axis): the
+    evidence for the knee and the safe maximum."""
     layers: list[Spec] = [
         {
-            "data": {"values": rows},
+            "data": {"values": list(bins)},
+            "transform": [
+                {"fold": ["p50_s", "p95_s", "p99_s"], "as": ["field", "latency_s"]},
+                {"calculate": "datum.latency_s * 1000", "as": "latency_ms"},
+                {"calculate": "upper(substring(datum.field, 0, 3))", "as": "quantile"},
+            ],
             "mark": {"type": "line", "point": True, "tooltip": True},
             "encoding": {
                 "x": {"field": "throughput_lo_rps", "type": "quantitative", "title": "requests/s"},
@@ -91,49 +155,48 @@ def p95_curve_spec(bins: Sequence[Mapping[str, Any]], *, slo_ms: float | None) -
     return {"title": "Latency per throughput bin", "layer": layers, "height": 260}
 
 
-def bar_spec(rows: Sequence[dict[str, Any]], *, x: str, y: str, colour: str | None = None) -> Spec:
-    """A bar chart of ``y`` per ``x`` (nominal), coloured by ``colour``."""
-    encoding: Spec = {
-        "x": {"field": x, "type": "nominal", "sort": None},
-        "y": {"field": y, "type": "quantitative"},
-    }
-    if colour is not None:
-        encoding["color"] = {"field": colour, "type": "nominal"}
+def bar_spec(
+    rows: Sequence[Mapping[str, Any]], *, x: str, y: str, x_title: str, y_title: str,
+    percent: bool = False,
+) -> Spec:  # fmt: skip
+    """A bar chart of ``y`` per ``x`` (nominal, in the rows' order)."""
     return {
         "data": {"values": list(rows)},
         "mark": {"type": "bar", "tooltip": True},
-        "encoding": encoding,
-    }
-
-
-def series_spec(rows: Sequence[dict[str, Any]], *, title: str) -> Spec:
-    """Framebuffer occupancy per GPU over time, coloured by trend cluster."""
-    return {
-        "title": title,
-        "data": {"values": list(rows)},
-        "mark": {"type": "line", "tooltip": True, "opacity": 0.8},
         "encoding": {
-            "x": {"field": "t", "type": "temporal", "title": "time (UTC)"},
-            "y": {
-                "field": "fb_used_ratio",
-                "type": "quantitative",
-                "title": "framebuffer used (0-1)",
+            "x": {
+                "field": x,
+                "type": "nominal",
+                "sort": None,
+                "title": x_title,
+                "axis": {"labelAngle": 0},
             },
-            "color": {"field": "cluster", "type": "nominal"},
-            "detail": {"field": "gpu", "type": "nominal"},
+            "y": {"field": y, "type": "quantitative", "title": y_title, "axis": _axis(percent)},
         },
-        "height": 280,
+        "height": 220,
     }
 
 
-def curve_spec(rows: Sequence[dict[str, Any]]) -> Spec:
+def curve_spec(rows: Sequence[Mapping[str, Any]]) -> Spec:
     """Simulator curves: allocation and fragmentation by arrived load, per policy."""
     return {
         "data": {"values": list(rows)},
+        "transform": [
+            {"fold": ["alloc_ratio", "frag_ratio"], "as": ["field", "value"]},
+            {
+                "calculate": "datum.field == 'alloc_ratio' ? 'allocation' : 'fragmentation'",
+                "as": "measure",
+            },
+        ],
         "mark": {"type": "line", "tooltip": True},
         "encoding": {
-            "x": {"field": "arrived_ratio", "type": "quantitative", "title": "arrived GPU load"},
-            "y": {"field": "value", "type": "quantitative", "title": "ratio (0-1)"},
+            "x": {
+                "field": "arrived_ratio",
+                "type": "quantitative",
+                "title": "arrived GPU load",
+                "axis": _axis(True),
+            },
+            "y": {"field": "value", "type": "quantitative", "title": None, "axis": _axis(True)},
             "color": {"field": "policy", "type": "nominal"},
             "strokeDash": {"field": "measure", "type": "nominal"},
         },

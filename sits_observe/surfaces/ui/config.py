@@ -6,6 +6,10 @@ hands the arguments after ``--`` to the script in ``sys.argv``; the same setting
 ``SITS_UI_*`` environment variables (handy where no command line is passed, e.g. in
 ``streamlit.testing``), and a flag wins over its variable. The bearer token is read from a
 file or ``SITS_TOKEN``, never from a flag (flags show up in ``ps``), as ``serve`` does.
+
+The window is the CLI's (:mod:`sits_observe.reports.window`): ``--since DUR`` back from
+``--until now|newest|TIME``; every page asks its reports for that window (the sidebar can
+change it for a session).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from sits_observe.errors import ConfigError
+from sits_observe.reports.window import WindowRequest
 
 TOKEN_ENV = "SITS_TOKEN"
 #: Environment variable of each setting (flag ``--db`` <-> ``SITS_UI_DB`` ...).
@@ -25,7 +30,8 @@ ENV = {
     "db": "SITS_UI_DB",
     "service": "SITS_UI_SERVICE",
     "token_file": "SITS_UI_TOKEN_FILE",
-    "window_s": "SITS_UI_WINDOW_S",
+    "since": "SITS_UI_SINCE",
+    "until": "SITS_UI_UNTIL",
     "slo_ms": "SITS_UI_SLO_MS",
     "trace_nodes": "SITS_UI_TRACE_NODES",
     "trace_pods": "SITS_UI_TRACE_PODS",
@@ -42,11 +48,15 @@ class UiSettings(BaseModel):
         None, description="base URL of a running `sits-observe serve` (http://host:port)"
     )
     token: SecretStr | None = Field(None, description="bearer token of the service")
-    window_s: float = Field(
-        6 * 3600.0,
-        gt=0,
-        le=30 * 86400,
-        description="seconds of data, back from now, fetched from the service and analysed",
+    since: str = Field(
+        "6h",
+        description="look back DUR from --until (15m, 6h, 7d; 'all' = every row), the "
+        "window every page reads",
+    )
+    until: str = Field(
+        "now",
+        description="end of the window: now, newest (the newest sample each report reads) "
+        "or an ISO-8601 time",
     )
     slo_ms: float = Field(
         1000.0, gt=0, le=3_600_000, description="default P95 latency SLO of the heatmap page, ms"
@@ -60,6 +70,10 @@ class UiSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> UiSettings:
+        try:
+            self.window()
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         if (self.db is None) == (self.service is None):
             raise ValueError("give exactly one data source: --db FILE or --service URL")
         if self.service is not None:
@@ -70,6 +84,10 @@ class UiSettings(BaseModel):
                     f"--service needs a bearer token: --token-file FILE or ${TOKEN_ENV}"
                 )
         return self
+
+    def window(self) -> WindowRequest:
+        """The window every page asks its reports for (the CLI's ``--since`` / ``--until``)."""
+        return window_request(self.since, self.until)
 
     @property
     def source_key(self) -> str:
@@ -83,11 +101,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--db", help=fields["db"].description)
     parser.add_argument("--service", help=fields["service"].description)
     parser.add_argument("--token-file", help="file holding the service's bearer token")
-    parser.add_argument("--window-s", type=float, help=fields["window_s"].description)
+    parser.add_argument("--since", help=fields["since"].description)
+    parser.add_argument("--until", help=fields["until"].description)
     parser.add_argument("--slo-ms", type=float, help=fields["slo_ms"].description)
     parser.add_argument("--trace-nodes", help=fields["trace_nodes"].description)
     parser.add_argument("--trace-pods", help=fields["trace_pods"].description)
     return parser
+
+
+def window_request(since: str, until: str) -> WindowRequest:
+    """``since`` / ``until`` as the CLI reads them; ``since`` ``all`` (or empty) = no start."""
+    look_back = since.strip()
+    return WindowRequest.parse(None if look_back.lower() in ("", "all") else look_back, until)
 
 
 def read_token(path: Path) -> SecretStr:

@@ -1,47 +1,47 @@
-"""Recommendations page: the controller's planned actions and its decision log."""
+"""Recommendations page: the ``recommend`` report (what the controller would change now) and
+the ``decisions`` report (what it decided over the window)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import streamlit as st
 
-from sits_observe.store import Store
+from sits_observe.reports.decisions import OUTCOMES
 from sits_observe.surfaces.ui.config import UiSettings
-from sits_observe.surfaces.ui.data import decision_counts, decision_log, planned_actions
+from sits_observe.surfaces.ui.reading import Reader
 from sits_observe.surfaces.ui.session import guarded
+from sits_observe.surfaces.ui.tables import header, show, window_line
 
-_OUTCOMES = ["recommended", "applied", "skipped", "failed"]
+QUESTION = (
+    "What would the controller change now, from the stored signals, and what did it decide "
+    "over the window?"
+)
 
 
-def render(store: Store, settings: UiSettings) -> None:
-    """Draw the recommendations / decision log page from ``store``."""
+def render(reader: Reader, settings: UiSettings) -> None:
+    """Draw the recommendations / decision log page."""
     st.title("Recommendations and decisions")
-    guarded("planned actions", lambda: _planned(store))
-    since = datetime.now(UTC) - timedelta(seconds=settings.window_s)
-    newest = store.scalar("SELECT max(ts) FROM decisions")
-    if isinstance(newest, datetime):
-        # A stored database: count back from its newest decision, not from the wall clock.
-        since = min(since.replace(tzinfo=None), newest - timedelta(seconds=settings.window_s))
-    st.header("Decision log")
-    counts = decision_counts(store, since=since)
-    if counts.num_rows == 0:
-        st.info("no decisions recorded in the window: is the controller running?")
-        return
-    st.dataframe(counts, hide_index=True)
-    actions = sorted(set(counts.column("action").to_pylist()) - {None})
-    chosen_actions = st.multiselect("actions", actions, key="actions")
-    chosen_outcomes = st.multiselect("outcomes", _OUTCOMES, key="outcomes")
-    log = decision_log(store, since=since, actions=chosen_actions, outcomes=chosen_outcomes)
-    st.caption(f"{log.num_rows} decisions, newest first")
-    st.dataframe(log, hide_index=True)
+    header(QUESTION)
+    guarded("planned actions", lambda: _planned(reader))
+    guarded("decision log", lambda: _log(reader))
 
 
-def _planned(store: Store) -> None:
+def _planned(reader: Reader) -> None:
     st.header("Planned actions")
-    st.caption("what the controller would recommend now, from the stored signals")
-    rows = planned_actions(store, now=datetime.now(UTC))
-    if not rows:
-        st.success("no recommendations")
-        return
-    st.dataframe(rows, hide_index=True)
+    st.caption("what the controller would recommend as of the window's end (it writes nothing)")
+    report = reader.report("recommend")
+    window_line(report)
+    show(report.main, title=False, empty="no recommendations")
+
+
+def _log(reader: Reader) -> None:
+    st.header("Decision log")
+    # The filters' widgets come after the counts, so this run reads their values as set.
+    chosen = {k: list(st.session_state.get(k, [])) for k in ("actions", "outcomes")}
+    report = reader.report("decisions", chosen)
+    window_line(report)
+    counts = report.table("counts")
+    show(counts)
+    actions = sorted(a for a in counts.rows.column("action").to_pylist() if a is not None)
+    st.multiselect("actions", actions, key="actions")
+    st.multiselect("outcomes", list(OUTCOMES), key="outcomes")
+    show(report.main, empty="no decision matches the filters")

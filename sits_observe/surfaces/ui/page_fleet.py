@@ -1,54 +1,97 @@
-"""Fleet page: nodes, GPUs, utilisation, collector freshness and dropped samples."""
+"""Fleet page: the ``fleet`` report: nodes, GPUs, and allocation, fragmentation, idle GPUs
+and P95 latency over the window."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import streamlit as st
 
-from sits_observe.store import Store
-from sits_observe.surfaces.ui.charts import bar_spec
+from sits_observe.domain.units import Unit
+from sits_observe.reports.result import Report
+from sits_observe.surfaces.ui.charts import grouped_over_time_spec, over_time_spec
 from sits_observe.surfaces.ui.config import UiSettings
-from sits_observe.surfaces.ui.data import fleet_view
+from sits_observe.surfaces.ui.reading import Reader
+from sits_observe.surfaces.ui.tables import fact, header, records, show, window_line
+
+QUESTION = (
+    "How much of the cluster's GPU capacity is allocated, used and fragmented, node by node, "
+    "and how did that go over the window?"
+)
 
 
-def render(store: Store, settings: UiSettings) -> None:
-    """Draw the fleet page from ``store``."""
+def render(reader: Reader, settings: UiSettings) -> None:
+    """Draw the fleet page."""
     st.title("Fleet")
-    view = fleet_view(store, now=datetime.now(UTC), window_s=settings.window_s)
-    mean = view.mean_gpu_util_ratio
-    cols = st.columns(4)
-    cols[0].metric("Nodes", view.nodes.num_rows or view.utilisation.num_rows)
-    cols[1].metric("GPUs", view.gpu_count)
-    cols[2].metric("GPUs sampled", view.gpus.num_rows)
-    cols[3].metric("Mean GPU utilisation", "n/a" if mean is None else f"{mean:.1%}")
-    st.caption(f"samples from {view.since:%Y-%m-%d %H:%M:%S} UTC to the newest one")
+    header(QUESTION)
+    report = reader.report("fleet")
+    window_line(report)
+    _metrics(report)
+    show(report.main, empty="no nodes in the window")
+    _charts(report)
+    show(report.table("gpus"), empty="no GPU samples in the window")
+    show(report.table("freshness"), empty="no samples in the window")
+    show(report.table("drops"), empty="no samples dropped in the window")
 
-    st.subheader("Nodes (latest inventory snapshot)")
-    if view.nodes.num_rows:
-        st.dataframe(view.nodes, hide_index=True)
+
+def _metrics(report: Report) -> None:
+    cols = st.columns(6)
+    cols[0].metric("Nodes", fact(report, "nodes", Unit.integer))
+    cols[1].metric("GPUs", fact(report, "gpus", Unit.integer))
+    cols[2].metric("Allocated GPUs", fact(report, "allocated_gpus", Unit.number))
+    cols[3].metric("Idle GPUs", fact(report, "idle_gpus", Unit.integer))
+    cols[4].metric("GPU utilisation", fact(report, "gpu_util_ratio", Unit.ratio))
+    cols[5].metric(
+        "Fragmentation",
+        fact(report, "frag_ratio", Unit.ratio),
+        help="FGD (ATC'23): share of the unallocated GPU capacity the typical pods cannot use",
+    )
+
+
+def _charts(report: Report) -> None:
+    over = report.table("over_time")
+    st.subheader(over.title)
+    if over.rows.num_rows == 0:
+        st.info("no GPU samples or inventory snapshots in the window")
     else:
-        st.info("no node inventory yet (the inventory loop of `serve`, or `ingest k8s`)")
-
-    st.subheader("Utilisation per node")
-    if view.utilisation.num_rows:
-        st.dataframe(view.utilisation, hide_index=True)
-        st.vega_lite_chart(
-            spec=bar_spec(view.utilisation.to_pylist(), x="node", y="mean_gpu_util_ratio"),
+        rows = records(
+            over, ["start_at", "alloc_ratio", "frag_ratio", "gpu_util_ratio", "idle_gpus"]
+        )
+        left, right = st.columns(2)
+        left.vega_lite_chart(
+            spec=over_time_spec(
+                rows,
+                x="start_at",
+                lines={
+                    "alloc_ratio": "allocation",
+                    "frag_ratio": "fragmentation",
+                    "gpu_util_ratio": "utilisation",
+                },
+                title="Allocation, fragmentation and utilisation",
+                y_title="share of the GPUs",
+                percent=True,
+            ),
             width="stretch",
         )
-    else:
-        st.info("no GPU samples in the window")
-
-    st.subheader("GPUs (newest sample of each)")
-    st.dataframe(view.gpus, hide_index=True)
-
-    st.subheader("Collector freshness")
-    st.caption("newest row per node and source table; age in seconds at page load")
-    st.dataframe(view.freshness, hide_index=True)
-
-    st.subheader("Dropped samples")
-    if view.drops.num_rows:
-        st.dataframe(view.drops, hide_index=True)
-    else:
-        st.success("no samples dropped in the window")
+        right.vega_lite_chart(
+            spec=over_time_spec(
+                rows,
+                x="start_at",
+                lines={"idle_gpus": "idle GPUs"},
+                title="Idle GPUs",
+                y_title="GPUs",
+            ),
+            width="stretch",
+        )
+    latency = report.table("latency_over_time")
+    if latency.rows.num_rows:
+        st.vega_lite_chart(
+            spec=grouped_over_time_spec(
+                records(latency, ["start_at", "model", "p95_s", "requests"]),
+                x="start_at",
+                y="p95_s",
+                group="model",
+                title=latency.title,
+                y_title="P95 latency, ms",
+                scale=1000.0,
+            ),
+            width="stretch",
+        )

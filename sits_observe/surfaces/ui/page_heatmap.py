@@ -1,81 +1,103 @@
-"""Heatmap page: latency-throughput heatmap per model, knee, SLO line and safe maximum."""
+"""Heatmap page: the ``latency`` report per model, and the ``heatmap`` report of one model
+(cells, knee, SLO line, safe maximum and the throughput bins behind them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
-from sits_observe.analytics.heatmap import HeatmapSettings
-from sits_observe.store import Store
-from sits_observe.surfaces.ui.analyses import heatmap_cells, latency_view
+from sits_observe.reports.registry import find_report
 from sits_observe.surfaces.ui.charts import heatmap_spec, p95_curve_spec
 from sits_observe.surfaces.ui.config import UiSettings
+from sits_observe.surfaces.ui.reading import Reader
+from sits_observe.surfaces.ui.tables import cell, header, records, show, window_line
 
-_FIELDS = HeatmapSettings.model_fields
+QUESTION = (
+    "Up to what throughput does each model meet its P95 latency SLO, and where does its "
+    "latency start to climb (the knee)?"
+)
 
 
-def render(store: Store, settings: UiSettings) -> None:
-    """Draw the heatmap page from ``store``."""
-    st.title("Latency and throughput")
+def _inputs(settings: UiSettings) -> dict[str, Any]:
+    """The heatmap's settings from the sidebar (defaults and help from its settings model)."""
+    fields = find_report("heatmap").settings.model_fields
     with st.sidebar:
+        st.caption("heatmap")
         slo_ms = st.number_input(
-            "P95 SLO, ms", min_value=1.0, value=settings.slo_ms, help=_FIELDS["slo_ms"].description
+            "P95 SLO, ms", min_value=1.0, value=settings.slo_ms, help=fields["slo_ms"].description
         )
         latency_bin_ms = st.number_input(
             "latency bin, ms",
             min_value=1.0,
-            value=100.0,
-            help=_FIELDS["latency_bin_ms"].description,
+            value=float(fields["latency_bin_ms"].default),
+            help=fields["latency_bin_ms"].description,
         )
         throughput_bin_rps = st.number_input(
             "throughput bin, requests/s",
             min_value=0.1,
-            value=10.0,
-            help=_FIELDS["throughput_bin_rps"].description,
+            value=float(fields["throughput_bin_rps"].default),
+            help=fields["throughput_bin_rps"].description,
         )
-        window_s = st.number_input(
-            "window, s", min_value=0.1, value=1.0, help=_FIELDS["window_s"].description
+        bin_s = st.number_input(
+            "time bin, s",
+            min_value=0.001,
+            value=float(fields["bin_s"].default),
+            help=fields["bin_s"].description,
         )
-    view = latency_view(
-        store,
-        window_s=settings.window_s,
-        slo_ms=float(slo_ms),
-        latency_bin_ms=float(latency_bin_ms),
-        throughput_bin_rps=float(throughput_bin_rps),
-        heatmap_window_s=float(window_s),
-    )
-    st.subheader("Exact latency quantiles per model, s")
-    if view.quantiles.num_rows == 0:
-        st.info("no requests in the window: import a request log or let the agent follow one")
-        return
-    st.dataframe(view.quantiles, hide_index=True)
-    models = sorted(view.heatmaps)
+    return {
+        "slo_ms": float(slo_ms),
+        "latency_bin_ms": float(latency_bin_ms),
+        "throughput_bin_rps": float(throughput_bin_rps),
+        "bin_s": float(bin_s),
+    }
+
+
+def render(reader: Reader, settings: UiSettings) -> None:
+    """Draw the heatmap page."""
+    st.title("Latency and throughput")
+    header(QUESTION)
+    values = _inputs(settings)
+    latency = reader.report("latency", {"by": "model"})
+    window_line(latency)
+    show(latency.main)
+    models = [m for m in latency.main.rows.column("model").to_pylist() if m is not None]
     model = st.selectbox("model", models, key="model")
     if model is None:
         return
-    doc = view.document(model)
-    knee, safe = doc["knee"], doc["safe_max"]
+    heat = reader.report("heatmap", {**values, "model": model, "table": "cells"})
+    limits = heat.table("limits")
     cols = st.columns(3)
-    cols[0].metric("Requests", f"{doc['requests']:,}")
-    cols[1].metric("Knee", "none" if knee is None else f"{knee['throughput_lo_rps']:g} rps")
+    cols[0].metric("Requests", cell(limits, 0, "requests"))
+    cols[1].metric("Knee", cell(limits, 0, "knee_rps"))
     cols[2].metric(
         "Safe max throughput",
-        "none" if safe is None else f"{safe['throughput_lo_rps']:g} rps",
-        help=f"highest throughput bin whose P95 (and every lower bin's) meets {slo_ms:g} ms",
+        cell(limits, 0, "safe_max_rps"),
+        help="highest throughput bin whose P95 (and every lower bin's) meets "
+        f"{values['slo_ms']:g} ms",
     )
+    knee = limits.rows.column("knee_rps")[0].as_py()
+    safe = limits.rows.column("safe_max_rps")[0].as_py()
     st.vega_lite_chart(
         spec=heatmap_spec(
-            heatmap_cells(doc),
-            slo_ms=doc["slo_ms"],
-            knee_rps=None if knee is None else knee["throughput_lo_rps"],
-            safe_max_rps=None if safe is None else safe["throughput_lo_rps"],
+            records(heat.main, ["throughput_lo_rps", "latency_lo_ms", "count"]),
+            latency_bin_ms=values["latency_bin_ms"],
+            throughput_bin_rps=values["throughput_bin_rps"],
+            slo_ms=values["slo_ms"],
+            knee_rps=knee,
+            safe_max_rps=safe,
             title=f"{model}: requests per cell",
         ),
         width="stretch",
     )
-    for note in doc["notes"]:
+    for note in heat.notes:
         st.caption(note)
+    bins = heat.table("bins")
     st.vega_lite_chart(
-        spec=p95_curve_spec(doc["throughput_bins"], slo_ms=doc["slo_ms"]), width="stretch"
+        spec=p95_curve_spec(
+            records(bins, ["throughput_lo_rps", "p50_s", "p95_s", "p99_s"]),
+            slo_ms=values["slo_ms"],
+        ),
+        width="stretch",
     )
-    st.subheader("Throughput bins (the evidence)")
-    st.dataframe(doc["throughput_bins"], hide_index=True)
+    show(bins)

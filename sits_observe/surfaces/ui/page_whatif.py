@@ -1,112 +1,122 @@
-"""What-if page: replay a trace with placement policies in the scheduling simulator (the
-kube-scheduler model with and without the sits extender among them), and run the live-loop
+"""What-if page: the ``whatif`` report (a trace replayed with placement policies, the
+kube-scheduler model with and without the sits extender among them), and the live-loop
 experiment (:mod:`.page_experiment`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
-from sits_observe.analytics.schedsim import ReplayResult, SimulationSettings
 from sits_observe.control.replay_extender import all_policy_names
-from sits_observe.store import Store
+from sits_observe.domain.units import Unit
+from sits_observe.reports.registry import find_report
+from sits_observe.reports.result import Report
 from sits_observe.surfaces.ui.charts import curve_spec
 from sits_observe.surfaces.ui.config import UiSettings
 from sits_observe.surfaces.ui.page_experiment import render_experiment
-from sits_observe.surfaces.ui.whatif import (
-    Trace,
-    curve_rows,
-    run_whatif,
-    trace_from_files,
-    trace_from_store,
-)
+from sits_observe.surfaces.ui.reading import Reader
+from sits_observe.surfaces.ui.session import guarded
+from sits_observe.surfaces.ui.tables import fact, header, records, show, window_line
 
-_FIELDS = SimulationSettings.model_fields
-_LIVE = "live cluster (inventory in the store)"
+QUESTION = (
+    "Would another placement policy (or kube-scheduler with the sits extender) fit more of "
+    "this workload onto these GPUs, and how fragmented would it leave them?"
+)
+_LIVE = "live cluster (the inventory of the window)"
 _FILES = "trace files (Alibaba v2023 CSV)"
 
 
-def render(store: Store, settings: UiSettings) -> None:
+def render(reader: Reader, settings: UiSettings) -> None:
     """Draw the what-if page; a replay or an experiment runs when its button is pressed."""
     st.title("What-if scheduling")
+    header(QUESTION)
     replay, experiment = st.tabs(["Replay a trace", "Experiment: sits on versus off"])
     with replay:
-        _replay(store, settings)
+        _replay(reader, settings)
     with experiment:
         render_experiment()
 
 
-def _replay(store: Store, settings: UiSettings) -> None:
+def _replay(reader: Reader, settings: UiSettings) -> None:
     st.caption(
         "replays a trace onto an empty cluster with each policy (ATC'23 method); kube-default "
         "is kube-scheduler's defaults, kube-sits the same with the sits extender of the shipped "
         "deploy/scheduler-config.yaml, called through the service's own request handling"
     )
-    kind = st.radio("trace", [_LIVE, _FILES], key="trace_kind", horizontal=True)
-    trace = _trace(store, settings, kind)
-    if trace is None:
+    values = _inputs(settings)
+    if values is None:
         return
-    st.write(
-        f"**{trace.label}**: {len(trace.nodes):,} nodes, {trace.total_gpus:,} GPUs, "
-        f"{len(trace.pods):,} pods"
-    )
-    names = all_policy_names()
+    # ``?run=1`` in the address runs the replay at once (a link to a result, a screenshot).
+    clicked = st.button("Run simulation", key="run", type="primary")
+    if clicked or (st.query_params.get("run") == "1" and "whatif" not in st.session_state):
+        guarded("replay", lambda: _run(reader, values))
+    report = st.session_state.get("whatif")
+    if isinstance(report, Report):
+        _results(report)
+
+
+def _run(reader: Reader, values: dict[str, Any]) -> None:
+    runs = len(values["policies"]) * values["seeds"]
+    with st.spinner(f"simulating {runs} replays ..."):
+        st.session_state["whatif"] = reader.report("whatif", values)
+
+
+def _inputs(settings: UiSettings) -> dict[str, Any] | None:
+    fields = find_report("whatif").settings.model_fields
+    kind = st.radio("trace", [_LIVE, _FILES], key="trace_kind", horizontal=True)
+    values: dict[str, Any] = {}
+    if kind == _FILES:
+        nodes = st.text_input("node list CSV", value=str(settings.trace_nodes or ""), key="nodes")
+        pods = st.text_input("pod list CSV", value=str(settings.trace_pods or ""), key="pods")
+        if not nodes or not pods:
+            st.info("give the paths of a node list and a pod list")
+            return None
+        values |= {"trace_nodes": nodes, "trace_pods": pods}
     chosen = st.multiselect(
-        "policies", names, default=["fgd", "kube-default", "kube-sits"], key="policies"
+        "policies",
+        all_policy_names(),
+        default=list(fields["policies"].default),
+        key="policies",
+        help=fields["policies"].description,
     )
     cols = st.columns(3)
     load = cols[0].number_input(
-        "load", min_value=0.1, max_value=10.0, value=1.3, help=_FIELDS["load_ratio"].description
+        "load",
+        min_value=0.1,
+        max_value=10.0,
+        value=float(fields["load_ratio"].default),
+        help=fields["load_ratio"].description,
     )
-    seeds = int(cols[1].number_input("seeds", min_value=1, max_value=20, value=1))
+    seeds = cols[1].number_input(
+        "seeds",
+        min_value=1,
+        max_value=20,
+        value=int(fields["seeds"].default),
+        help=fields["seeds"].description,
+    )
     tie_break = cols[2].selectbox(
-        "tie break", ["node_order", "random"], help=_FIELDS["tie_break"].description
+        "tie break",
+        [str(t) for t in fields["tie_break"].annotation or ()],
+        help=fields["tie_break"].description,
     )
-    if st.button("Run simulation", key="run", type="primary"):
-        sim = SimulationSettings(load_ratio=float(load), tie_break=tie_break)
-        total = len(chosen) * seeds
-        bar = st.progress(0.0, text="simulating")
-        done: list[ReplayResult] = []
-
-        def tick(replay: ReplayResult) -> None:
-            done.append(replay)
-            bar.progress(len(done) / total, text=f"{replay.policy} seed {replay.seed}")
-
-        st.session_state["whatif"] = run_whatif(trace, chosen, range(seeds), sim, progress=tick)
-        bar.progress(1.0, text=f"done: {len(done)} replays")
-    documents = st.session_state.get("whatif")
-    if documents:
-        _results(documents)
+    return values | {
+        "policies": chosen,
+        "seeds": int(seeds),
+        "load_ratio": float(load),
+        "tie_break": tie_break,
+    }
 
 
-def _trace(store: Store, settings: UiSettings, kind: str | None) -> Trace | None:
-    if kind == _LIVE:
-        return trace_from_store(store, since_s=settings.window_s)
-    nodes = st.text_input("node list CSV", value=str(settings.trace_nodes or ""), key="nodes")
-    pods = st.text_input("pod list CSV", value=str(settings.trace_pods or ""), key="pods")
-    if not nodes or not pods:
-        st.info("give the paths of a node list and a pod list")
-        return None
-    return trace_from_files(Path(nodes), Path(pods))
-
-
-def _results(documents: list[dict[str, object]]) -> None:
+def _results(report: Report) -> None:
     st.subheader("Result per policy (mean over seeds)")
-    rows = []
-    for d in documents:
-        unalloc = d["unallocated_gpus"]
-        alloc = d["alloc_ratio"]
-        failure = d["first_failure_arrived"]
-        assert isinstance(unalloc, dict) and isinstance(alloc, dict)
-        rows.append(
-            {
-                "policy": d["policy"],
-                "alloc_ratio": alloc["mean"],
-                "unallocated_gpus": unalloc["mean"],
-                "first_failure_arrived": None if not isinstance(failure, dict) else failure["mean"],
-                "pods_per_s": d["pods_per_s"],
-            }
-        )
-    st.dataframe(rows, hide_index=True)
-    st.vega_lite_chart(spec=curve_spec(curve_rows(documents)), width="stretch")
+    st.markdown(
+        f"**{report.facts.get('trace')}**: {fact(report, 'gpus', Unit.integer)} GPUs; "
+        f"{fact(report, 'replays', Unit.integer)} replays at load "
+        f"{fact(report, 'load_ratio', Unit.number)}"
+    )
+    window_line(report)
+    show(report.main, title=False)
+    curve = report.table("curve")
+    rows = records(curve, ["policy", "arrived_ratio", "alloc_ratio", "frag_ratio"])
+    st.vega_lite_chart(spec=curve_spec(rows), width="stretch")

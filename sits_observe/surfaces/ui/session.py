@@ -1,74 +1,96 @@
-"""Streamlit glue shared by every page: settings, the store of this run, errors, the sidebar.
+"""Streamlit glue shared by every page: settings, the reader of this run, the sidebar, errors.
 
-With ``--service`` the fetched tables are cached (``st.cache_resource``) for
-:data:`CACHE_TTL_S` seconds per (URL, window), so every page and every session reads the
-same in-memory copy and the service is asked at most once per TTL; the sidebar's Refresh
-button drops the copy. With ``--db`` the file is opened read-only for the run and closed.
-A package error is shown as one red line on the page, never a traceback.
+The sidebar names the data source and holds the window (``since`` / ``until``, the CLI's
+words, starting from ``--since`` / ``--until``) and the *every column* switch (the CLI's
+``-o wide``). With ``--service`` each report read is cached (``st.cache_resource``) for
+:data:`CACHE_TTL_S` seconds per (report, window, settings), so every page and session asks
+the service at most once per TTL; the sidebar's Refresh button drops the cache. With
+``--db`` the file is opened read-only for the run and closed. A package error is one red line
+on the page, never a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import streamlit as st
 
 from sits_observe.errors import SitsError
-from sits_observe.store import Store
-from sits_observe.surfaces.ui.config import UiSettings, settings_from_process
-from sits_observe.surfaces.ui.source import Snapshot, open_file, snapshot_from_service, window_since
+from sits_observe.reports.remote import fetch_report
+from sits_observe.reports.result import Report
+from sits_observe.reports.window import WindowRequest
+from sits_observe.surfaces.ui.config import UiSettings, settings_from_process, window_request
+from sits_observe.surfaces.ui.reading import Reader, open_reader
 
-#: Seconds a copy of the service's tables is reused.
+#: Seconds a report read through the service is reused.
 CACHE_TTL_S = 30.0
 
-Render = Callable[[Store, UiSettings], None]
+Render = Callable[[Reader, UiSettings], None]
 
 
-@st.cache_resource(ttl=CACHE_TTL_S, show_spinner="fetching tables from the service ...")
-def _snapshot(url: str, token: str, window_s: float) -> Snapshot:
-    now = datetime.now(UTC)
-    return snapshot_from_service(
-        url, token, since=window_since(window_s, now), now=now.replace(tzinfo=None)
-    )
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list | tuple) else value
 
 
-@contextmanager
-def open_store(settings: UiSettings) -> Iterator[Store]:
-    """The store this page run reads (see the module docstring)."""
-    if settings.db is not None:
-        with open_file(str(settings.db)) as store:
-            yield store
-        return
-    assert settings.service is not None and settings.token is not None
-    snap = _snapshot(settings.service, settings.token.get_secret_value(), settings.window_s)
-    st.sidebar.caption(
-        f"{sum(snap.rows.values()):,} rows fetched at {snap.fetched_at:%H:%M:%S} UTC "
-        f"(cached {CACHE_TTL_S:g} s)"
-    )
-    yield snap.store
+@st.cache_resource(ttl=CACHE_TTL_S, show_spinner="reading the report from the service ...")
+def _cached(
+    url: str,
+    token: str,
+    name: str,
+    window: tuple[tuple[str, str], ...],
+    values: tuple[tuple[str, Any], ...],
+) -> Report:
+    query = dict(window)
+    request = WindowRequest.parse(query.get("since"), query.get("until"))
+    return fetch_report(url, token, name, request, dict(values))
 
 
-def sidebar(settings: UiSettings) -> None:
-    """Where the data comes from, and a button that refetches it."""
+def cached_fetch(
+    url: str, token: str, name: str, request: WindowRequest, values: Mapping[str, Any]
+) -> Report:
+    """:func:`~sits_observe.reports.remote.fetch_report`, cached (see the module docstring)."""
+    window = tuple(sorted(request.query().items()))
+    items = tuple(sorted((k, _frozen(v)) for k, v in values.items() if v is not None))
+    return _cached(url, token, name, window, items)
+
+
+def sidebar(settings: UiSettings) -> WindowRequest:
+    """The source, the window inputs and the refresh button; the window asked for."""
     st.sidebar.caption(f"data: {settings.source_key}")
+    since = st.sidebar.text_input(
+        "since", settings.since, key="since", help=UiSettings.model_fields["since"].description
+    )
+    until = st.sidebar.text_input(
+        "until", settings.until, key="until", help=UiSettings.model_fields["until"].description
+    )
+    st.sidebar.toggle("every column", key="wide", help="the columns of `-o wide`: UUIDs, ids, …")
     if st.sidebar.button("Refresh data", key="refresh"):
-        _snapshot.clear()
+        _cached.clear()
+    try:
+        return window_request(since, until)
+    except SitsError as exc:
+        st.sidebar.error(str(exc))
+        return settings.window()
+
+
+def wide() -> bool:
+    """Whether the sidebar asks for every column."""
+    return bool(st.session_state.get("wide", False))
 
 
 def run_page(render: Render) -> None:
-    """Load the settings, open the store and call ``render``; errors become one line."""
+    """Load the settings, open the reader and call ``render``; errors become one line."""
     try:
         settings = settings_from_process()
     except SitsError as exc:
         st.error(f"configuration: {exc}")
         st.stop()
         return
-    sidebar(settings)
+    request = sidebar(settings)
     try:
-        with open_store(settings) as store:
-            render(store, settings)
+        with open_reader(settings, request, cached_fetch) as reader:
+            render(reader, settings)
     except SitsError as exc:
         st.error(str(exc))
 

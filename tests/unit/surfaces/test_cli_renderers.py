@@ -12,28 +12,31 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import typer
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.heatmap import HeatmapSettings, compute_heatmaps
+from sits_observe.analytics.fgd_cluster import ClusterState
+from sits_observe.analytics.fgd_model import PodShape
+from sits_observe.analytics.fgd_workload import TypicalPodSettings, typical_pods
 from sits_observe.analytics.schedsim_results import PolicyResult, Spread
-from sits_observe.analytics.smf import SmfAlignment, SmfSettings
+from sits_observe.analytics.trends import EpsChoice, SeriesPoint, TrendCluster, TrendClusters
+from sits_observe.analytics.trends_series import TrendLevel
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.domain.tables import GPU_SAMPLES
+from sits_observe.domain.tables import GPU_SAMPLES, conform
 from sits_observe.errors import ConfigError
+from sits_observe.reports import fragmentation, heatmap, latency, recommend, smf, timeline, trends
+from sits_observe.reports.heatmap_maps import heatmaps_of
+from sits_observe.reports.result import Report, table_of
+from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.surfaces.cli import (
-    analyze_fragmentation,
-    analyze_latency,
-    analyze_trends,
-    analyze_workloads,
-    controller,
     ingest_dcgm,
     simulate,
 )
@@ -46,6 +49,8 @@ from sits_observe.surfaces.cli.common import (
     print_rows,
 )
 from sits_observe.surfaces.cli.console import note, shown, styled
+from sits_observe.surfaces.cli.heatmap_extras import print_grid
+from sits_observe.surfaces.cli.report_output import Output, print_report
 
 NASTY = ["[", "]", "[/x]", "[/]", "[bold]", "[red]no[/]", "\\[x]", ":smile:", "\x1b[31m", "\n"]
 NASTY += ["\t", "\r", "\x00", "\x7f", "\x9b", "\u2028", "[link=http://x]", "node[/x]", "✓", "漢字"]
@@ -70,6 +75,7 @@ def test_shown_escapes_control_characters_only() -> None:
 @settings(max_examples=100, deadline=None)
 @given(text=TEXT)
 def test_print_rows_title_header_and_cells(text: str) -> None:
+    assume(text != "n")  # the other column's key
     rows = [{text: text, "n": 1}, {text: f"{text} again", "n": None}]
     stdout, _ = capture(lambda: print_rows(rows, OutputFormat.table, title=text))
     assert shown(text) in stdout.splitlines()[0]  # the title, on one line
@@ -110,82 +116,67 @@ def test_ingest_dcgm_gpu_lines_and_rejections(text: str) -> None:
     assert shown(text) in stdout
 
 
-@settings(max_examples=100, deadline=None)
-@given(text=TEXT)
-def test_latency_table(text: str) -> None:
-    rows = [{"model": text, "requests": 5, "p50_s": 0.1, "p95_s": 0.2}]
-    rows.append({"model": None, "requests": 1, "p50_s": 0.3, "p95_s": 0.3})
-    stdout, stderr = capture(
-        lambda: analyze_latency._print_latency(rows, OutputFormat.table, text, "model")
-    )
-    assert shown(text) in stdout and "(not recorded)" in stdout
-    assert stderr.count("\n") == 1  # the note about the null group, on one line
-
-
 @pytest.fixture(scope="module")
-def heatmap_store() -> Store:
+def requests_store() -> Store:
     return Store.open(":memory:")
+
+
+def _requests(store: Store, model: str | None, n: int, step_s: float = 1.0) -> None:
+    rows = [
+        {
+            "ts": NOW + timedelta(seconds=i * step_s),
+            "model": model,
+            "latency_s": 0.01 * (1 + i % 7),
+            "ok": True,
+        }
+        for i in range(n)
+    ]
+    store.append_batch({"requests": pa.Table.from_pylist(rows)})
+
+
+WINDOW = Window(None, NOW + timedelta(hours=1), "given")
+
+
+@settings(max_examples=50, deadline=None)
+@given(text=TEXT)
+def test_latency_table(requests_store: Store, text: str) -> None:
+    requests_store.execute("DELETE FROM requests")
+    _requests(requests_store, text, 5)
+    _requests(requests_store, None, 1)
+    report = latency.build(requests_store, WINDOW, latency.LatencyQuery())
+    stdout, stderr = capture(lambda: print_report(report, Output.table))
+    assert shown(text) in stdout
+    window, null_group = stderr.splitlines()  # each note on one line
+    assert window.startswith("window: ") and "without a recorded model" in null_group
 
 
 @settings(max_examples=20, deadline=None)
 @given(text=TEXT.filter(bool))
-def test_heatmap_table(heatmap_store: Store, text: str) -> None:
-    heatmap_store.execute("DELETE FROM requests")
-    rows = [
-        {
-            "ts": NOW + timedelta(seconds=i / 10),
-            "model": text,
-            "latency_s": 0.01 * (1 + i % 7),
-            "ok": True,
-        }
-        for i in range(200)
-    ]
-    heatmap_store.append_batch({"requests": pa.Table.from_pylist(rows)})
-    settings_ = HeatmapSettings(slo_ms=40.0, min_bin_requests=1)
-    [h] = compute_heatmaps(heatmap_store, settings_, by="model")
-    stdout, _ = capture(lambda: analyze_latency._print_heatmap_table(h))
+def test_heatmap_table(requests_store: Store, text: str) -> None:
+    requests_store.execute("DELETE FROM requests")
+    _requests(requests_store, text, 200, step_s=0.1)
+    query = heatmap.HeatmapQuery(by=heatmap.HeatmapBy.model, slo_ms=40.0, min_bin_requests=1)
+    report = heatmap.build(requests_store, WINDOW, query)
+    stdout, stderr = capture(lambda: print_report(report, Output.table))
+    assert shown(text) in stdout and f"model {shown(text)}: " in stderr
+    [h] = heatmaps_of(
+        heatmap.build(
+            requests_store, WINDOW, query.model_copy(update={"table": heatmap.HeatmapTable.cells})
+        )
+    )
+    stdout, _ = capture(lambda: print_grid(h))
     assert f"model = {shown(text)}: 200 requests" in stdout
 
 
 @settings(max_examples=100, deadline=None)
 @given(text=TEXT)
 def test_fragmentation_tables(text: str) -> None:
-    doc = {
-        "source": {"placed_pods": 1},
-        "frag_ratio": 0.5,
-        "frag_amount_ratio": 0.25,
-        "frag_milli": 500.0,
-        "idle_milli": 1000,
-        "total_milli": 2000,
-        "alloc_ratio": 0.5,
-        "by_cause": {text: {"milli": 500.0, "share": 1.0}},
-        "typical_pods": [
-            {
-                "cpu_milli": 1,
-                "num_gpu": 1,
-                "gpu_milli": 1000,
-                "gpu_types": [text],
-                "count": 1,
-                "weight": 1.0,
-            }
-        ],
-        "typical_pods_coverage_ratio": 1.0,
-        "workload_pods": 1,
-        "node_count": 1,
-        "nodes": [
-            {
-                "node": text,
-                "gpu_model": text,
-                "gpu_count": 8,
-                "cpu_free_milli": 1,
-                "idle_milli": 1,
-                "frag_milli": 1.0,
-                "frag_ratio": 1.0,
-            }
-        ],
-    }
-    stdout, _ = capture(lambda: analyze_fragmentation._print_tables(doc))
-    assert shown(text) in stdout
+    state = ClusterState.empty([text], [1000], [8], [text])
+    workload = typical_pods([PodShape(1, 1, 1000, (text,))], TypicalPodSettings())
+    inputs = fragmentation.FgdInputs(state, workload, 0, {}, (text,))
+    report = fragmentation.report_of(WINDOW, inputs, fragmentation.FragmentationQuery())
+    stdout, stderr = capture(lambda: print_report(report, Output.table))
+    assert shown(text) in stdout and shown(text) in stderr
 
 
 @settings(max_examples=100, deadline=None)
@@ -212,42 +203,63 @@ def test_simulate_tables(text: str) -> None:
     assert shown(text) in stdout
 
 
+@settings(max_examples=20, deadline=None)
+@given(text=TEXT.filter(bool))
+def test_smf_unlinked_gpus(requests_store: Store, text: str) -> None:
+    requests_store.execute("DELETE FROM gpu_samples")
+    requests_store.execute("DELETE FROM container_samples")
+    gpu = {"ts": NOW, "node": text, "gpu_uuid": "GPU-1", "fb_free_bytes": 1, "fb_total_bytes": 2}
+    requests_store.append("gpu_samples", conform("gpu_samples", pa.Table.from_pylist([gpu])))
+    cgroup = {"ts": NOW, "node": text, "container_id": "c1", "memory_current_bytes": 1}
+    requests_store.append(
+        "container_samples", conform("container_samples", pa.Table.from_pylist([cgroup]))
+    )
+    report = smf.build(requests_store, WINDOW, smf.SmfQuery())
+    stdout, stderr = capture(lambda: print_report(report, Output.table))
+    assert shown(text) in stdout and "GPU-1" in stdout and "no cgroup match" in stderr
+
+
 @settings(max_examples=100, deadline=None)
 @given(text=TEXT.filter(bool))
-def test_trends_smf_notes(text: str) -> None:
-    unlinked = pa.Table.from_pylist(
-        [{"node": text, "gpu_uuid": "GPU-1", "labelled_as": text, "reason": text}]
+def test_trends_tables(text: str) -> None:
+    point = SeriesPoint(key="GPU-1", node=text, features={}, points=3, span_h=1.0)
+    centroid = dict.fromkeys(("level", "slope_per_h", "resid_std", "daily_amplitude"), 0.1)
+    cluster = TrendCluster(0, (text,), text, centroid | {"drops_per_h": 0.0}, (point,))
+    result = TrendClusters(
+        level=TrendLevel.gpu,
+        bucket_s=60,
+        n_series=2,
+        eps=EpsChoice(1.0, "given", 1, None, 0.0, np.zeros(0)),
+        min_samples=1,
+        clusters=(cluster,),
+        noise=(replace(cluster, label=-1),),
+        dropped={},
+        dropped_keys=(),
+        notes=(text,),
     )
-    alignment = SmfAlignment(
-        rows=pa.table({"x": pa.array([], pa.int64())}),
-        unmatched=pa.table({"unmatched_samples": pa.array([3], pa.int64())}),
-        unlinked_gpus=unlinked,
-        skipped={},
-        linked_containers=0,
-        unlinked_containers=0,
-        settings=SmfSettings(),
-    )
-    _, stderr = capture(
-        lambda: analyze_trends._notes(alignment, unlinked.to_pylist(), OutputFormat.table)
-    )
-    assert f"  {shown(text)} GPU-1 [labelled {shown(text)}]: {shown(text)}\n" in stderr
+    report = trends.report_of(WINDOW, result, {"GPU-1": text})
+    stdout, stderr = capture(lambda: print_report(report, Output.table))
+    assert stdout.count(shown(text)) >= 4 and shown(text) in stderr
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(text=TEXT)
-def test_workloads_table(text: str) -> None:
-    rows = [{"node": text, "score": 0.5, "pods": [text, "b"]}]
-    stdout, _ = capture(
-        lambda: analyze_workloads._print(rows, OutputFormat.table, text, ["node", "score"])
-    )
-    assert shown(text) in stdout
+def test_timeline_table(requests_store: Store, text: str) -> None:
+    requests_store.execute("DELETE FROM pods")
+    row = {"ts": NOW, "pod_uid": "u1", "namespace": text, "pod": text, "workload": text,
+           "created_at": NOW, "scheduled_at": NOW + timedelta(seconds=1),
+           "ready_at": NOW + timedelta(seconds=2)}  # fmt: skip
+    requests_store.append("pods", pa.Table.from_pylist([row]))
+    for pods in (False, True):
+        report = timeline.build(requests_store, WINDOW, timeline.TimelineQuery(pods=pods))
+        stdout, _ = capture(lambda: print_report(report, Output.table))  # noqa: B023
+        assert shown(text) in stdout
 
 
 @settings(max_examples=100, deadline=None)
 @given(text=TEXT)
 def test_recommend_table(text: str) -> None:
-    row = {key: text for key in controller.RECOMMENDATION_KEYS}
-    stdout, _ = capture(
-        lambda: controller.print_recommendations([row], controller.RecommendFormat.table)
-    )
+    row = {c.name: text for c in recommend._COLUMNS} | {"proposed_value": 1.0}
+    report = Report("recommend", WINDOW, table_of("r", text, [row], recommend._COLUMNS))
+    stdout, _ = capture(lambda: print_report(report, Output.wide))
     assert shown(text) in stdout

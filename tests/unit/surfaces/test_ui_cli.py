@@ -27,10 +27,11 @@ def test_the_command_serves_the_app_on_the_port_with_the_source(tmp_path: Path) 
         db=None,
         service="http://svc:8080",
         token_file=Path("t"),
-        window_s=60.0,
+        since="1h",
+        until="newest",
     )
     assert remote[remote.index("--") + 1 :] == [
-        "--service", "http://svc:8080", "--token-file", "t", "--window-s", "60.0",
+        "--service", "http://svc:8080", "--token-file", "t", "--since", "1h", "--until", "newest",
     ]  # fmt: skip
 
 
@@ -40,3 +41,13 @@ def test_one_source_exactly_and_it_must_exist(tmp_path: Path) -> None:
         streamlit_command(DEFAULT_APP, db=None, service=None, **kw)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="does not exist"):
         streamlit_command(DEFAULT_APP, db=tmp_path / "no", service=None, **kw)  # type: ignore[arg-type]
+
+
+def test_a_bad_window_is_refused_before_streamlit_starts(tmp_path: Path) -> None:
+    db = tmp_path / "x.duckdb"
+    db.touch()
+    kw = {"port": 1, "host": "h", "db": db, "service": None, "token_file": None}
+    with pytest.raises(ConfigError, match="--since 'soon' is not a positive duration"):
+        streamlit_command(DEFAULT_APP, since="soon", **kw)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="--until 'later' is not now, newest"):
+        streamlit_command(DEFAULT_APP, until="later", **kw)  # type: ignore[arg-type]

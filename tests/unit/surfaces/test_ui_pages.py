@@ -4,7 +4,8 @@ The file is filled through the store API with rows whose answers are known by ha
 heatmap's bins have constant latencies (so each bin's P95 is that latency, the knee is the
 30 rps bin and the safe maximum at a 1 s SLO is 40 rps), SMF is (50 - 10) / 80 GiB = 0.5,
 node A's free GPU is fragmented for the one-GPU, all-CPU workload (FGD 1/3 of idle GPU), and
-so on. Each page must show these values, not merely render.
+so on. Each page must show these values, not merely render, and show them as the report it
+reads gives them (the same report the CLI prints), in the CLI's human units.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from sits_observe.domain.tables import conform
+from sits_observe.domain.units import Unit, human
+from sits_observe.reports.registry import find_report
+from sits_observe.reports.result import Report, ReportTable
+from sits_observe.reports.spec import run_report
+from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
 
 APP = Path(__file__).resolve().parents[3] / "dashboards" / "app.py"
-#: An hour ago, to the minute (naive UTC): inside the app's window however it counts back.
+#: An hour ago, to the minute (naive UTC): inside the app's window (``--since 7d``, to now).
 T0 = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0) - timedelta(hours=1)
 GIB = 1024**3
 CID = "c" * 64
@@ -37,35 +43,36 @@ def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
     return conform(name, pa.Table.from_pylist(rows))
 
 
-def request_rows() -> list[dict[str, Any]]:
+def request_rows(t0: datetime = T0) -> list[dict[str, Any]]:
     """Windows of BIN_RATES requests, each bin's requests all with one latency."""
     rows = []
     second = 0
     for rate, latency in zip(BIN_RATES, BIN_LATENCY_S, strict=True):
         for _ in range(WINDOWS_PER_BIN):
-            start = T0 + timedelta(seconds=second)
+            start = t0 + timedelta(seconds=second)
             for i in range(rate):
                 ts = start + timedelta(microseconds=(i * 1_000_000) // (rate + 1))
                 rows.append({"ts": ts, "model": "llm-a", "latency_s": latency, "ok": True})
             second += 1
     # A second, small model and a failed request (left out of the quantiles).
     rows += [
-        {"ts": T0 + timedelta(seconds=s), "model": "llm-b", "latency_s": 0.2 + s / 100, "ok": True}
+        {"ts": t0 + timedelta(seconds=s), "model": "llm-b", "latency_s": 0.2 + s / 100, "ok": True}
         for s in range(5)
     ]
-    rows.append({"ts": T0, "model": "llm-a", "latency_s": 30.0, "ok": False})
+    rows.append({"ts": t0, "model": "llm-a", "latency_s": 30.0, "ok": False})
     return rows
 
 
-def fill_store(store: Store) -> None:
-    """Every table a page reads, with hand-checkable values (see the module docstring)."""
+def fill_store(store: Store, t0: datetime = T0) -> None:
+    """Every table a page reads, with hand-checkable values (see the module docstring),
+    starting at ``t0``."""
     store.append(
         "nodes",
         _table(
             "nodes",
             [
                 {
-                    "ts": T0,
+                    "ts": t0,
                     "node": "node-a",
                     "gpu_allocatable": 2,
                     "gpu_product": "H100",
@@ -74,7 +81,7 @@ def fill_store(store: Store) -> None:
                     "ready": True,
                 },
                 {
-                    "ts": T0,
+                    "ts": t0,
                     "node": "node-b",
                     "gpu_allocatable": 2,
                     "gpu_product": "H100",
@@ -91,7 +98,7 @@ def fill_store(store: Store) -> None:
             "pods",
             [
                 {
-                    "ts": T0,
+                    "ts": t0,
                     "pod_uid": "u1",
                     "namespace": "ns",
                     "pod": "p1",
@@ -106,7 +113,7 @@ def fill_store(store: Store) -> None:
     )
     gpu, cgroup = [], []
     for k in range(60):  # ten minutes, every 10 s
-        ts = T0 + timedelta(seconds=10 * k)
+        ts = t0 + timedelta(seconds=10 * k)
         gpu.append(
             {
                 "ts": ts,
@@ -152,12 +159,12 @@ def fill_store(store: Store) -> None:
         )
     store.append("gpu_samples", _table("gpu_samples", gpu))
     store.append("container_samples", _table("container_samples", cgroup))
-    store.append("requests", _table("requests", request_rows()))
+    store.append("requests", _table("requests", request_rows(t0)))
     store.append(
         "collector_drops",
         _table(
             "collector_drops",
-            [{"ts": T0, "node": "node-a", "collector": "dcgm", "reason": "nan", "count": 7}],
+            [{"ts": t0, "node": "node-a", "collector": "dcgm", "reason": "nan", "count": 7}],
         ),
     )
     store.append(
@@ -166,7 +173,7 @@ def fill_store(store: Store) -> None:
             "decisions",
             [
                 {
-                    "ts": T0 + timedelta(seconds=k),
+                    "ts": t0 + timedelta(seconds=k),
                     "kind": "Node",
                     "name": f"node-{n}",
                     "action": action,
@@ -195,12 +202,28 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
+#: The window every test page reads (as ``--since 7d``, until now).
+SINCE = "7d"
+
+
+def report_on(db: Path, name: str, **values: Any) -> Report:
+    """Report ``name`` on ``db`` over the pages' window, as ``sits-observe NAME --db``."""
+    spec = find_report(name)
+    with Store.open(db, read_only=True) as store:
+        return run_report(spec, store, WindowRequest.parse(SINCE, None), spec.validate(values))
+
+
+def heading(table: ReportTable, name: str) -> str:
+    """The header the page shows for column ``name`` of a report's table."""
+    return next(c.header for c in table.columns if c.name == name)
+
+
 def app_on(monkeypatch: pytest.MonkeyPatch, **env: str) -> AppTest:
     for name in ("SITS_UI_DB", "SITS_UI_SERVICE", "SITS_UI_TOKEN_FILE", "SITS_TOKEN"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SITS_UI_SINCE", SINCE)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("SITS_UI_WINDOW_S", str(7 * 86400))
     at = AppTest.from_file(str(APP), default_timeout=120)
     return at.run()
 
@@ -208,6 +231,7 @@ def app_on(monkeypatch: pytest.MonkeyPatch, **env: str) -> AppTest:
 def page(at: AppTest, name: str) -> AppTest:
     at.switch_page(f"views/{name}.py").run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
     return at
 
 
@@ -231,37 +255,58 @@ def frames(at: AppTest) -> list[Any]:
     return [d.value for d in at.dataframe]
 
 
+def shown(at: AppTest) -> str:
+    """Every text and cell of the page, to check what never shows."""
+    kinds = ("markdown", "caption", "subheader", "header")
+    texts = [getattr(e, "value", "") for kind in kinds for e in at.get(kind)]
+    cells = [str(v) for f in frames(at) for v in [*f.columns, *f.to_numpy().ravel()]]
+    return "\n".join(map(str, texts + cells))
+
+
 # -- pages --------------------------------------------------------------------------------
 
 
-def test_fleet_page_shows_inventory_utilisation_freshness_and_drops(
+def test_fleet_page_shows_the_fleet_report_in_human_units(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "fleet")
+    report = report_on(db, "fleet")
     assert metrics(at) == {
         "Nodes": "2",
         "GPUs": "4",  # allocatable in the inventory
-        "GPUs sampled": "2",
-        "Mean GPU utilisation": "37.5%",  # (0.5 + 0.25) / 2
+        "Allocated GPUs": "1",  # p1's one GPU
+        "Idle GPUs": "0",  # 50% and 25% busy: neither under the 5% floor
+        "GPU utilisation": "37.5%",  # (0.5 + 0.25) / 2
+        "Fragmentation": "33.3%",  # node-a's free GPU, of 3 free
     }
-    nodes, utilisation, gpus, fresh, drops = frames(at)
-    assert nodes["node"].tolist() == ["node-a", "node-b"]
-    assert nodes["cpu_allocatable_milli"].tolist() == [4000, 8000]
-    row = utilisation.iloc[0]
-    assert (row["node"], row["mean_gpu_util_ratio"], row["mean_power_w"]) == ("node-a", 0.375, 400)
+    # The numbers shown are the report's, as the CLI prints them.
+    assert metrics(at)["GPU utilisation"] == human(report.facts["gpu_util_ratio"], Unit.ratio)
+    assert metrics(at)["Fragmentation"] == human(report.facts["frag_ratio"], Unit.ratio)
+    nodes, gpus, fresh, drops = frames(at)
+    assert list(nodes.columns) == [c.header for c in report.main.columns if not c.wide]
+    row = nodes.set_index("node").loc["node-a"]
+    # Power is a mean per GPU: (300 W + 100 W) / 2, not the node's sum.
+    assert (row["GPUs"], row["alloc"], row["util"], row["power/GPU"]) == ("2", "1", "37.5%", "200W")
+    assert row["power/GPU"] == human(report.main.rows.column("power_w")[0].as_py(), Unit.watts)
+    assert (row["memory"], row["FB used"]) == ("64Gi", "40Gi")  # 30 GiB + GPU-a1's last 10 GiB
     # GPU-a1's framebuffer grows 1 GiB a minute: 10 GiB of 80 at the last sample.
-    assert gpus.set_index("gpu_uuid")["fb_used_ratio"].to_dict() == {
-        "GPU-a0": 0.375,
-        "GPU-a1": 0.125,
-    }
-    newest = {r.source: r.newest_at.to_pydatetime() for r in fresh.itertuples()}
+    assert gpus.set_index("GPU")["FB"].to_dict() == {"node-a/0": "37.5%", "node-a/1": "12.5%"}
+    newest = dict(zip(fresh["table"], fresh["newest"], strict=True))
     assert newest == {
-        "gpu_samples": T0 + timedelta(seconds=590),
-        "container_samples": T0 + timedelta(seconds=591),
+        "container_samples": human(T0 + timedelta(seconds=591), Unit.time),
+        "gpu_samples": human(T0 + timedelta(seconds=590), Unit.time),
     }
-    assert drops[["collector", "reason", "dropped"]].values.tolist() == [["dcgm", "nan", 7]]
-    (bars,) = charts(at)
-    assert [r["mean_gpu_util_ratio"] for r in bars["data"]["values"]] == [0.375]
+    assert drops[["collector", "reason", "dropped"]].values.tolist() == [["dcgm", "nan", "7"]]
+    shares, idle, p95 = charts(at)
+    first = shares["data"]["values"][0]
+    assert (first["allocation"], first["fragmentation"]) == (0.25, pytest.approx(1 / 3))
+    assert {r["idle GPUs"] for r in idle["data"]["values"]} == {0}
+    latency = report.table("latency_over_time").rows.to_pylist()
+    assert {(r["model"], r["p95_s"]) for r in p95["data"]["values"]} == {
+        (r["model"], r["p95_s"]) for r in latency
+    }
+    text = shown(at)
+    assert CID not in text and "gpu_util_ratio" not in text and "power_w" not in text
 
 
 def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
@@ -270,15 +315,20 @@ def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SLO_MS="1000"), "heatmap")
     # Chord (10 rps, 0.1 s) -> (50 rps, 1.5 s): the 30 rps bin lies deepest below it; the
     # 50 rps bin (P95 1.5 s) is the first over the 1 s SLO, so 40 rps is the safe maximum.
-    assert metrics(at) == {"Requests": "525", "Knee": "30 rps", "Safe max throughput": "40 rps"}
+    assert metrics(at) == {"Requests": "525", "Knee": "30/s", "Safe max throughput": "40/s"}
     quantiles, bins = frames(at)
     latencies = [r["latency_s"] for r in request_rows() if r["model"] == "llm-a" and r["ok"]]
-    got = quantiles.set_index("model").loc["llm-a"]
-    assert got["count"] == len(latencies) == 525
+    exact = report_on(db, "latency", by="model").main
+    got = quantiles.set_index(heading(exact, "model")).loc["llm-a"]
+    assert got[heading(exact, "count")] == "525"
     for q in (50, 95, 99):
-        assert got[f"p{q}_s"] == pytest.approx(np.percentile(latencies, q), abs=1e-12)
-    assert bins["p95_s"].tolist() == pytest.approx(list(BIN_LATENCY_S))
-    assert bins["within_slo"].tolist() == [True, True, True, True, False]
+        shown_q = got[heading(exact, f"p{q}_s")]
+        assert shown_q == human(float(np.percentile(latencies, q)), Unit.seconds)
+    evidence = report_on(db, "heatmap", model="llm-a", table="cells", slo_ms=1000).table("bins")
+    assert bins[heading(evidence, "p95_s")].tolist() == [
+        human(s, Unit.seconds) for s in BIN_LATENCY_S
+    ]
+    assert bins[heading(evidence, "within_slo")].tolist() == ["yes", "yes", "yes", "yes", "no"]
     heat, curve = charts(at)
     cells, slo, knee, safe = heat["layer"]
     assert sum(c["count"] for c in cells["data"]["values"]) == 525
@@ -288,7 +338,7 @@ def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
 
     # A tighter SLO moves the safe maximum down: 0.6 s breaks at the 40 rps bin.
     at.sidebar.number_input[0].set_value(500.0).run()
-    assert metrics(at)["Safe max throughput"] == "30 rps"
+    assert metrics(at)["Safe max throughput"] == "30/s"
     # The other model has its own heatmap.
     at.selectbox(key="model").select("llm-b").run()
     assert metrics(at)["Requests"] == "5"
@@ -300,40 +350,55 @@ def test_fragmentation_page_shows_fgd_causes_smf_and_trend_clusters(
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "fragmentation")
     # node-a's free GPU cannot take the workload's pod (no CPU left): F = 1 GPU of 3 idle, 4 total.
     assert metrics(at) == {
-        "Fragmentation ratio": "33.33%",
-        "Fragmentation amount": "25.00%",
-        "Fragmented GPUs": "1.00",
-        "GPU allocation": "25.00%",
+        "Fragmentation ratio": "33.3%",
+        "Fragmentation amount": "25%",
+        "Fragmented GPUs": "1",
+        "GPU allocation": "25%",
     }
-    causes, nodes, smf, trends = frames(at)
-    assert causes.set_index("cause")["gpus"].to_dict()["lack_cpu"] == 1.0
-    assert nodes.set_index("node")["frag_milli"].to_dict() == {"node-a": 1000, "node-b": 0}
+    fgd = report_on(db, "fragmentation")
+    assert metrics(at)["Fragmentation ratio"] == human(
+        fgd.main.rows.column("frag_ratio")[0].as_py(), Unit.ratio
+    )
+    causes, typical, nodes, smf, clusters = frames(at)
+    by_cause, by_node = fgd.table("causes"), fgd.table("nodes")
+    frag = heading(by_cause, "frag_milli")
+    assert causes.set_index(heading(by_cause, "cause"))[frag].to_dict()["lack_cpu"] == "1"
+    shapes = fgd.table("typical_pods")
+    assert typical[
+        [heading(shapes, n) for n in ("cpu_milli", "num_gpu", "count")]
+    ].values.tolist() == [["4", "1", "1"]]
+    per_node = nodes.set_index(heading(by_node, "node"))[heading(by_node, "frag_milli")]
+    assert per_node.to_dict() == {"node-a": "1", "node-b": "0"}
     # SMF = (fb_free 50 GiB - memory.current 10 GiB) / 80 GiB, on all 60 aligned samples.
+    per_gpu = report_on(db, "smf", by="gpu").main
     (row,) = smf.to_dict("records")
-    assert (row["gpu_uuid"], row["mean_smf"], row["samples"]) == ("GPU-a0", 0.5, 60)
+    got = tuple(row[heading(per_gpu, n)] for n in ("gpu", "mean_smf", "samples"))
+    assert got == ("node-a/0", "50%", "60")
     # The flat GPU and the leaking one fall in different groups, each described in words.
-    patterns = dict(zip(trends["members"], trends["pattern"], strict=True))
-    assert patterns == {"GPU-a0": "steady", "GPU-a1": "leaking"}
-    series = charts(at)[-1]["data"]["values"]
-    assert {p["gpu"] for p in series} == {"GPU-a0", "GPU-a1"}
+    trends = report_on(db, "trends", level="gpu").main
+    pattern = heading(trends, "pattern")
+    rows = {r[pattern]: " ".join(map(str, r.values())) for r in clusters.to_dict("records")}
+    assert set(rows) == {"steady", "leaking"}
+    assert "node-a/0" in rows["steady"] and "node-a/1" in rows["leaking"]
+    assert clusters[heading(trends, "level")].tolist() == [
+        human(v, Unit.ratio) for v in trends.rows.column("level").to_pylist()
+    ]
 
 
-def test_whatif_page_replays_the_live_cluster_with_progress(
-    db: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_whatif_page_replays_the_live_cluster(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "whatif")
-    assert any("2 nodes, 4 GPUs, 1 pods" in m.value for m in at.markdown)
     at.multiselect(key="policies").set_value(["bestfit"])
     at.button(key="run").click().run()
-    assert not at.exception
+    assert not at.exception and not at.error
+    assert any("live cluster: 2 nodes, 1 pods" in m.value for m in at.markdown)
+    assert any("4 GPUs" in m.value for m in at.markdown)
     (results,) = frames(at)
     row = results.iloc[0]
-    assert row["policy"] == "bestfit"
     # Onto the empty cluster the pod (1 GPU, 4000 mCPU) fits node-a once and node-b twice
     # (CPU runs out first): 3 of 4 GPUs allocated, 1 left however high the load.
-    assert row["alloc_ratio"] == pytest.approx(0.75)
-    assert row["unallocated_gpus"] == pytest.approx(1.0)
-    assert "done: 1 replays" in at.get("progress")[0].proto.text
+    assert (row["policy"], row["alloc"], row["unalloc GPUs"]) == ("bestfit", "75%", "1")
+    report = report_on(db, "whatif", policies=["bestfit"])
+    assert row["alloc"] == human(report.main.rows.column("alloc_ratio")[0].as_py(), Unit.ratio)
     (curve,) = charts(at)
     assert {p["policy"] for p in curve["data"]["values"]} == {"bestfit"}
 
@@ -353,8 +418,8 @@ def test_whatif_page_replays_kube_scheduler_with_and_without_the_extender(
     # kube-sits went through the extender's handler: it placed the same pods (the cluster of
     # the fixture leaves no choice that changes the count).
     for row in by.values():
-        assert row["alloc_ratio"] == pytest.approx(0.75)
-    assert "done: 2 replays" in at.get("progress")[0].proto.text
+        assert row["alloc"] == "75%"
+    assert any("2 replays" in m.value for m in at.markdown)
 
 
 @pytest.mark.slow
@@ -389,19 +454,41 @@ def test_decisions_page_shows_the_log_its_counts_and_the_plan(
 ) -> None:
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "decisions")
     planned, counts, log = frames(at)
-    assert ("Node", "node-a", "fragmentation") in {
-        (r["kind"], r["name"], r["action"]) for r in planned.to_dict("records")
-    }
+    plan = report_on(db, "recommend")
+    target, action = heading(plan.main, "target"), heading(plan.main, "action")
+    assert ("node-a", "fragmentation") in set(zip(planned[target], planned[action], strict=True))
+    assert len(planned) == plan.main.rows.num_rows
     assert counts[["action", "outcome", "decisions"]].values.tolist() == [
-        ["fragmentation", "skipped", 1],
-        ["memory-class", "recommended", 2],
+        ["fragmentation", "skipped", "1"],
+        ["memory-class", "recommended", "2"],
     ]
-    assert log["reason"].tolist() == ["because 2", "because 1", "because 0"]
+    assert log["object"].tolist() == ["node/node-a", "node/node-b", "node/node-a"]  # newest first
     at.multiselect(key="outcomes").set_value(["recommended"]).run()
-    assert frames(at)[2]["name"].tolist() == ["node-b", "node-a"]
+    assert frames(at)[2]["object"].tolist() == ["node/node-b", "node/node-a"]
+    # Every column (-o wide) shows the reasons.
+    at.sidebar.toggle(key="wide").set_value(True).run()
+    assert frames(at)[2]["reason"].tolist() == ["because 1", "because 0"]
+
+
+def test_the_window_comes_from_since_and_until(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ten minutes back from now hold nothing (the rows are an hour old) ...
+    at = app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SINCE="10m")
+    at.switch_page("views/fleet.py").run()
+    assert "try --until newest" in at.error[0].value
+    # ... and ten minutes back from the newest sample hold it all.
+    at.sidebar.text_input(key="until").set_value("newest").run()
+    assert not at.error, [e.value for e in at.error]
+    assert metrics(at)["GPU utilisation"] == "37.5%"
+    assert any("until the newest sample" in c.value for c in at.caption)
 
 
 def test_a_missing_source_is_one_line_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     at = app_on(monkeypatch)
     assert not at.exception
     assert "exactly one data source" in at.error[0].value
+
+
+def test_a_bad_window_is_one_line(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SINCE="yesterday")
+    assert not at.exception
+    assert "--since 'yesterday' is not a positive duration" in at.error[0].value

@@ -1,0 +1,207 @@
+"""Report ``classes``: every workload-class rule applied per pod or workload, or the elastic
+rule per GPU.
+
+``view=classes``: memory sensitivity (L1 < 2 GiB <= L2 <= 8 GiB < L3 of the peak GPU memory),
+GPU time slice, Kubernetes QoS sharing, SLA-violation rate and the priority class (and
+preemption policy) each pod or workload should have. ``view=elastic``: the elastic rule on a
+QoS tier's quotas, per GPU over the last 5 s of its samples in the window (the one computation
+the controller uses too, :mod:`sits_observe.analytics.elastic`). docs/analytics/workloads.md
+gives every rule with its source.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+from pydantic import Field
+
+from sits_observe.analytics.classes import WorkloadClass, class_report, load_class_inputs
+from sits_observe.analytics.elastic import elastic_rows
+from sits_observe.analytics.settings import ClassSettings
+from sits_observe.domain.units import Unit
+from sits_observe.errors import NoDataError
+from sits_observe.reports.names import gpu_labels
+from sits_observe.reports.result import Report, col, table_of
+from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.window import Window
+from sits_observe.store import Store
+
+PODS_FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
+GPUS_FILLED_BY = "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`"
+
+
+class ClassView(StrEnum):
+    """What the ``classes`` report answers."""
+
+    classes = "classes"
+    elastic = "elastic"
+
+
+class ClassLevel(StrEnum):
+    """Rows per pod or per workload."""
+
+    pod = "pod"
+    workload = "workload"
+
+
+class ClassQuery(ClassSettings):
+    """Settings of the ``classes`` report."""
+
+    view: ClassView = Field(
+        ClassView.classes,
+        description="classes (memory class, time slice, QoS, priority per pod or workload) or "
+        "elastic (the elastic rule per GPU, over its last elastic-window-s in the window)",
+    )
+    by: ClassLevel = Field(ClassLevel.pod, description="view classes: one row per pod or workload")
+    fragmentation_ratio: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="the cluster's fragmentation (0-1, e.g. from the fragmentation report); "
+        "decides preemption (none: undecided)",
+    )
+    tier: str = Field(
+        "silver", min_length=1, description="view elastic: QoS tier whose quotas to test"
+    )
+
+
+_CLASSES = (
+    col("namespace", "namespace"),
+    col("name", "name"),
+    col("peak_gpu_memory_bytes", "GPU mem", Unit.bytes),
+    col("memory_class", "class"),
+    col("p95_latency_s", "P95", Unit.seconds),
+    col("time_slice_s", "slice", Unit.seconds),
+    col("sla_violation_rate", "SLA miss", Unit.ratio),
+    col("proposed_priority_class", "proposed priority"),
+    col("qos_class", "QoS", wide=True),
+    col("priority_class", "priority now", wide=True),
+    col("preemption_policy", "preemption", wide=True),
+    col("pods", "pods", Unit.integer, wide=True),
+    col("gpu_request", "GPUs", Unit.integer, wide=True),
+    col("peak_total_gpu_memory_bytes", "GPU mem total", Unit.bytes, wide=True),
+    col("memory_source", "memory from", wide=True),
+    col("shared_gpu", "shared", Unit.flag, wide=True),
+    col("fitting_tier", "fits tier", wide=True),
+    col("exclusive_gpu", "exclusive", Unit.flag, wide=True),
+    col("gpu_memory_share_ratio", "mem share", Unit.ratio, wide=True),
+    col("requests", "requests", Unit.integer, wide=True),
+    col("sequence_p95_tokens", "seq P95", Unit.number, wide=True),
+    col("time_slice_rule", "slice rule", wide=True),
+    col("sla_p99_s", "SLA P99", Unit.seconds, wide=True),
+    col("priority_reason", "priority reason", wide=True),
+)
+_ELASTIC = (
+    col("gpu", "GPU"),
+    col("pods", "pods"),
+    col("gpu_util_ratio", "util", Unit.ratio),
+    col("link_saturation_ratio", "link", Unit.ratio),
+    col("triggered", "fires", Unit.flag),
+    col("proposed_memory_quota_bytes", "memory quota", Unit.quantity_bytes),
+    col("proposed_bandwidth_quota_bytes_per_s", "bandwidth quota", Unit.bytes_per_s),
+    col("gpu_uuid", "GPU UUID", wide=True),
+    col("node", "node", wide=True),
+    col("tier", "tier", wide=True),
+    col("samples", "samples", Unit.integer, wide=True),
+    col("memory_growth_bytes_per_s", "memory growth", Unit.bytes_per_s, wide=True),
+    col("link_bandwidth_variance", "traffic var", Unit.number, wide=True),
+    col("memory_quota_bytes", "memory was", Unit.quantity_bytes, wide=True),
+    col("bandwidth_quota_bytes_per_s", "bandwidth was", Unit.bytes_per_s, wide=True),
+    col("reason", "reason", wide=True),
+)
+
+
+def build(store: Store, window: Window, query: ClassQuery) -> Report:
+    """The ``classes`` report over ``window``."""
+    if query.view is ClassView.elastic:
+        return _elastic(store, window, query)
+    # The inventory is the latest snapshot before the window's end, however old.
+    require_rows(store, Window(None, window.until, window.rule), "pods", PODS_FILLED_BY)
+    pods, memory, requests, gpu_memory = load_class_inputs(store, window.since, window.until)
+    result = class_report(
+        pods,
+        memory,
+        requests,
+        query,
+        by=query.by.value,
+        fragmentation_ratio=query.fragmentation_ratio,
+        gpu_memory_bytes=gpu_memory,
+    )
+    if not result:
+        raise NoDataError(
+            "no pod requests a GPU or has GPU memory measured in the window; gpu_samples need "
+            "pod labels (dcgm-exporter with the kubelet pod-resources mount)"
+        )
+    main = table_of(
+        query.by.value,
+        f"workload classes per {query.by.value}",
+        [_class_row(w) for w in result],
+        _CLASSES,
+    )
+    notes = []
+    if query.fragmentation_ratio is None:
+        notes.append(
+            "preemption undecided: give --fragmentation-ratio (the fragmentation report's)"
+        )
+    return Report("classes", window, main, (), tuple(notes), {"by": query.by.value})
+
+
+def _elastic(store: Store, window: Window, query: ClassQuery) -> Report:
+    require_rows(store, window, "gpu_samples", GPUS_FILLED_BY)
+    rows = elastic_rows(store, window.since, window.until, query, tier=query.tier)
+    labels = gpu_labels(store, window)
+    uuids = rows.column("gpu_uuid").to_pylist()
+    rows = rows.append_column("gpu", pa.array([labels.get(u, u) for u in uuids], type=pa.string()))
+    title = (
+        f"elastic rule ({query.tier.lower()} tier, each GPU's last "
+        f"{query.elastic_window_s:g} s in the window)"
+    )
+    facts = {
+        "tier": query.tier.lower(),
+        "elastic_window_s": query.elastic_window_s,
+        "util_above_ratio": query.elastic_util_above_ratio,
+        "link_above_ratio": query.elastic_link_above_ratio,
+    }
+    main = table_of("gpus", title, rows, _ELASTIC)
+    return Report("classes", window, main, (), (), facts)
+
+
+def _class_row(w: WorkloadClass) -> dict[str, Any]:
+    return {
+        "namespace": w.namespace,
+        "name": w.name,
+        "pods": w.pods,
+        "qos_class": w.qos_class,
+        "gpu_request": w.gpu_request,
+        "peak_gpu_memory_bytes": w.peak_gpu_memory_bytes,
+        "peak_total_gpu_memory_bytes": w.peak_total_gpu_memory_bytes,
+        "memory_source": w.memory_source,
+        "shared_gpu": w.shared_gpu,
+        "memory_class": w.memory_class,
+        "fitting_tier": w.fitting_tier,
+        "exclusive_gpu": w.sharing.exclusive,
+        "gpu_memory_share_ratio": w.sharing.memory_share_ratio,
+        "requests": w.requests,
+        "p95_latency_s": w.p95_latency_s,
+        "sequence_p95_tokens": w.sequence_p95_tokens,
+        "time_slice_s": w.time_slice.slice_s,
+        "time_slice_rule": w.time_slice.rule,
+        "sla_p99_s": w.sla_p99_s,
+        "sla_violation_rate": w.sla_violation_rate,
+        "priority_class": w.priority.current,
+        "proposed_priority_class": w.priority.proposed,
+        "preemption_policy": w.priority.preemption_policy,
+        "priority_reason": w.priority.reason,
+    }
+
+
+SPEC = ReportSpec(
+    name="classes",
+    summary="Workload classes (memory class, time slice, QoS sharing, priority) per pod or "
+    "workload, or the elastic quota rule per GPU.",
+    settings=ClassQuery,
+    reads=("gpu_samples", "pods"),
+    build=build,
+)

@@ -1,0 +1,286 @@
+"""Report ``fragmentation``: GPU capacity lost to fragmentation for the workload (FGD, ATC'23).
+
+The measure, its causes and its inputs are described in docs/analytics/fragmentation-fgd.md.
+Two inputs, one report:
+
+- the live cluster in a store (``--db`` / ``--service``): the inventory **at the end of the
+  window**, i.e. the newest ``nodes`` snapshot and the newest ``pods`` snapshot before
+  ``window.until`` (and not before ``window.since``), and the workload M of every pod seen in
+  the window (with no ``--since``: every pod stored before ``--until``);
+- a trace (``--nodes`` / ``--workload``, optionally ``--placements``): files on the reader's
+  machine in the Alibaba ``cluster-trace-gpu-v2023`` schema; no store is read and the window
+  does not apply.
+
+Tables: the cluster's answer (one row, the main table), the causes, the typical-pod set M and
+the nodes, most fragmented first. Amounts are milli-GPU and milli-CPU in JSON and CSV (1000 =
+one GPU, one core); tables show GPUs (``3.73``) and cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from sits_observe.analytics.fgd import FragmentationReport, fragmentation
+from sits_observe.analytics.fgd_cluster import ClusterState, apply_placements
+from sits_observe.analytics.fgd_live import UNKNOWN_CPU_MILLI, live_cluster
+from sits_observe.analytics.fgd_model import CAUSES, PodShape
+from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
+from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
+from sits_observe.domain.units import Unit
+from sits_observe.errors import ConfigError
+from sits_observe.reports.result import Report, ReportTable, col, table_of
+from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.window import Window, utc_text
+from sits_observe.store import Store
+
+FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
+
+
+class FragmentationQuery(TypicalPodSettings):
+    """Settings of the ``fragmentation`` report."""
+
+    nodes: Path | None = Field(
+        None,
+        description="node list CSV of a trace (sn, cpu_milli, memory_mib, gpu, model), "
+        "read instead of a store",
+    )
+    workload: Path | None = Field(
+        None,
+        description="pod list CSV of a trace (name, cpu_milli, memory_mib, num_gpu, "
+        "gpu_milli, gpu_spec, ...), with --nodes",
+    )
+    placements: Path | None = Field(
+        None,
+        description="placements CSV of a trace (pod, node[, gpu_index]); none = an empty cluster",
+    )
+    top: int = Field(20, ge=0, description="nodes listed, most fragmented first; 0 = every node")
+
+
+def is_trace(query: FragmentationQuery) -> bool:
+    """Whether ``query`` names trace files (then no store is read)."""
+    return any(p is not None for p in (query.nodes, query.workload, query.placements))
+
+
+_CLUSTER = (
+    col("frag_ratio", "frag/idle", Unit.ratio),
+    col("frag_amount_ratio", "frag/all", Unit.ratio),
+    col("frag_milli", "frag GPUs", Unit.milli_gpu),
+    col("idle_milli", "idle GPUs", Unit.milli_gpu),
+    col("total_milli", "GPUs", Unit.milli_gpu),
+    col("alloc_ratio", "alloc", Unit.ratio),
+    col("node_count", "nodes", Unit.integer),
+    col("placed_pods", "placed", Unit.integer),
+    col("workload_pods", "workload pods", Unit.integer, wide=True),
+    col("typical_shapes", "shapes", Unit.integer, wide=True),
+    col("typical_coverage_ratio", "coverage", Unit.ratio, wide=True),
+)
+_CAUSES = (
+    col("cause", "cause"),
+    col("frag_milli", "frag GPUs", Unit.milli_gpu),
+    col("share", "share", Unit.ratio),
+)
+_TYPICAL = (
+    col("cpu_milli", "CPU", Unit.quantity_cpu),
+    col("num_gpu", "GPUs", Unit.integer),
+    col("gpu_milli", "GPU share", Unit.milli_gpu),
+    col("models", "models"),
+    col("count", "pods", Unit.integer),
+    col("weight", "weight", Unit.ratio),
+)
+_NODES = (
+    col("node", "node"),
+    col("gpu_model", "model"),
+    col("gpu_count", "GPUs", Unit.integer),
+    col("cpu_free_milli", "CPU free", Unit.milli_cpu),
+    col("idle_milli", "idle GPUs", Unit.milli_gpu),
+    col("frag_milli", "frag GPUs", Unit.milli_gpu),
+    col("frag_ratio", "frag", Unit.ratio),
+)
+
+
+@dataclass(frozen=True)
+class FgdInputs:
+    """The cluster and workload to measure, with where they came from (``facts``: the
+    source's files or snapshot times; ``notes``: what the reader should know of them)."""
+
+    state: ClusterState
+    workload: TargetWorkload
+    placed_pods: int
+    facts: dict[str, Any]
+    notes: tuple[str, ...]
+
+
+def build(store: Store, window: Window, query: FragmentationQuery) -> Report:
+    """The ``fragmentation`` report: from the trace files ``query`` names, else from the
+    inventory in ``store`` at the end of ``window``."""
+    inputs = _from_trace(query) if is_trace(query) else _from_store(store, window, query)
+    return report_of(window, inputs, query)
+
+
+def report_of(window: Window, inputs: FgdInputs, query: FragmentationQuery) -> Report:
+    """The report of the FGD measure of ``inputs`` (any cluster state and workload)."""
+    result = fragmentation(inputs.state, inputs.workload)
+    facts = {
+        **inputs.facts,
+        "coverage_ratio": query.coverage_ratio,
+        "include_cpu_only": query.include_cpu_only,
+        "top": query.top,
+    }
+    others = (
+        _causes(result),
+        _typical(inputs.workload),
+        _nodes(result, inputs.state, query.top),
+    )
+    main = _cluster(result, inputs)
+    return Report("fragmentation", window, main, others, inputs.notes, facts)
+
+
+def _from_trace(query: FragmentationQuery) -> FgdInputs:
+    if query.nodes is None or query.workload is None:
+        raise ConfigError(
+            "a trace needs --nodes NODE_CSV and --workload POD_CSV (--placements is optional); "
+            "without them the live cluster is read from --db or --service"
+        )
+    node_list = load_node_list(query.nodes)
+    pod_list = load_pod_list(query.workload)
+    state = ClusterState.from_node_list(node_list)
+    placed = 0
+    if query.placements is not None:
+        placed = apply_placements(state, pod_list, load_placements(query.placements))
+    facts: dict[str, Any] = {
+        "source": "trace",
+        "nodes": str(query.nodes),
+        "workload": str(query.workload),
+        "placements": None if query.placements is None else str(query.placements),
+        "nodes_at": None,
+        "pods_at": None,
+        "warnings": [],
+    }
+    note = "trace files: the window does not apply (no store is read)"
+    return FgdInputs(state, _typical_pods(pod_list.shapes(), query), placed, facts, (note,))
+
+
+def _from_store(store: Store, window: Window, query: FragmentationQuery) -> FgdInputs:
+    require_rows(store, window, "nodes", FILLED_BY)
+    require_rows(store, window, "pods", FILLED_BY)
+    live = live_cluster(store, since_s=None, since=window.since, until=window.until)
+    facts = {
+        "source": "store",
+        "nodes": None,
+        "workload": None,
+        "placements": None,
+        "nodes_at": live.nodes_at,
+        "pods_at": live.pods_at,
+        "warnings": list(live.warnings),
+    }
+    notes = (
+        f"live cluster: the nodes snapshot at {utc_text(live.nodes_at)} and the pods snapshot "
+        f"at {utc_text(live.pods_at)}, the newest in the window; the workload M is every pod "
+        "seen in the window",
+        *live.warnings,
+    )
+    return FgdInputs(live.state, _typical_pods(live.shapes, query), live.pods_placed, facts, notes)
+
+
+def _typical_pods(shapes: Iterable[PodShape], query: FragmentationQuery) -> TargetWorkload:
+    settings = TypicalPodSettings(
+        coverage_ratio=query.coverage_ratio, include_cpu_only=query.include_cpu_only
+    )
+    try:
+        return typical_pods(shapes, settings)
+    except ValueError as exc:
+        raise ConfigError(f"cannot build the typical-pod set: {exc}") from exc
+
+
+def _cluster(result: FragmentationReport, inputs: FgdInputs) -> ReportTable:
+    total = result.total_milli
+    row = {
+        "frag_ratio": result.frag_ratio,
+        "frag_amount_ratio": result.frag_amount_ratio,
+        "frag_milli": result.frag_milli,
+        "idle_milli": result.idle_milli,
+        "total_milli": total,
+        "alloc_ratio": (total - result.idle_milli) / total if total else 0.0,
+        "node_count": len(inputs.state),
+        "placed_pods": inputs.placed_pods,
+        "workload_pods": inputs.workload.total_pods,
+        "typical_shapes": len(inputs.workload.pods),
+        "typical_coverage_ratio": inputs.workload.coverage_ratio,
+    }
+    return table_of("cluster", "Cluster GPU fragmentation (FGD, ATC'23)", [row], _CLUSTER)
+
+
+def _causes(result: FragmentationReport) -> ReportTable:
+    rows = [
+        {"cause": str(c), "frag_milli": result.by_cause[c], "share": result.cause_share(c)}
+        for c in CAUSES
+    ]
+    return table_of("causes", "By cause", rows, _CAUSES)
+
+
+def _typical(workload: TargetWorkload) -> ReportTable:
+    rows = [
+        {
+            "cpu_milli": p.shape.cpu_milli,
+            "num_gpu": p.shape.num_gpu,
+            "gpu_milli": p.shape.gpu_milli,
+            "gpu_types": list(p.shape.gpu_types),
+            "models": "|".join(p.shape.gpu_types) or "any",
+            "count": p.count,
+            "weight": p.weight,
+        }
+        for p in workload.pods
+    ]
+    title = (
+        f"Typical pods: {len(rows)} shapes cover {workload.coverage_ratio:.2%} of "
+        f"{workload.total_pods} pods"
+    )
+    return table_of("typical_pods", title, rows, _TYPICAL)
+
+
+def _nodes(result: FragmentationReport, state: ClusterState, top: int) -> ReportTable:
+    # Most fragmented first; equal values keep node order (stable sort on -F).
+    order = np.argsort(-result.node_frag_milli, kind="stable")
+    if top:
+        order = order[:top]
+    idle = result.node_idle_milli[order]
+    frag = result.node_frag_milli[order]
+    model_ids = state.gpu_model_id[order]
+    cpu_free = state.cpu_free_milli[order]
+    rows = pa.table(
+        {
+            "node": pa.array([state.node_names[i] for i in order], pa.string()),
+            "gpu_model": pa.array(
+                [state.gpu_models[m] if m >= 0 else None for m in model_ids], pa.string()
+            ),
+            "gpu_count": pa.array(state.gpu_count[order], pa.int64()),
+            # A node of unknown CPU is given UNKNOWN_CPU_MILLI: shown as unknown, not 10^9 cores.
+            "cpu_free_milli": pa.array(
+                cpu_free, pa.int64(), mask=cpu_free >= UNKNOWN_CPU_MILLI // 2
+            ),
+            "idle_milli": pa.array(idle, pa.int64()),
+            "frag_milli": pa.array(frag, pa.float64()),
+            "frag_ratio": pa.array(np.divide(frag, idle, out=np.zeros(frag.size), where=idle > 0)),
+        }
+    )
+    limited = f", top {top} of {len(state)}" if top and top < len(state) else ""
+    return table_of("nodes", f"Most fragmented nodes{limited}", rows, _NODES)
+
+
+SPEC = ReportSpec(
+    name="fragmentation",
+    summary="GPU capacity lost to fragmentation for the workload (FGD measure, ATC'23), "
+    "from the inventory at the end of the window or from a trace.",
+    settings=FragmentationQuery,
+    reads=("nodes", "pods"),
+    build=build,
+    local_files=("nodes", "workload", "placements"),
+    offline=is_trace,
+)

@@ -1,0 +1,59 @@
+"""Who holds each GPU: the pod using each GPU instance's framebuffer, and how many pods share
+each physical GPU, over one window (``since <= ts < until``).
+
+GPU attribution has no analysis of its own: it is the newest ``gpu_samples`` row with a
+framebuffer value of each GPU instance (a MIG instance, or the whole GPU when
+``mig_instance_id`` is NULL), which carries the namespace and pod dcgm-exporter attributed it
+to. Ties at the same time (time-slicing: dcgm-exporter repeats the device's values once per
+pod) keep one row, attributed ones first, so the bytes of an instance are never counted twice.
+A GPU is shared when more than one distinct (namespace, pod) was attributed to it in the
+window (MIG instances or time-slicing).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from sits_observe.reports.window import Window
+from sits_observe.store import Store
+
+#: ``ts`` inside the window: three parameters (until, since, since).
+_IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
+
+_INSTANCES = f"""
+SELECT node, gpu_uuid, gpu_index, model_name, mig_profile, namespace, pod, fb_used_bytes
+FROM gpu_samples
+WHERE {_IN_WINDOW} AND fb_used_bytes IS NOT NULL
+QUALIFY row_number() OVER (
+    PARTITION BY gpu_uuid, mig_instance_id
+    ORDER BY ts DESC, pod IS NULL, namespace, pod
+) = 1
+"""
+
+_SHARING = f"""
+SELECT gpu_uuid, arg_max(node, ts) AS node,
+       arg_max(gpu_index, ts) FILTER (WHERE gpu_index IS NOT NULL) AS gpu_index,
+       arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name,
+       count(DISTINCT (namespace, pod)) FILTER (WHERE pod IS NOT NULL) AS pods
+FROM gpu_samples
+WHERE {_IN_WINDOW}
+GROUP BY gpu_uuid
+"""
+
+
+def _bounds(window: Window) -> list[object]:
+    return [window.until, window.since, window.since]
+
+
+def gpu_instances(store: Store, window: Window) -> pa.Table:
+    """The newest framebuffer use of each GPU instance in ``window`` and who held it: columns
+    ``node``, ``gpu_uuid``, ``gpu_index``, ``model_name``, ``mig_profile`` (NULL: a whole
+    GPU), ``namespace``, ``pod`` (NULL: unattributed), ``fb_used_bytes``; in no set order."""
+    return store.query(_INSTANCES, _bounds(window))
+
+
+def gpu_sharing(store: Store, window: Window) -> pa.Table:
+    """Per physical GPU sampled in ``window`` (``gpu_uuid``; its newest ``node``, known
+    ``gpu_index`` and ``model_name``): ``pods``, the distinct attributed pods seen on it; in no
+    set order."""
+    return store.query(_SHARING, _bounds(window))

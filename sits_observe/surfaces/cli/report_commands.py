@@ -1,0 +1,267 @@
+"""Read commands made from report specs: one generator, the same flags everywhere.
+
+Every report in :data:`sits_observe.reports.registry.REPORTS` becomes a command with
+
+- a source: ``--db FILE`` (read-only) or ``--service URL`` with a read token
+  (``--token-file F`` or ``$SITS_TOKEN``); ``$SITS_DB`` / ``$SITS_SERVICE`` stand in for the
+  flags;
+- the window: ``--since DUR`` and ``--until now|newest|TIME`` (:mod:`sits_observe.reports.window`);
+- the output: ``-o table|wide|json|yaml|csv`` (``--format`` is the same flag) and
+  ``--columns``;
+- one flag per field of the report's settings model (:func:`setting_options`): the field's
+  description, default, bounds and unit make the help, and the model validates the values,
+  so no default is copied into a command signature.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sits_observe.errors import ConfigError
+from sits_observe.reports.registry import REPORTS
+from sits_observe.reports.remote import fetch_report
+from sits_observe.reports.result import Report
+from sits_observe.reports.spec import PromQLReader, ReportSpec, run_promql_report, run_report
+from sits_observe.reports.window import WindowRequest
+from sits_observe.store import Store
+from sits_observe.store.promql import PromQLClient
+from sits_observe.surfaces.cli import heatmap_extras
+from sits_observe.surfaces.cli.common import run_cli
+from sits_observe.surfaces.cli.flags import setting_options
+from sits_observe.surfaces.cli.report_output import Output, print_report
+from sits_observe.surfaces.ui.config import TOKEN_ENV, read_token
+
+DB_ENV = "SITS_DB"
+SERVICE_ENV = "SITS_SERVICE"
+
+#: Names the generated commands use for their own flags (a settings field may not take them).
+_COMMON = ("db", "service", "token_file", "since", "until", "output", "columns")
+_PROMQL = ("promql_url", "promql_step_s", "promql_matchers")
+
+
+def _option(default: Any, *names: str, help: str, **extra: Any) -> Any:
+    return typer.Option(default, *names, help=help, **extra)
+
+
+def common_parameters() -> list[inspect.Parameter]:
+    """The source, window and output flags of every read command."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+
+    def p(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+        return inspect.Parameter(name, keyword, default=default, annotation=annotation)
+
+    return [
+        p(
+            "db",
+            Path | None,
+            _option(None, "--db", help="DuckDB file to read", envvar=DB_ENV),
+        ),
+        p(
+            "service",
+            str | None,
+            _option(
+                None,
+                "--service",
+                help="URL of a running `sits-observe serve` to read through (instead of --db)",
+                envvar=SERVICE_ENV,
+            ),
+        ),
+        p(
+            "token_file",
+            Path | None,
+            _option(None, "--token-file", help=f"read token of --service; else ${TOKEN_ENV}"),
+        ),
+        p(
+            "since",
+            str | None,
+            _option(
+                None, "--since", help="look back DUR from --until, e.g. 15m, 2h, 7d (default: all)"
+            ),
+        ),
+        p(
+            "until",
+            str,
+            _option(
+                "now",
+                "--until",
+                help="end of the window: now, newest (the newest sample read) or an ISO time",
+            ),
+        ),
+        p(
+            "output",
+            Output,
+            _option(
+                Output.table, "-o", "--output", "--format", help="table, wide, json, yaml or csv"
+            ),
+        ),
+        p(
+            "columns",
+            str | None,
+            _option(None, "--columns", help="comma-separated columns to show (names or headers)"),
+        ),
+    ]
+
+
+def promql_parameters() -> list[inspect.Parameter]:
+    """``--promql-url`` and its two companions, for reports with a PromQL builder."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(
+            "promql_url",
+            keyword,
+            default=_option(
+                None,
+                "--promql-url",
+                help="read the series from this Prometheus-compatible query URL "
+                "(VictoriaMetrics, Thanos, Mimir, Prometheus) instead of --db; needs --since",
+            ),
+            annotation=str | None,
+        ),
+        inspect.Parameter(
+            "promql_step_s",
+            keyword,
+            default=_option(
+                None,
+                "--promql-step-s",
+                min=0.001,
+                help="with --promql-url: one point per STEP seconds instead of every raw sample",
+            ),
+            annotation=float | None,
+        ),
+        inspect.Parameter(
+            "promql_matchers",
+            keyword,
+            default=_option(
+                "",
+                "--promql-matchers",
+                help='with --promql-url: extra label matchers for every series, e.g. job="dcgm"',
+            ),
+            annotation=str,
+        ),
+    ]
+
+
+def read_report(
+    spec: ReportSpec[Any],
+    *,
+    db: Path | None,
+    service: str | None,
+    token_file: Path | None,
+    since: str | None,
+    until: str | None,
+    values: dict[str, Any],
+    promql: PromQLReader | None = None,
+) -> Report:
+    """The report from ``db``, through ``service`` or from a PromQL store (settings validated
+    here in every case)."""
+    request = WindowRequest.parse(since, until)
+    settings = spec.validate(values)
+    if spec.offline is not None and spec.offline(settings):
+        if db is not None or service is not None or promql is not None:
+            files = ", ".join(f"--{f.replace('_', '-')}" for f in spec.local_files)
+            raise ConfigError(f"give either --db / --service or the files ({files}), not both")
+        with Store.open(":memory:") as store:
+            return run_report(spec, store, request, settings)
+    if promql is not None:
+        if db is not None or service is not None:
+            raise ConfigError("give one source: --db, --service or --promql-url")
+        return run_promql_report(spec, promql, request, settings)
+    if (db is None) == (service is None):
+        raise ConfigError(
+            f"give one source: --db FILE or --service URL (or ${DB_ENV} / ${SERVICE_ENV})"
+        )
+    if service is not None:
+        if token_file is not None:
+            token = read_token(token_file).get_secret_value()
+        elif os.environ.get(TOKEN_ENV):
+            token = os.environ[TOKEN_ENV].strip()
+        else:
+            raise ConfigError(f"--service needs a read token: --token-file FILE or ${TOKEN_ENV}")
+        local = [f for f in spec.local_files if values.get(f) is not None]
+        if local:
+            raise ConfigError(
+                f"--{local[0].replace('_', '-')} names a local file, which the service cannot "
+                "open; read with --db"
+            )
+        return fetch_report(service, token, spec.name, request, values)
+    assert db is not None
+    if not db.exists():
+        raise ConfigError(f"database {db} does not exist; give the --db of an ingest or serve")
+    with Store.open(db, read_only=True) as store:
+        return run_report(spec, store, request, settings)
+
+
+#: What a command adds to the generated one: its own flags, and a step after printing
+#: (``heatmap --png``) that gets the report and every flag's value.
+AfterPrint = Callable[[Report, dict[str, Any]], None]
+
+
+def make_command(
+    spec: ReportSpec[Any],
+    extra: Sequence[inspect.Parameter] = (),
+    after: AfterPrint | None = None,
+) -> Callable[..., None]:
+    """The Typer command function of ``spec`` (its signature built from the flags)."""
+    options = setting_options(spec.settings, reserved=(*_COMMON, *_PROMQL))
+    fields = [p.name for p in options]
+    promql = promql_parameters() if spec.promql is not None else []
+
+    def command(**kwargs: Any) -> None:
+        def go() -> None:
+            reader = None
+            if kwargs.get("promql_url") is not None:
+                reader = PromQLReader(
+                    PromQLClient(kwargs["promql_url"]),
+                    kwargs["promql_matchers"],
+                    kwargs["promql_step_s"],
+                )
+            try:
+                report = read_report(
+                    spec,
+                    db=kwargs["db"],
+                    service=kwargs["service"],
+                    token_file=kwargs["token_file"],
+                    since=kwargs["since"],
+                    until=kwargs["until"],
+                    values={f: kwargs[f] for f in fields},
+                    promql=reader,
+                )
+            finally:
+                if reader is not None:
+                    reader.client.close()
+            names = [c for c in (kwargs["columns"] or "").split(",") if c.strip()]
+            print_report(report, kwargs["output"], columns=names or None)
+            if after is not None:
+                after(report, kwargs)
+
+        run_cli(go)
+
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [*common_parameters(), *promql, *options, *extra]
+    )
+    command.__doc__ = spec.summary
+    command.__name__ = f"{spec.name}_command"
+    return command
+
+
+#: Commands that only read (what ``kubectl sits`` offers).
+READ_COMMANDS: tuple[str, ...] = tuple(REPORTS)
+
+
+#: Per report, the flags and after-print step its command adds (see :func:`make_command`).
+COMMAND_EXTRAS: dict[str, tuple[Sequence[inspect.Parameter], AfterPrint | None]] = {
+    "heatmap": heatmap_extras.EXTRAS,
+}
+
+
+def register(app: typer.Typer) -> None:
+    """Add one command per report to ``app``."""
+    for spec in REPORTS.values():
+        extra, after = COMMAND_EXTRAS.get(spec.name, ((), None))
+        app.command(spec.name, help=spec.summary)(make_command(spec, extra, after))

@@ -1,0 +1,190 @@
+"""Printing a :class:`~sits_observe.reports.result.Report`: one renderer for every command.
+
+``-o table`` (the default) prints each table of the report with short headers and human
+units (:func:`sits_observe.domain.units.human`), one row per line: cells that do not fit the
+terminal are cut with an ellipsis rather than wrapped, and ``-o wide`` adds the wide columns
+(UUIDs, container ids, raw counts). ``--columns a,b`` picks columns by name or header.
+``-o json`` / ``-o yaml`` print the report's document (one shape for every report),
+``-o csv`` the main table with raw values. The window and the notes go to stderr, so stdout
+holds only data.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any, TextIO
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console
+
+from sits_observe.domain.units import Unit, human
+from sits_observe.errors import UnknownNameError
+from sits_observe.reports.result import Column, Report, ReportTable, json_value
+from sits_observe.surfaces.cli.console import data_table, err, note, out, shown
+
+
+class Output(StrEnum):
+    """How a read command prints its report."""
+
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+    csv = "csv"
+
+
+def pick_columns(table: ReportTable, output: Output, names: Sequence[str] | None) -> list[Column]:
+    """The columns to show: ``names`` (by name or header, any case), else the table's
+    non-wide ones, or all of them for ``-o wide``."""
+    if not names:
+        return [c for c in table.columns if output is Output.wide or not c.wide]
+    known = {c.name.lower(): c for c in table.columns} | {
+        c.header.lower(): c for c in table.columns
+    }
+    chosen: list[Column] = []
+    for name in names:
+        column = known.get(name.strip().lower())
+        if column is None:
+            have = ", ".join(c.name for c in table.columns)
+            raise UnknownNameError(f"--columns: no column {name!r} in {table.name}; it has {have}")
+        chosen.append(column)
+    return chosen
+
+
+def print_report(
+    report: Report,
+    output: Output,
+    *,
+    columns: Sequence[str] | None = None,
+    console: Console = out,
+    stream: TextIO | None = None,
+) -> None:
+    """Print ``report`` as ``output`` (see the module docstring)."""
+    err.print(f"window: {report.window.describe()}")
+    for text in report.notes:
+        note(text)
+    target = stream or sys.stdout
+    if output is Output.json:
+        target.write(json.dumps(report.document(), indent=2) + "\n")
+        return
+    if output is Output.yaml:
+        import yaml
+
+        target.write(yaml.safe_dump(report.document(), sort_keys=False, allow_unicode=True))
+        return
+    if output is Output.csv:
+        write_csv(report.main, target)
+        return
+    shown = [report.main, *(t for t in report.others if t.rows.num_rows)]
+    for index, table in enumerate(shown):
+        if index:
+            console.print()
+        print_table(table, output, columns if table is report.main else None, console)
+
+
+def print_table(
+    table: ReportTable, output: Output, names: Sequence[str] | None, console: Console
+) -> None:
+    """One table of a report, human units, one row per line (see :func:`fit_widths`)."""
+    chosen = pick_columns(table, output, names)
+    cells = [[human(row.get(c.name), c.unit) for c in chosen] for row in table.rows.to_pylist()]
+    headers = [c.header for c in chosen]
+    widths = fit_widths(headers, cells, console.width)
+    rows = table.rows.num_rows
+    view = data_table(
+        title=f"{table.title} ({rows} row{'' if rows == 1 else 's'})",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        title_justify="left",
+    )
+    for c, width in zip(chosen, widths, strict=True):
+        numeric = c.unit not in (Unit.text, Unit.time, Unit.flag)
+        view.add_column(
+            c.header,
+            justify="right" if numeric else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            width=width,
+        )
+    for line in cells:
+        view.add_row(*line)
+    console.print(view)
+
+
+def shown_len(text: str) -> int:
+    """Terminal cells ``text`` takes as printed: control characters escaped
+    (:func:`~.console.shown`), East Asian wide characters two cells."""
+    return cell_len(shown(text))
+
+
+#: Cells between two columns: padding of 1 on each side of the box's blank vertical rule.
+_GAP = 3
+
+
+def fit_widths(headers: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Column widths for a table ``width`` cells wide: each column's natural width, and
+    when they do not fit, the widest columns cut down first, level by level (never below
+    their header, up to 12 cells), so short columns (a node, a count) stay whole and the
+    long ones (a reason, a pod name) end in an ellipsis."""
+    natural = [
+        max([shown_len(h), *(shown_len(line[i]) for line in cells)]) for i, h in enumerate(headers)
+    ]
+    floors = [min(shown_len(h), 12) for h in headers]
+    budget = width - _GAP * max(len(headers) - 1, 0)
+    widths = list(natural)
+    while sum(widths) > budget:
+        shrinkable = [i for i, w in enumerate(widths) if w > floors[i]]
+        if not shrinkable:
+            break
+        widest = max(widths[i] for i in shrinkable)
+        cut = [i for i in shrinkable if widths[i] == widest]
+        lower = [widths[i] for i in shrinkable if widths[i] < widest]
+        level = max([*lower, *(floors[i] for i in cut)])
+        excess = sum(widths) - budget
+        step = max(1, min(widest - level, math.ceil(excess / len(cut))))
+        for i in cut:
+            widths[i] = max(floors[i], widths[i] - step)
+    return widths
+
+
+def write_csv(table: ReportTable, stream: TextIO) -> None:
+    """The main table with raw values, every listed column (wide ones too)."""
+    names = [c.name for c in table.columns]
+    writer = csv.writer(stream)
+    writer.writerow(names)
+    for row in table.rows.to_pylist():
+        writer.writerow([_csv_cell(json_value(row.get(n))) for n in names])
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ";".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def table_text(report: Report, width: int, output: Output = Output.table) -> str:
+    """Every table of ``report`` as a terminal ``width`` columns wide shows it (no colour):
+    what golden-file tests compare."""
+    import io
+
+    buffer = io.StringIO()
+    console = Console(
+        width=width, file=buffer, color_system=None, force_terminal=False, legacy_windows=False
+    )
+    shown = [report.main, *(t for t in report.others if t.rows.num_rows)]
+    for index, table in enumerate(shown):
+        if index:
+            console.print()
+        print_table(table, output, None, console)
+    return buffer.getvalue()

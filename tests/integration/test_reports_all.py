@@ -1,0 +1,152 @@
+"""Every report on one demo database: the same window for the same --since / --until, and the
+same answer read from the file (``--db``) or through a running service (``--service``).
+
+The reports are taken from the registry, so a report added later is checked here too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from sits_observe.reports.registry import REPORTS
+from sits_observe.reports.spec import newest
+from sits_observe.reports.window import utc_text
+from sits_observe.store import Store
+from sits_observe.surfaces.cli.main import app
+from sits_observe.surfaces.demo import Demo, DemoSettings
+from sits_observe.surfaces.service import ServiceSettings, create_app
+from sits_observe.surfaces.service.loopback import LoopbackService
+
+pytestmark = [pytest.mark.slow, pytest.mark.k8s]
+TOKEN = "reports-read-token"
+NAMES = sorted(REPORTS)
+#: Settings a report cannot run without (capacity sizes a target load or prices pools).
+#: The demo serves one model, llama2-70b (surfaces/demo.py).
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "capacity": ("--model", "llama2-70b", "--target-rps", "5", "--slo-ms", "60000")
+}
+#: Values that measure the machine, not the data (replay speed): left out of comparisons.
+TIMING = {"pods_per_s"}
+#: DuckDB's parallel aggregates sum in no fixed order: a mean may differ in its last bits
+#: between two runs on one file, so floats are compared to 12 significant digits.
+DIGITS = 12
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    outcome = CliRunner().invoke(app, list(args), env={"SITS_DB": "", "SITS_SERVICE": ""})
+    return outcome.exit_code, outcome.stdout, outcome.stderr
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 20 s of the embedded demo (2 nodes x 4 GPUs): every table has rows."""
+    workdir = tmp_path_factory.mktemp("reports-demo")
+    settings = DemoSettings(
+        nodes=2, gpus_per_node=4, db_path=workdir / "demo.duckdb", workdir=workdir, seed=5
+    )
+    with Demo(settings) as demo:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            counts = demo.counts()
+            if all(counts.get(t, 0) > 0 for t in ("pods", "container_samples", "requests")):
+                break
+            time.sleep(0.5)
+        time.sleep(20)
+    return settings.db_path
+
+
+@pytest.fixture(scope="module")
+def until(demo_db: Path) -> datetime:
+    """A time inside the demo's data: 5 s before its newest GPU sample."""
+    with Store.open(demo_db, read_only=True) as store:
+        last = newest(store, ["gpu_samples"])
+    assert last is not None
+    return last.replace(microsecond=0) - timedelta(seconds=5)
+
+
+def report_json(name: str, *args: str) -> dict[str, Any]:
+    code, stdout, stderr = invoke(name, *REQUIRED.get(name, ()), *args, "-o", "json")
+    assert code == 0, stderr
+    doc: dict[str, Any] = json.loads(stdout)
+    return doc
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_report_reads_the_window_it_was_asked_for(
+    name: str, demo_db: Path, until: datetime
+) -> None:
+    doc = report_json(
+        name, "--db", str(demo_db), "--since", "15s", "--until", utc_text(until) or ""
+    )
+    assert doc["report"] == name
+    assert doc["window"] == {
+        "since": utc_text(until - timedelta(seconds=15)),
+        "until": utc_text(until),
+        "until_rule": "given",
+        "seconds": 15.0,
+    }
+    assert set(doc) == {"report", "title", "window", "columns", "rows", "tables", "notes", "facts"}
+    # The same request printed as a table names the same window on stderr.
+    window = ("--since", "15s", "--until", utc_text(until) or "")
+    code, _, stderr = invoke(name, *REQUIRED.get(name, ()), "--db", str(demo_db), *window)
+    assert code == 0, stderr
+    assert f"window: {utc_text(until - timedelta(seconds=15))} .. {utc_text(until)}" in stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_until_newest_ends_at_the_newest_sample_the_report_reads(name: str, demo_db: Path) -> None:
+    doc = report_json(name, "--db", str(demo_db), "--until", "newest")
+    with Store.open(demo_db, read_only=True) as store:
+        last = newest(store, REPORTS[name].reads)
+    assert last is not None
+    assert doc["window"]["until_rule"] == "newest"
+    assert doc["window"]["until"] == utc_text(last + timedelta(microseconds=1))
+    assert doc["window"]["since"] is None
+
+
+def without_timing(doc: Any) -> Any:
+    """``doc`` without the values in :data:`TIMING`, at any depth, floats to :data:`DIGITS`."""
+    if isinstance(doc, dict):
+        return {k: without_timing(v) for k, v in doc.items() if k not in TIMING}
+    if isinstance(doc, list):
+        return [without_timing(v) for v in doc]
+    if isinstance(doc, float):
+        return float(f"{doc:.{DIGITS}g}")
+    return doc
+
+
+@pytest.fixture(scope="module")
+def service(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackService]:
+    """The real service app on loopback over a copy of the demo database."""
+    copy = tmp_path_factory.mktemp("reports-service") / "service.duckdb"
+    shutil.copy(demo_db, copy)
+    settings = ServiceSettings.model_validate({"token": TOKEN, "retention_interval_s": 0})
+    with Store.open(copy) as store:
+        running = LoopbackService(create_app(settings, store)).start()
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reading_through_the_service_gives_the_file_s_answer(
+    name: str, demo_db: Path, until: datetime, service: LoopbackService, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n", encoding="utf-8")
+    window = ("--since", "30s", "--until", utc_text(until) or "")
+    local = report_json(name, "--db", str(demo_db), *window)
+    remote = report_json(name, "--service", service.url, "--token-file", str(token), *window)
+    assert without_timing(remote) == without_timing(local)
+    code, _, stderr = invoke(name, "--service", service.url, "--token-file", str(tmp_path / "none"))
+    assert code == 2 and "cannot read token file" in stderr
