@@ -42,7 +42,9 @@ class ReplicaSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    slo_s: float = Field(1.0, gt=0, le=3600, description="P95 end-to-end latency SLO, seconds")
+    slo_ms: float = Field(
+        1000.0, gt=0, le=3_600_000, description="P95 end-to-end latency SLO, milliseconds"
+    )
     slo_by_model_s: dict[str, float] = Field(
         default_factory=dict, description="P95 latency SLO per model name, seconds"
     )
@@ -59,7 +61,7 @@ class ReplicaSettings(BaseModel):
 
     def slo_of(self, model: str) -> float:
         """The P95 SLO of ``model``, seconds."""
-        return self.slo_by_model_s.get(model, self.slo_s)
+        return self.slo_by_model_s.get(model, self.slo_ms / 1000)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,16 @@ def _one(
     namespaces = tuple(sorted({str(r["namespace"]) for r in inventory if r["namespace"]}))
     peak = peak_rate(store, model, since, until, s)
     current = len(pods)
-    notes = "; ".join(dict.fromkeys(v.note for v in verdicts.values())) or "no serving pod"
+    # A safe maximum in the lowest bin (lower edge 0 rps) says nothing about capacity.
+    lowest_only = (
+        f"no safe maximum: the measured load stays in the lowest throughput bin "
+        f"(< {heat.throughput_bin_rps:g} rps)"
+    )
+    said = [
+        lowest_only if v.value is not None and v.value.throughput_lo_rps <= 0 else v.note
+        for v in verdicts.values()
+    ]
+    notes = "; ".join(dict.fromkeys(said)) or "no serving pod"
     rec = ReplicaRecommendation(
         model=model,
         workloads=workloads,

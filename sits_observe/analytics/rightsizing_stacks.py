@@ -39,7 +39,6 @@ from typing import Any
 from sits_observe.analytics.rightsizing import MemoryRecommendation, RightsizingSettings
 from sits_observe.analytics.rightsizing_forms import (
     COMPUTE_SLICES,
-    HAMI_PERCENT,
     MIG_PREFIX,
     GpuStack,
     StackProposal,
@@ -47,6 +46,7 @@ from sits_observe.analytics.rightsizing_forms import (
 )
 from sits_observe.analytics.rightsizing_inputs import workload_memory
 from sits_observe.collectors.kube_gpu import GPU_RESOURCE, MILLI_PER_GPU
+from sits_observe.collectors.kube_gpu import HAMI_MEMORY_PERCENT_RESOURCE as HAMI_PERCENT
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

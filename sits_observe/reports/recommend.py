@@ -1,43 +1,50 @@
-"""Report ``recommend``: every change the controller would recommend, as of the window's end.
+"""Report ``recommend``: what to change, per namespace, workload and object, krr-style.
 
-The controller's plan (:func:`sits_observe.control.plan.plan`) computed offline: signals
-measured from the store as of the window's end (each signal's own look-back, cut at the
-window's start; docs/controller.md), the current values from the store's latest inventory
-(node labels, pod priority classes: what ``serve`` / ``ingest k8s`` snapshot), no decision
-history, every standing recommendation kept. It writes nothing.
+One table, one row per recommendation, grouped by namespace (rows sorted by namespace, then
+object, then action; cluster-scoped objects such as nodes first):
 
-One row per recommendation: the object (``target`` = ``namespace/name``; its ``kind`` is a
-wide column, the action implies it), the action, the value in effect and the one proposed,
-and a short reason that fits a terminal line (the controller's full reason and its evidence
-are ``-o wide`` / JSON columns). Values of
-ResourceQuota actions read as Kubernetes quantities (``294Gi``, ``73600m``: rounded up, so
-pasting them never gives less than proposed); ``proposed_value`` / ``current_value`` keep
-the exact amount in the action's base unit (``unit``), as the controller writes it.
+- the controller's standing plan as of the window's end (:mod:`.recommend_plan`: memory-class
+  and fragmentation labels, time slices, QoS quotas, priority classes, namespace quotas held
+  under the cluster's allocatable capacity);
+- the analytics' findings over the window (:mod:`.recommend_findings`): idle, oversized and
+  stranded GPUs with the GPU-hours they waste, GPU memory per workload in the form its stack
+  takes, and replicas at the P95 SLO per served model.
+
+Every row has ``current`` (what is set or held now), ``proposed``, ``change`` ((proposed -
+current) / current when both are numbers), ``confidence`` (a stated rule per kind of row: the
+module docstrings of :mod:`.recommend_plan` and :mod:`.recommend_findings`, docs/controller.md),
+a short reason (``why``) and, with ``-o wide`` / JSON, the object's kind, the full reason and
+the evidence. A "not enough data" answer is a row whose ``proposed`` is empty, whose
+confidence is ``none`` and whose reason starts with "not enough data". Values of
+ResourceQuota actions and GPU memory read as Kubernetes quantities (``294Gi``, ``73600m``:
+rounded up, so pasting them never gives less than proposed); ``proposed_value`` /
+``current_value`` keep the exact amount in the row's ``unit``. The report writes nothing.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
-import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.control.inputs import History
-from sits_observe.control.model import ACTIONS, Action, Plan
-from sits_observe.control.plan import plan as make_plan
+from sits_observe.analytics.idle_gpus import IdleSettings
+from sits_observe.analytics.replicas import ReplicaSettings
+from sits_observe.analytics.rightsizing import RightsizingSettings
 from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.store_signals import signals_from_store, state_from_store
-from sits_observe.domain.quantity import parse_quantity
-from sits_observe.domain.units import Unit, human
-from sits_observe.errors import NoDataError, ParseError
+from sits_observe.domain.units import Unit
+from sits_observe.errors import NoDataError
+from sits_observe.reports import recommend_findings as findings
+from sits_observe.reports.recommend_plan import DAWN, plan_rows, short_reason
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec, newest
 from sits_observe.reports.window import Window, empty_window_message
 from sits_observe.store import Store
 
-#: The tables the controller's signals come from (``--until newest`` = the newest of them).
+__all__ = ["SPEC", "RecommendAction", "RecommendQuery", "build", "short_reason"]
+
+#: The tables the rows come from (``--until newest`` = the newest of them).
 READS = ("gpu_samples", "requests", "server_windows", "pods", "nodes")
 
 FILLED_BY = (
@@ -45,39 +52,61 @@ FILLED_BY = (
     "agent, or `sits-observe demo`"
 )
 
-#: How the value of a ResourceQuota action reads (the rest are shown as the controller
-#: writes them: labels, annotations in base units, ``25ms``).
-_QUANTITY = {
-    Action.QUOTA_MEMORY: Unit.quantity_bytes,
-    Action.QUOTA_CPU: Unit.quantity_cpu,
-    Action.QUOTA_GPU: Unit.integer,
-}
 
-#: A reason longer than this is cut at its first ``": "`` or ``" ("`` for the table.
-_SHORT_REASON = 36
-_MAX_REASON = 40
+class RecommendAction(StrEnum):
+    """What a row recommends: the controller's actions, then the analytics' findings."""
+
+    MEMORY_CLASS = "memory-class"
+    FRAGMENTATION = "fragmentation"
+    TOPOLOGY_POLICY = "topology-policy"
+    TIME_SLICE = "time-slice"
+    QOS_MEMORY_QUOTA = "qos-memory-quota"
+    QOS_BANDWIDTH_QUOTA = "qos-bandwidth-quota"
+    PRIORITY_CLASS = "priority-class"
+    QUOTA_GPU = "quota-gpu"
+    QUOTA_CPU = "quota-cpu"
+    QUOTA_MEMORY = "quota-memory"
+    IDLE_GPU = "idle-gpu"
+    OVERSIZED_GPU = "oversized-gpu"
+    STRANDED_GPU = "stranded-gpu"
+    GPU_MEMORY = "gpu-memory"
+    REPLICAS = "replicas"
 
 
-class RecommendQuery(BaseModel):
-    """Settings of the ``recommend`` report."""
+class RecommendFilters(BaseModel):
+    """Which rows ``recommend`` prints."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     namespace: str | None = Field(
-        None, description="only objects in this namespace (and the namespace's own quota advice)"
+        None,
+        description="only rows of this namespace (its own quota advice included)",
+        json_schema_extra={"flags": ["-n", "--namespace"]},
     )
-    action: Action | None = Field(None, description="only this action")
+    action: RecommendAction | None = Field(None, description="only this action")
+
+
+class RecommendQuery(ReplicaSettings, RightsizingSettings, IdleSettings, RecommendFilters):
+    """Settings of the ``recommend`` report: the filters, then the idle-GPU, right-sizing and
+    replica rules' settings (pydantic lists the last base's fields first; the controller's
+    rules use its defaults)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 _COLUMNS = (
-    col("target", "target"),
+    col("namespace", "namespace"),
+    col("name", "name"),
     col("action", "action"),
     col("current", "current"),
     col("proposed", "proposed"),
-    col("reason_short", "why"),
+    col("change_ratio", "change", Unit.ratio),
+    col("confidence", "conf"),
+    col("reason_short", "why", wide=True),
     col("kind", "kind", wide=True),
-    col("namespace", "namespace", wide=True),
-    col("name", "name", wide=True),
+    col("target", "target", wide=True),
+    col("workload", "workload", wide=True),
+    col("current_value", "current exact", Unit.number, wide=True),
     col("proposed_value", "exact", Unit.number, wide=True),
     col("unit", "unit", wide=True),
     col("reason", "reason", wide=True),
@@ -85,47 +114,61 @@ _COLUMNS = (
 )
 
 
-def standing_plan(
-    store: Store, settings: ControllerSettings, at: datetime, *, since: datetime | None = None
-) -> Plan:
-    """The controller's plan as of ``at`` from ``store`` (no row before ``since``), current
-    values from the store's inventory, every standing recommendation kept."""
-    signals = signals_from_store(store, at, settings, since=since)
-    current = state_from_store(store, at, since)
-    return make_plan(signals, current, settings, History.of(), at=at, keep_recommended=True)
+def _settings(model: type[Any], query: RecommendQuery) -> Any:
+    return model.model_validate(query.model_dump(include=set(model.model_fields)))
 
 
 def build(store: Store, window: Window, query: RecommendQuery) -> Report:
-    """The ``recommend`` report: the plan as of the last instant of ``window``."""
+    """The ``recommend`` report over ``window`` (the plan as of its last instant)."""
     _require_any(store, window)
     # The store's look-backs end at ``at`` inclusive; one microsecond (the TIMESTAMP
     # resolution) before ``until`` keeps to ``ts < until``.
-    at = (window.until - timedelta(microseconds=1)).replace(tzinfo=UTC)
-    settings = ControllerSettings()
-    plan = standing_plan(store, settings, at, since=window.since)
-    frame = plan.frame.filter(pl.col("skip").is_null())
-    if query.namespace is not None:
-        ns = query.namespace
-        frame = frame.filter(
-            (pl.col("namespace") == ns) | ((pl.col("kind") == "Namespace") & (pl.col("name") == ns))
-        )
-    if query.action is not None:
-        frame = frame.filter(pl.col("action") == str(query.action))
-    rows = [_row(r, settings) for r in frame.iter_rows(named=True)]
+    at = window.until - timedelta(microseconds=1)
+    since = window.since or DAWN
+    rows, notes, plan, capacity = plan_rows(store, window, at, ControllerSettings())
+    idle, idle_notes = findings.waste(
+        store, since, window.until, window.seconds, _settings(IdleSettings, query)
+    )
+    if idle is not None:
+        rows += findings.idle_rows(idle, _settings(IdleSettings, query))
+    rows += findings.sizing_rows(store, since, window.until, _settings(RightsizingSettings, query))
+    rows += findings.replica_rows(store, since, window.until, _settings(ReplicaSettings, query))
+    rows = [r for r in rows if _matches(r, query)]
+    rows.sort(
+        key=lambda r: (r["namespace"] is not None, r["namespace"] or "", r["name"], r["action"])
+    )
     main = table_of("recommendations", "Recommendations", rows, _COLUMNS)
-    notes = []
+    notes += idle_notes
+    short = findings.not_enough(rows)
+    if short:
+        notes.append(
+            f"{short} row(s) have not enough data (proposed empty): gpu-memory needs "
+            f">= {query.min_points} samples over >= {query.min_history_s:g} s, replicas a "
+            "safe maximum at the SLO"
+        )
     if not rows and (query.namespace is not None or query.action is not None):
         notes.append("no recommendation matches --namespace / --action")
     elif not rows:
         notes.append("no recommendations: every measured value is within its rule's bounds")
     facts = {
-        "at": at.replace(tzinfo=None),
-        "current_from": "the store's latest inventory (node labels, pod priority classes)",
+        "at": at,
+        "current_from": "the store's latest inventory (node labels, pod priority classes, "
+        "GPU requests and shares)",
         "suppressed": dict(plan.suppressed),
         "namespace": query.namespace,
         "action": None if query.action is None else str(query.action),
+        "allocatable_gpus": None if capacity is None else capacity.gpus,
+        "allocatable_cpu_milli": None if capacity is None else capacity.cpu_milli,
+        "allocatable_memory_bytes": None if capacity is None else capacity.memory_bytes,
+        "wasted_gpu_hours": None if idle is None else dict(idle.wasted_gpu_hours),
     }
     return Report("recommend", window, main, (), tuple(notes), facts)
+
+
+def _matches(row: dict[str, Any], query: RecommendQuery) -> bool:
+    if query.namespace is not None and row["namespace"] != query.namespace:
+        return False
+    return query.action is None or row["action"] == str(query.action)
 
 
 def _require_any(store: Store, window: Window) -> None:
@@ -141,67 +184,10 @@ def _require_any(store: Store, window: Window) -> None:
     raise NoDataError(empty_window_message(window, what, newest(store, READS)))
 
 
-def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
-    action = Action(r["action"])
-    spec = ACTIONS[action]
-    evidence = json.loads(r["evidence"]) if r["evidence"] else {}
-    namespace, name = r["namespace"], r["name"]
-    return {
-        "kind": r["kind"],
-        "namespace": namespace,
-        "name": name,
-        "target": name if namespace is None else f"{namespace}/{name}",
-        "action": str(action),
-        "current": _shown(action, r["current"]),
-        "proposed": _shown(action, r["proposed"]),
-        "current_value": _number(r["current"]) if spec.numeric else None,
-        "proposed_value": _number(r["proposed"]) if spec.numeric else None,
-        "unit": spec.unit,
-        "reason_short": short_reason(action, r["reason"] or "", evidence, settings),
-        "reason": r["reason"],
-        "evidence": json.dumps(evidence, sort_keys=True, separators=(",", ":")),
-        "workload": r["workload"],
-    }
-
-
-def _number(text: str | None) -> float | None:
-    """A value in the action's base unit as a number (None when absent or not a number)."""
-    if text is None:
-        return None
-    try:
-        return float(parse_quantity(text))
-    except ParseError:
-        return None
-
-
-def _shown(action: Action, text: str | None) -> str | None:
-    """The value as it reads: a Kubernetes quantity for ResourceQuota actions."""
-    unit = _QUANTITY.get(action)
-    number = _number(text) if unit is not None else None
-    return text if number is None or unit is None else human(number, unit)
-
-
-def short_reason(
-    action: Action, reason: str, evidence: dict[str, Any], settings: ControllerSettings
-) -> str:
-    """A reason that fits one table line: for namespace quotas, the daily peak the proposal
-    grows from and the factor applied; otherwise the reason up to its first detail."""
-    unit = _QUANTITY.get(action)
-    peak, days = evidence.get("peak_quantile"), evidence.get("history_days")
-    if unit is not None and isinstance(peak, int | float) and isinstance(days, int | float):
-        q = settings.quota
-        factor = (1.0 + q.margin_ratio) * float(evidence.get("confidence_factor") or 1.0)
-        return f"{days:g}-day p{q.percentile_ratio * 100:g} peak {human(peak, unit)} x {factor:.2f}"
-    if len(reason) <= _SHORT_REASON:
-        return reason
-    cuts = [i for i in (reason.find(": "), reason.find(" (")) if i >= 8]
-    short = reason[: min(cuts)] if cuts else reason
-    return short if len(short) <= _MAX_REASON else short[: _MAX_REASON - 1] + "…"
-
-
 SPEC = ReportSpec(
     name="recommend",
-    summary="The controller's standing recommendations, computed from the store (writes nothing).",
+    summary="What to change, per namespace and workload: the controller's standing advice, "
+    "idle GPUs, GPU memory right-sizing and replicas at the SLO (writes nothing).",
     settings=RecommendQuery,
     reads=READS,
     build=build,

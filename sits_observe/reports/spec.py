@@ -18,13 +18,13 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from sits_observe.domain.tables import TABLES
 from sits_observe.domain.validation import validate_settings
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.result import Report
 from sits_observe.reports.window import Window, WindowRequest, empty_window_message, resolve
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient
+from sits_observe.store.reads import TIME_COLUMNS
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -37,10 +37,6 @@ class PromQLReader:
     client: PromQLClient
     matchers: str = ""
     step_s: float | None = None
-
-
-#: Time column of the tables reports read that are not sample tables.
-_EXTRA_TIME_COLUMNS = {"gpu_samples_1m": "minute", "container_samples_1m": "minute"}
 
 
 @dataclass(frozen=True)
@@ -71,10 +67,8 @@ class ReportSpec(Generic[S]):
 
 
 def time_column(table: str) -> str:
-    """The time column of a table a report reads."""
-    if table in _EXTRA_TIME_COLUMNS:
-        return _EXTRA_TIME_COLUMNS[table]
-    return TABLES[table].time_column
+    """The time column of a table a report reads (the store's readable-table list)."""
+    return TIME_COLUMNS[table]
 
 
 def newest(store: Store, tables: Sequence[str]) -> datetime | None:

@@ -122,16 +122,17 @@ def test_kubectl_sits_recommend_reads_through_a_running_serve(tmp_path: Path) ->
         table = kubectl("recommend", *source, *NEWEST)
         assert table.returncode == 0, table.stderr
         assert table.stdout == kubectl("recommend", "--db", str(copy), *NEWEST).stdout
-        assert "finance/p1" in table.stdout and "50Gi" in table.stdout
+        lines = table.stdout.splitlines()
+        assert any(li.split()[:2] == ["finance", "p1"] for li in lines) and "50Gi" in table.stdout
 
         # The same through the app in-process, the source from the environment, with the
         # settings passed on as query parameters.
         env = {"SITS_SERVICE": service.url, "SITS_TOKEN": READ_TOKEN}
         code, stdout, stderr = in_process(
-            "recommend", *NEWEST, "-o", "json", "--action", "quota-memory", env=env
+            "recommend", *NEWEST, "-o", "json", "--action", "quota-memory", "-n", "finance", env=env
         )
         assert code == 0, stderr
-        wanted = from_file(copy, action="quota-memory").document()
+        wanted = from_file(copy, action="quota-memory", namespace="finance").document()
         assert json.loads(stdout) == wanted and [r["proposed"] for r in wanted["rows"]] == ["50Gi"]
         code, _, stderr = in_process("recommend", *source[:2], "--token-file", str(tmp_path / "x"))
         assert code == 2 and "token" in stderr

@@ -48,7 +48,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """About 20 s of the embedded demo (2 nodes x 4 GPUs): every table has rows."""
+    """About 10 s of the embedded demo (2 nodes x 4 GPUs): every table has rows."""
     workdir = tmp_path_factory.mktemp("reports-demo")
     settings = DemoSettings(
         nodes=2, gpus_per_node=4, db_path=workdir / "demo.duckdb", workdir=workdir, seed=5
@@ -60,7 +60,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if all(counts.get(t, 0) > 0 for t in ("pods", "container_samples", "requests")):
                 break
             time.sleep(0.5)
-        time.sleep(20)
+        time.sleep(10)
     return settings.db_path
 
 

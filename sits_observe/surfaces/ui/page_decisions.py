@@ -27,7 +27,10 @@ def render(reader: Reader, settings: UiSettings) -> None:
 
 def _planned(reader: Reader) -> None:
     st.header("Planned actions")
-    st.caption("what the controller would recommend as of the window's end (it writes nothing)")
+    st.caption(
+        "what to change as of the window's end: the controller's plan, idle GPUs, GPU memory "
+        "per workload and replicas at the SLO (it writes nothing)"
+    )
     report = reader.report("recommend")
     window_line(report)
     show(report.main, title=False, empty="no recommendations")

@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sits_observe.collectors.kube_api import KubeJson
+from sits_observe.control.model import Action
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
@@ -26,7 +27,8 @@ GIB = 1024**3
 NOW = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 KEYS = {
     "kind", "namespace", "name", "target", "action", "current", "proposed", "current_value",
-    "proposed_value", "unit", "reason_short", "reason", "evidence", "workload",
+    "proposed_value", "unit", "change_ratio", "confidence", "reason_short", "reason",
+    "evidence", "workload",
 }  # fmt: skip
 
 
@@ -145,6 +147,13 @@ def recommend_json(db: Path, *extra: str) -> list[dict[str, Any]]:
     return rows
 
 
+def controller_rows(db: Path) -> set[tuple[str, str, str]]:
+    """``(kind, name, action)`` of the rows of the controller's actions (the analytics' rows,
+    per workload, follow the inventory's workload names, which `ingest k8s` replaces)."""
+    ours = {str(a) for a in Action}
+    return {(r["kind"], r["name"], r["action"]) for r in recommend_json(db) if r["action"] in ours}
+
+
 def test_recommend_prints_every_recommendation_with_the_documented_keys(db: Path) -> None:
     doc = recommend_doc(db)
     assert doc["report"] == "recommend" and doc["window"]["until_rule"] == "newest"
@@ -162,7 +171,9 @@ def test_recommend_prints_every_recommendation_with_the_documented_keys(db: Path
     assert prio["reason"] == "SLA violation 100.0% > 5%: next lower priority class"
     assert ("Node", "n1", "fragmentation") in got and ("Node", "n2", "fragmentation") in got
     quota = got[("Namespace", "finance", "quota-gpu")]
-    assert quota["namespace"] is None and json.loads(quota["evidence"])["history_days"] == 3
+    # A Namespace is cluster-scoped; its quota advice is listed in its own namespace's group.
+    assert quota["namespace"] == "finance" and json.loads(quota["evidence"])["history_days"] == 3
+    assert quota["confidence"] == "medium"  # 3 days of daily peaks: >= 2, under 7
     assert (quota["target"], quota["proposed"], quota["proposed_value"]) == ("finance", "5", 5)
     # 2 pods x 16 GiB, p95 of 3 days x 1.15 x confidence (1 + 1/3) = 49.07 GiB: as a
     # Kubernetes quantity rounded up; the exact bytes the controller writes stay beside it.
@@ -173,7 +184,9 @@ def test_recommend_prints_every_recommendation_with_the_documented_keys(db: Path
     assert (cpu["proposed"], cpu["proposed_value"], cpu["unit"]) == ("12267m", 12267, "milli-CPU")
     only = recommend_json(db, "--action", "memory-class", "--namespace", "finance")
     assert {r["action"] for r in only} == {"memory-class"}
-    assert {r["name"] for r in recommend_json(db, "--namespace", "finance")} == {"p1", "finance"}
+    # p1's workload chat has rows of its own: GPU memory and replicas, not enough data yet.
+    names = {r["name"] for r in recommend_json(db, "--namespace", "finance")}
+    assert names == {"p1", "finance", "chat"}
     bad = CliRunner().invoke(app, ["recommend", "--db", str(db), "--action", "nope"])
     assert bad.exit_code == 2 and "memory-class" in bad.output
 
@@ -187,8 +200,9 @@ def test_recommend_yaml_and_table(db: Path) -> None:
     assert table.exit_code == 0
     lines = table.stdout.splitlines()
     assert lines[0] == f"Recommendations ({len(recommend_json(db))} rows)"
-    assert "finance/p1" in table.stdout and "50Gi" in table.stdout and "12267m" in table.stdout
-    # One line per recommendation, none cut: the short reason fits 100 columns.
+    assert any(li.split()[:2] == ["finance", "p1"] for li in lines)  # namespace, then object
+    assert "50Gi" in table.stdout and "12267m" in table.stdout
+    # One line per recommendation, none cut at 100 columns (the short reason is -o wide).
     assert len(lines) == 3 + len(recommend_json(db)) and all(len(li) <= 100 for li in lines)
     assert "…" not in table.stdout
 
@@ -246,7 +260,7 @@ def test_controller_once_dry_run_then_act(db: Path, tmp_path: Path) -> None:
         with Store.open(db, read_only=True) as store:
             assert store.scalar("SELECT count(*) FROM decisions WHERE dry_run") > 0
             assert store.scalar("SELECT count(*) FROM decisions WHERE NOT dry_run") == 0
-        before = {(r["kind"], r["name"], r["action"]) for r in recommend_json(db)}
+        before = controller_rows(db)
         assert ("Node", "n1", "fragmentation") in before
         acted = CliRunner().invoke(app, [*base, "--act"])
         assert acted.exit_code == 0, acted.output
@@ -264,7 +278,7 @@ def test_controller_once_dry_run_then_act(db: Path, tmp_path: Path) -> None:
         with Store.open(db, read_only=True) as store:
             labels = store.scalar("SELECT arg_max(labels_json, ts) FROM nodes WHERE node = 'n1'")
         assert "sits.io/fragmentation" in labels
-        after = {(r["kind"], r["name"], r["action"]) for r in recommend_json(db)}
+        after = controller_rows(db)
         assert ("Node", "n1", "fragmentation") not in after
         assert after < before
         api.close()

@@ -84,7 +84,7 @@ def test_peak_rate_is_the_busiest_window(store: Store) -> None:
 def test_replicas_and_gpus_from_the_safe_maximum(store: Store) -> None:
     """Safe maximum per replica at a 0.5 s SLO: the 8 rps bin; peak 20 rps in 1 s windows:
     ceil(20 / 8) = 3 replicas x 2 GPUs."""
-    settings = ReplicaSettings(slo_s=0.5, peak_window_s=1.0, heatmap=HEAT)
+    settings = ReplicaSettings(slo_ms=500, peak_window_s=1.0, heatmap=HEAT)
     (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), settings)
     assert (rec.model, rec.pods, rec.workloads) == ("llama", ("llama-0", "llama-1"), ("llama",))
     assert (rec.current_replicas, rec.gpus_per_replica, rec.current_gpus) == (2, 2, 4)
@@ -95,7 +95,7 @@ def test_replicas_and_gpus_from_the_safe_maximum(store: Store) -> None:
 
 
 def test_a_slo_held_everywhere_gives_an_upper_bound(store: Store) -> None:
-    settings = ReplicaSettings(slo_s=2.0, peak_window_s=10.0, heatmap=HEAT)
+    settings = ReplicaSettings(slo_ms=2000, peak_window_s=10.0, heatmap=HEAT)
     (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), settings)
     assert (rec.safe_max_rps, rec.proposed_replicas, rec.upper_bound) == (10.0, 2, True)
     assert "upper bound" in rec.reason
@@ -103,7 +103,7 @@ def test_a_slo_held_everywhere_gives_an_upper_bound(store: Store) -> None:
 
 def test_no_safe_maximum_is_not_enough_data(store: Store) -> None:
     """At a 0.1 s SLO even the lowest bin (P95 0.15 s) breaks it: no proposal, the reason."""
-    settings = ReplicaSettings(slo_s=0.1, heatmap=HEAT)
+    settings = ReplicaSettings(slo_ms=100, heatmap=HEAT)
     (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), settings)
     assert rec.proposed_replicas is None and rec.proposed_gpus is None
     assert rec.reason.startswith("not enough data: no safe maximum")

@@ -1,28 +1,34 @@
-"""The ``recommend`` report: the controller's plan over one window, rows that read at 100
-columns (quotas as Kubernetes quantities, short reasons), and the window's cuts."""
+"""The ``recommend`` report: the controller's plan and the analytics' findings over one window
+(idle GPUs, GPU memory in the stack's form, replicas at the SLO), each row with current,
+proposed, change and confidence; quotas never above the cluster; the window's cuts."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
-from sits_observe.control.model import Action
+from sits_observe.control.model import ACTIONS, Action
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.errors import NoDataError
-from sits_observe.reports import recommend
+from sits_observe.reports import recommend, recommend_plan
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
+from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.cli.report_output import table_text
 from tests.golden_support import assert_golden
-from tests.unit.reports.recommend_store import T0, fill
+from tests.unit.reports.recommend_store import GIB, H100, HOUR, T0, fill
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +91,7 @@ def test_filters_and_an_empty_window(store: Store) -> None:
 
 @given(st.text(max_size=200))
 def test_a_short_reason_fits_its_column(text: str) -> None:
-    short = recommend.short_reason(Action.TIME_SLICE, text, {}, ControllerSettings())
+    short = recommend_plan.short_reason(Action.TIME_SLICE, text, {}, ControllerSettings())
     assert len(short) <= 40
     assert text.startswith(short.removesuffix("…"))
 
@@ -93,3 +99,134 @@ def test_a_short_reason_fits_its_column(text: str) -> None:
 @pytest.mark.parametrize("width", [80, 160])
 def test_golden_table(store: Store, width: int) -> None:
     assert_golden(f"recommend_{width}", table_text(report(store), width))
+
+
+def vpa_answer(index: int) -> float:
+    """VPA's percentile answer for bucket ``index``: the start of the next bucket, 10 MB first
+    bucket growing 5 % (docs/analytics/rightsizing.md)."""
+    return 1e7 * (1.05 ** (index + 1) - 1) / 0.05
+
+
+def test_an_idle_gpu_is_a_workload_row_with_the_gpu_hours_it_wastes(store: Store) -> None:
+    idle = by_key(report(store))[("research/notebook", "idle-gpu")]
+    assert (idle["namespace"], idle["name"], idle["kind"]) == ("research", "notebook", "Workload")
+    assert (idle["current_value"], idle["proposed_value"], idle["change_ratio"]) == (1, 0, -1)
+    evidence = json.loads(idle["evidence"])
+    # 121 samples 30 s apart: 120 gaps + the last sample's median gap = 3630 s of one GPU.
+    assert evidence["wasted_gpu_hours"] == pytest.approx(3630 / 3600)
+    assert (evidence["gpus"], evidence["pods"]) == (["GPU-2"], ["nb-0"])
+    assert idle["confidence"] == "medium"  # seen for >= 1 h, under 24 h
+    assert idle["reason_short"].startswith("idle 100% of 1h0m")
+    # The busy half GPU of serving/embedder is neither idle nor oversized.
+    assert ("serving/embedder", "idle-gpu") not in by_key(report(store))
+
+
+def test_gpu_memory_in_two_stack_forms_with_the_change_from_what_is_held(store: Store) -> None:
+    rows = by_key(report(store))
+    # research/notebook holds a whole 80 GiB GPU and peaks at 2 GiB: bucket 50 of VPA's
+    # histogram ([2.03e9, 2.21e9)), so the target is its end x 1.15.
+    whole = rows[("research/notebook", "gpu-memory")]
+    target = math.ceil(vpa_answer(50) * 1.15)
+    assert (whole["current_value"], whole["proposed_value"]) == (80 * GIB, target)
+    assert whole["change_ratio"] == pytest.approx(target / (80 * GIB) - 1)
+    assert (whole["current"], whole["proposed"]) == ("80Gi", "3Gi")
+    evidence = json.loads(whole["evidence"])
+    assert evidence["stack"] == "whole-gpu" and evidence["setting"] == "nvidia.com/gpu: 1"
+    assert evidence["alternatives"][0] == "nvidia.com/mig-1g.10gb: 1"
+    assert whole["reason_short"] == "mig-1g.10gb: 1 would hold it"
+    # serving/embedder holds a HAMi share of 500 milli (40 GiB) and peaks at 10 GiB (bucket
+    # 82): the target in HAMi's percentage of the 80 GiB device, rounded up.
+    shared = rows[("serving/embedder", "gpu-memory")]
+    target = math.ceil(vpa_answer(82) * 1.15)
+    assert (shared["current_value"], shared["proposed_value"]) == (40 * GIB, target)
+    assert shared["change_ratio"] == pytest.approx(target / (40 * GIB) - 1)
+    percent = math.ceil(100 * target / (80 * GIB))
+    assert json.loads(shared["evidence"])["setting"] == f"nvidia.com/gpumem-percentage: {percent}"
+    assert shared["reason_short"] == f"set gpumem-percentage: {percent}"
+    assert shared["confidence"] == whole["confidence"] == "low"  # one hour: 0.04 days
+
+
+def test_replicas_at_the_slo_for_the_served_model(store: Store) -> None:
+    llm = by_key(report(store))[("serving/llm", "replicas")]
+    # Safe maximum 10 rps per replica (the [10, 20) rps bin meets the 1 s SLO, [20, 30) breaks
+    # it); the busiest minute holds 50 s x 12 + 10 s x 25 = 850 requests: 14.2 rps -> 2.
+    assert (llm["current_value"], llm["proposed_value"], llm["change_ratio"]) == (1, 2, 1.0)
+    evidence = json.loads(llm["evidence"])
+    assert evidence["safe_max_rps"] == 10 and evidence["peak_rps"] == pytest.approx(850 / 60)
+    assert evidence["model"] == "llama" and llm["confidence"] == "high"
+
+
+def test_not_enough_data_leaves_the_proposal_empty(store: Store) -> None:
+    r = report(store)
+    rows = by_key(r)
+    # finance/chat (p1): 10 samples over 9 s, and 50 requests under 10 rps (no safe maximum).
+    memory = rows[("finance/chat", "gpu-memory")]
+    assert memory["proposed"] is None and memory["proposed_value"] is None
+    assert memory["change_ratio"] is None and memory["confidence"] == "none"
+    assert memory["reason"].startswith("not enough data: 10 samples over 9 s")
+    assert memory["current"] == "80Gi"  # what it holds now is still known
+    replicas = rows[("finance/chat", "replicas")]
+    assert replicas["proposed"] is None and replicas["confidence"] == "none"
+    assert replicas["reason"].startswith("not enough data: no safe maximum")
+    assert any(n.startswith("2 row(s) have not enough data") for n in r.notes)
+
+
+def tight_store(store: Store) -> None:
+    """One 8-GPU node; namespace big asks for 6 GPUs in its one snapshot: the quota rule
+    gives 6 x 1.15 x (1 + 1/1 day) = 13.8 -> 14 GPUs, above the cluster's 8."""
+    node = {"ts": T0, "node": "n1", "gpu_allocatable": 8, "gpu_product": H100,
+            "gpu_memory_bytes": 80 * GIB, "cpu_allocatable_milli": 64_000,
+            "memory_allocatable_bytes": 512 * GIB, "ready": True, "labels_json": "{}"}  # fmt: skip
+    pods = [
+        {"ts": T0, "pod_uid": f"u{i}", "namespace": "big", "pod": f"t{i}", "node": "n1",
+         "phase": "Running", "gpu_request": 3, "cpu_request_milli": 1000,
+         "memory_request_bytes": GIB, "workload": "train"}
+        for i in range(2)
+    ]  # fmt: skip
+    store.append_batch({"nodes": pa.Table.from_pylist([node]), "pods": pa.Table.from_pylist(pods)})
+
+
+def test_a_quota_is_never_proposed_above_the_cluster() -> None:
+    with Store.open(":memory:") as s:
+        tight_store(s)
+        r = report(s, namespace="big")
+    gpu = by_key(r)[("big", "quota-gpu")]
+    assert (gpu["proposed"], gpu["proposed_value"]) == ("8", 8)
+    evidence = json.loads(gpu["evidence"])
+    assert (evidence["uncapped"], evidence["allocatable"]) == (14, 8)
+    assert gpu["reason_short"] == "capped at the cluster's 8 GPUs"
+    assert any("big quota-gpu: the rule gives 14 GPUs" in n for n in r.notes)
+    assert r.facts["allocatable_gpus"] == 8
+    # CPU and memory stay under the node's 64 cores and 512 GiB: not capped.
+    assert "uncapped" not in json.loads(by_key(r)[("big", "quota-cpu")]["evidence"])
+
+
+def test_change_and_confidence_rules() -> None:
+    assert recommend_plan.change_ratio(4, 3) == -0.25
+    assert (
+        recommend_plan.change_ratio(None, 3) is None and recommend_plan.change_ratio(0, 3) is None
+    )
+    days = [recommend_plan.days_confidence(d) for d in (None, 0, 1.9, 2, 6.9, 7)]
+    assert days == ["none", "none", "low", "medium", "medium", "high"]
+    # Every controller action can be asked for with --action.
+    assert {str(a) for a in ACTIONS} <= {str(a) for a in recommend.RecommendAction}
+
+
+def test_rows_are_grouped_by_namespace_and_the_n_alias_filters_them(
+    store: Store, tmp_path: Path
+) -> None:
+    rows = report(store).main.records()
+    order = [(r["namespace"] is not None, r["namespace"] or "", r["name"]) for r in rows]
+    assert order == sorted(order) and rows[0]["kind"] == "Node"  # cluster-scoped first
+    db = tmp_path / "r.duckdb"
+    with Store.open(db) as s:
+        fill(s)
+    args = ["recommend", "--db", str(db), "--until", "newest", "-o", "json"]
+    outcome = CliRunner().invoke(app, [*args, "-n", "research"])
+    assert outcome.exit_code == 0, outcome.output
+    got = json.loads(outcome.stdout)["rows"]
+    assert {r["namespace"] for r in got} == {"research"}
+    assert {r["action"] for r in got} >= {"idle-gpu", "gpu-memory", "quota-gpu", "memory-class"}
+    outcome = CliRunner().invoke(app, [*args, "-n", "serving", "--action", "replicas"])
+    assert [r["target"] for r in json.loads(outcome.stdout)["rows"]] == ["serving/llm"]
+    assert len(HOUR) == 121

@@ -40,6 +40,9 @@ def test_each_simple_field_becomes_one_option_with_default_bounds_and_unit() -> 
     )
     assert params["raw"].default.param_decls == ("--raw/--no-raw",)
     assert all(p.default.default is None for p in params.values())  # the model's default wins
+    # A field may name its flags, a short alias first: json_schema_extra={"flags": [...]}.
+    recommend = {p.name: p for p in setting_options(find_report("recommend").settings)}
+    assert recommend["namespace"].default.param_decls == ("-n", "--namespace")
 
 
 def test_validation_is_one_line_naming_each_flag() -> None:

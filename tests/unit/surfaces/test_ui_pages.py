@@ -455,7 +455,7 @@ def test_decisions_page_shows_the_log_its_counts_and_the_plan(
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "decisions")
     planned, counts, log = frames(at)
     plan = report_on(db, "recommend")
-    target, action = heading(plan.main, "target"), heading(plan.main, "action")
+    target, action = heading(plan.main, "name"), heading(plan.main, "action")
     assert ("node-a", "fragmentation") in set(zip(planned[target], planned[action], strict=True))
     assert len(planned) == plan.main.rows.num_rows
     assert counts[["action", "outcome", "decisions"]].values.tolist() == [

@@ -1,0 +1,220 @@
+"""The controller's standing plan as ``recommend`` rows: values, change, confidence, capacity.
+
+The plan (:func:`sits_observe.control.plan.plan`) is computed offline as of the window's end
+(:func:`standing_plan`); each decision that is not skipped becomes one row of the
+``recommend`` table (:mod:`.recommend` lists the row keys). On top of what the controller
+writes, the report adds:
+
+- ``change_ratio``: (proposed - current) / current, when both are numbers and current is not 0;
+- ``confidence``: ``rule`` for the label, annotation and time-slice actions (a threshold rule
+  over the latest measurement: the proposal follows from the measured value and the
+  thresholds in the evidence, there is no statistical spread to report); for the namespace
+  quotas, the days of daily peaks behind them, on the scale every day-based row uses
+  (:func:`days_confidence`);
+- **never above the cluster**: a quota proposal larger than the cluster's allocatable capacity
+  (:mod:`sits_observe.analytics.cluster_allocatable`, the latest node snapshot in the window)
+  is shown capped at it, its evidence keeps the rule's value (``uncapped``) and a note says
+  so. The controller itself bounds quotas only by ``quota.bounds`` (docs/controller.md), so
+  in ``act`` mode it would write the rule's value; the report never proposes it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from sits_observe.analytics.cluster_allocatable import ClusterAllocatable, cluster_allocatable
+from sits_observe.control.inputs import History
+from sits_observe.control.model import ACTIONS, Action, Plan
+from sits_observe.control.plan import plan as make_plan
+from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.store_signals import signals_from_store, state_from_store
+from sits_observe.domain.quantity import parse_quantity
+from sits_observe.domain.units import Unit, human
+from sits_observe.errors import ParseError
+from sits_observe.reports.window import Window
+from sits_observe.store import Store
+
+#: The start of an open window (``--since`` not given), for readers that need one.
+DAWN = datetime(1970, 1, 1)
+
+#: How the value of a ResourceQuota action reads (the rest are shown as the controller
+#: writes them: labels, annotations in base units, ``25ms``).
+QUANTITY = {
+    Action.QUOTA_MEMORY: Unit.quantity_bytes,
+    Action.QUOTA_CPU: Unit.quantity_cpu,
+    Action.QUOTA_GPU: Unit.integer,
+}
+
+#: A reason longer than this is cut at its first ``": "`` or ``" ("`` for the table.
+_SHORT_REASON = 36
+MAX_REASON = 40
+
+#: Days of history behind a ``high`` / ``medium`` confidence: with 7 days VPA's upper bound
+#: is within 1 + 1/7 = +14 % of its target, with 2 days within +50 %; under 2 days it is 1.5x
+#: the target or more (``logic/estimator.go``, confidence multiplier 1, exponent 1).
+HIGH_DAYS = 7.0
+MEDIUM_DAYS = 2.0
+RULE = "rule"
+
+
+def days_confidence(days: float | None) -> str:
+    """``high`` (>= 7 days of history), ``medium`` (>= 2), ``low`` (less), ``none`` (no
+    history)."""
+    if days is None or days <= 0:
+        return "none"
+    if days >= HIGH_DAYS:
+        return "high"
+    return "medium" if days >= MEDIUM_DAYS else "low"
+
+
+def change_ratio(current: float | None, proposed: float | None) -> float | None:
+    """(proposed - current) / current; None unless both are numbers and current is not 0."""
+    if current is None or proposed is None or current == 0:
+        return None
+    return (proposed - current) / abs(current)
+
+
+def standing_plan(
+    store: Store, settings: ControllerSettings, at: datetime, *, since: datetime | None = None
+) -> Plan:
+    """The controller's plan as of ``at`` from ``store`` (no row before ``since``), current
+    values from the store's inventory, every standing recommendation kept."""
+    signals = signals_from_store(store, at, settings, since=since)
+    current = state_from_store(store, at, since)
+    return make_plan(signals, current, settings, History.of(), at=at, keep_recommended=True)
+
+
+def plan_rows(
+    store: Store, window: Window, at: datetime, settings: ControllerSettings
+) -> tuple[list[dict[str, Any]], list[str], Plan, ClusterAllocatable | None]:
+    """The rows of the plan as of ``at`` (every row read in ``window``), the notes of quotas
+    capped at the cluster's allocatable, the plan, and that allocatable."""
+    plan = standing_plan(store, settings, at.replace(tzinfo=UTC), since=window.since)
+    capacity = cluster_allocatable(store, window.since or DAWN, window.until)
+    rows, notes = [], []
+    for r in plan.frame.filter(pl.col("skip").is_null()).iter_rows(named=True):
+        row = _row(r, settings)
+        note = _cap(row, capacity)
+        if note is not None:
+            notes.append(note)
+        rows.append(row)
+    return rows, notes, plan, capacity
+
+
+def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
+    action = Action(r["action"])
+    spec = ACTIONS[action]
+    evidence = json.loads(r["evidence"]) if r["evidence"] else {}
+    namespace, name = r["namespace"], r["name"]
+    current = _number(r["current"]) if spec.numeric else None
+    proposed = _number(r["proposed"]) if spec.numeric else None
+    quota = action in QUANTITY
+    days = evidence.get("history_days")
+    return {
+        "kind": r["kind"],
+        # A Namespace (cluster-scoped) carries its own quota advice: its row is in its group.
+        "namespace": name if r["kind"] == "Namespace" else namespace,
+        "name": name,
+        "target": name if namespace is None else f"{namespace}/{name}",
+        "action": str(action),
+        "current": _shown(action, r["current"]),
+        "proposed": _shown(action, r["proposed"]),
+        "current_value": current,
+        "proposed_value": proposed,
+        "unit": spec.unit,
+        "change_ratio": change_ratio(current, proposed),
+        "confidence": days_confidence(_float(days)) if quota else RULE,
+        "reason_short": short_reason(action, r["reason"] or "", evidence, settings),
+        "reason": r["reason"],
+        "evidence": _json(evidence),
+        "workload": r["workload"],
+    }
+
+
+#: The allocatable total each quota action is held under, and what its value counts.
+_ALLOCATABLE = {
+    Action.QUOTA_GPU: ("gpus", " GPUs"),
+    Action.QUOTA_CPU: ("cpu_milli", " CPU"),
+    Action.QUOTA_MEMORY: ("memory_bytes", ""),
+}
+
+
+def _cap(row: dict[str, Any], capacity: ClusterAllocatable | None) -> str | None:
+    """Cap a quota row at the cluster's allocatable (in place); the note saying so."""
+    action = Action(row["action"])
+    if action not in _ALLOCATABLE or capacity is None or row["proposed_value"] is None:
+        return None
+    attr, counts = _ALLOCATABLE[action]
+    limit = getattr(capacity, attr)
+    raw = float(row["proposed_value"])
+    if limit is None or raw <= limit:
+        return None
+    unit = QUANTITY[action]
+    shown, rule = human(limit, unit) + counts, human(raw, unit) + counts
+    evidence = json.loads(row["evidence"]) | {"uncapped": raw, "allocatable": limit}
+    row |= {
+        "proposed": human(limit, unit),
+        "proposed_value": float(limit),
+        "change_ratio": change_ratio(row["current_value"], float(limit)),
+        "reason_short": f"capped at the cluster's {shown}",
+        "reason": f"{row['reason']}; capped at the cluster's allocatable {shown} "
+        f"({capacity.nodes} nodes)",
+        "evidence": _json(evidence),
+    }
+    return (
+        f"{row['target']} {action}: the rule gives {rule}, above the cluster's allocatable "
+        f"{shown} ({capacity.nodes} nodes): shown capped; the controller's act mode bounds "
+        "quotas by quota.bounds only"
+    )
+
+
+def short_reason(
+    action: Action, reason: str, evidence: dict[str, Any], settings: ControllerSettings
+) -> str:
+    """A reason that fits one table line: for namespace quotas, the daily peak the proposal
+    grows from and the factor applied; otherwise the reason up to its first detail."""
+    unit = QUANTITY.get(action)
+    peak, days = evidence.get("peak_quantile"), evidence.get("history_days")
+    if unit is not None and isinstance(peak, int | float) and isinstance(days, int | float):
+        q = settings.quota
+        factor = (1.0 + q.margin_ratio) * float(evidence.get("confidence_factor") or 1.0)
+        return f"{days:g}-day p{q.percentile_ratio * 100:g} peak {human(peak, unit)} x {factor:.2f}"
+    return clip(reason)
+
+
+def clip(reason: str) -> str:
+    """``reason`` cut to fit the table's ``why`` column (at most :data:`MAX_REASON` cells)."""
+    if len(reason) <= _SHORT_REASON:
+        return reason
+    cuts = [i for i in (reason.find(": "), reason.find(" (")) if i >= 8]
+    short = reason[: min(cuts)] if cuts else reason
+    return short if len(short) <= MAX_REASON else short[: MAX_REASON - 1] + "…"
+
+
+def _json(evidence: dict[str, Any]) -> str:
+    return json.dumps(evidence, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _number(text: str | None) -> float | None:
+    """A value in the action's base unit as a number (None when absent or not a number)."""
+    if text is None:
+        return None
+    try:
+        return float(parse_quantity(text))
+    except ParseError:
+        return None
+
+
+def _shown(action: Action, text: str | None) -> str | None:
+    """The value as it reads: a Kubernetes quantity for ResourceQuota actions."""
+    unit = QUANTITY.get(action)
+    number = _number(text) if unit is not None else None
+    return text if number is None or unit is None else human(number, unit)
