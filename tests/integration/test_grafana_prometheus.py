@@ -29,7 +29,10 @@ import httpx
 import pytest
 import yaml
 
-from sits_observe.surfaces.demo import Demo, DemoSettings
+from sits_observe.reports.registry import find_report
+from sits_observe.reports.spec import run_report
+from sits_observe.reports.window import WindowRequest
+from sits_observe.surfaces.demo import DEMO_EXPORTER, Demo, DemoSettings
 from sits_observe.surfaces.grafana import PanelQuery, dashboards, expand, queries
 from sits_observe.surfaces.grafana import names as m
 from sits_observe.surfaces.grafana.panels import Json
@@ -184,6 +187,35 @@ def failures(client: httpx.Client) -> list[str]:
     return problems
 
 
+def without_absent_knees(problems: list[str], demo: Demo) -> list[str]:
+    """``problems`` less the empty knee panels, when the heatmap of the exporter's window
+    (the same analysis, run here on the demo's store) finds no knee for any model either:
+    whether the demo's load has a knee after three minutes depends on its load wave, and
+    an empty panel is then the right answer. A knee the analysis finds must be on the panel."""
+    knees = [p for p in problems if "sits_knee_requests_per_second" in p and "empty" in p]
+    if not knees:
+        return problems
+    heat = DEMO_EXPORTER.heatmap
+    spec = find_report("heatmap")
+    query = spec.validate(
+        {
+            "bin_s": heat.window_s,
+            "throughput_bin_rps": heat.throughput_bin_rps,
+            "latency_bin_ms": heat.latency_bin_ms,
+            "min_bin_requests": heat.min_bin_requests,
+            "slo_ms": heat.slo_ms,
+            "by": "model",
+            "table": "cells",
+        }
+    )
+    assert demo.store is not None
+    request = WindowRequest(since_s=DEMO_EXPORTER.heatmap_since_s)
+    limits = run_report(spec, demo.store, request, query).table("limits").records()
+    if any(row["knee_rps"] is not None for row in limits):
+        return problems
+    return [p for p in problems if p not in knees]
+
+
 def check(
     client: httpx.Client, q: PanelQuery, substitutions: dict[str, dict[str, str]]
 ) -> list[str]:
@@ -205,10 +237,10 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
 ) -> None:
     wait_for_scrapes(prometheus, 5, 60)
     deadline = time.monotonic() + ANSWER_S
-    problems = failures(prometheus)
+    problems = without_absent_knees(failures(prometheus), demo)
     while problems and time.monotonic() < deadline:
         time.sleep(3)
-        problems = failures(prometheus)
+        problems = without_absent_knees(failures(prometheus), demo)
     assert not problems, f"{len(problems)} panel queries without data:\n" + "\n".join(problems)
     check_gpu_join(prometheus)
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import typer
+
+import sits_observe
 
 HEADER = """# Command-line reference
 
@@ -52,8 +55,13 @@ def command_flags(command: Any) -> set[str]:
     return flags
 
 
+#: The checkout the defaults point into (``deploy/scheduler-config.yaml``, the Streamlit app):
+#: printed relative to it, so the reference reads the same from any clone.
+REPO = str(Path(sits_observe.__file__).resolve().parents[1]) + "/"
+
+
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return " ".join(text.replace(REPO, "").split()).replace("|", "\\|")
 
 
 def reference() -> str:

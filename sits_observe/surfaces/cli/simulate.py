@@ -100,8 +100,12 @@ def register(app: typer.Typer) -> None:
         memory_filter: bool = typer.Option(
             True, "--memory-filter/--no-memory-filter", help=_FIELDS["memory_filter"].description
         ),
-        workers: int = typer.Option(
-            min(2, os.cpu_count() or 1), "--workers", min=1, max=64, help="processes (replays)"
+        workers: int | None = typer.Option(
+            None,
+            "--workers",
+            min=1,
+            max=64,
+            help="processes (replays) [default: 2, or 1 on a one-core machine]",
         ),
         fmt: SimFormat = typer.Option(SimFormat.table, "--format"),
     ) -> None:
@@ -115,7 +119,12 @@ def register(app: typer.Typer) -> None:
             seed_list = list(range(seed_base, seed_base + seeds))
             try:
                 results = _run(
-                    node_list, pod_list, chosen, seed_list, settings=settings, workers=workers
+                    node_list,
+                    pod_list,
+                    chosen,
+                    seed_list,
+                    settings=settings,
+                    workers=workers or min(2, os.cpu_count() or 1),
                 )
             except ValueError as exc:
                 raise ConfigError(str(exc)) from exc
