@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from sits_observe.analytics.heatmap import (
     US_PER_S,
     Heatmap,
-    HeatmapGroup,
     HeatmapSettings,
     compute_heatmaps,
     exact,
@@ -38,6 +37,7 @@ from sits_observe.analytics.heatmap_json import HeatmapJson, heatmap_json
 from sits_observe.analytics.latency import RequestSelection, explain_empty, known_values
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
+from sits_observe.reports.latency import GROUP_COLUMNS, LatencyGroup
 from sits_observe.reports.names import gpu_labels
 from sits_observe.reports.result import Column, Report, ReportTable, col, table_of
 from sits_observe.reports.spec import ReportSpec, require_rows
@@ -49,13 +49,8 @@ FILLED_BY = (
 )
 
 
-class HeatmapBy(StrEnum):
-    """One heatmap per model, pod, node or GPU."""
-
-    model = "model"
-    pod = "pod"
-    node = "node"
-    gpu = "gpu"
+#: One heatmap per model, pod, node or GPU: the groupings of ``latency``, one definition.
+HeatmapBy = LatencyGroup
 
 
 class HeatmapTable(StrEnum):
@@ -64,14 +59,6 @@ class HeatmapTable(StrEnum):
     bins = "bins"
     cells = "cells"
     windows = "windows"
-
-
-_GROUPS: dict[HeatmapBy, HeatmapGroup] = {
-    HeatmapBy.model: "model",
-    HeatmapBy.pod: "pod",
-    HeatmapBy.node: "node",
-    HeatmapBy.gpu: "gpu_uuid",
-}
 
 
 def _as_in_analytics(name: str) -> Any:
@@ -225,7 +212,7 @@ def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
     """The ``heatmap`` report over ``window``."""
     require_rows(store, window, "requests", FILLED_BY)
     selection = query.selection(window)
-    group = None if query.by is None else _GROUPS[query.by]
+    group = None if query.by is None else GROUP_COLUMNS[query.by]
     maps = compute_heatmaps(store, query.heatmap(), selection=selection, by=group)
     if not maps:
         raise NoDataError(explain_empty(store, selection))

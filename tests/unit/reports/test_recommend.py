@@ -230,3 +230,13 @@ def test_rows_are_grouped_by_namespace_and_the_n_alias_filters_them(
     outcome = CliRunner().invoke(app, [*args, "-n", "serving", "--action", "replicas"])
     assert [r["target"] for r in json.loads(outcome.stdout)["rows"]] == ["serving/llm"]
     assert len(HOUR) == 121
+
+
+def test_every_controller_action_is_a_recommend_action_of_the_same_name() -> None:
+    """RecommendAction lists the controller's actions, then the analytics' findings: an
+    action added to the controller must be filterable with --action too."""
+    from sits_observe.control.model import Action
+    from sits_observe.reports.recommend import RecommendAction
+
+    shared = [(a.name, a.value) for a in RecommendAction][: len(Action)]
+    assert shared == [(a.name, a.value) for a in Action]
