@@ -40,8 +40,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Test files spread over PYTEST_WORKERS processes (pytest-xdist, one file per worker at a time
+# so module fixtures are built once); PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The agent extra alone, as a GPU node installs it: no test tools, no store, no service.
 $(VENV)/smoke-%/.installed: pyproject.toml requirements-agent.lock
