@@ -56,6 +56,9 @@ NAMESPACE_SIGNALS: dict[str, pl.DataType] = {
     # Peak of the namespace's summed requests per day, oldest first, in the resource's base
     # unit: GPUs, milli-CPU or bytes.
     "daily_peaks": pl.List(pl.Float64()),
+    # The cluster's allocatable of the resource (latest node snapshot), in the same unit;
+    # null = unknown (no proposal is then held under it).
+    "allocatable": pl.Float64(),
 }
 
 OBJECTS_SCHEMA: dict[str, pl.DataType] = {

@@ -10,7 +10,9 @@ ResourceQuotas sized VPA-style (see :mod:`.rules` for the conventions they share
   to the tier's quota and never compound from pass to pass; every pod not reset keeps (or
   gets back) its tier's quotas.
 - Namespace quota per resource: quantile of daily peaks x (1 + margin) x VPA's confidence
-  factor (1 + multiplier / days) ** exponent, rounded up to whole GPUs, milli-CPU and MiB.
+  factor (1 + multiplier / days) ** exponent, never above the largest daily peak x
+  ``peak_factor_max`` nor the cluster's allocatable, rounded up to whole GPUs, milli-CPU and
+  MiB (the allocatable rounded down to them, so the rounding never passes it).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import polars as pl
 from sits_observe.analytics import class_rules
 from sits_observe.control.model import ACTIONS, ENGINE, QUOTA_ACTIONS, Action
 from sits_observe.control.rules import empty, finish, fmt, hysteresis_band
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.settings import QUOTA_MEMORY, ControllerSettings
 
 FloatArray = npt.NDArray[np.float64]
+
+_MIB = 1024.0 * 1024.0
 
 
 def _priority_values(settings: ControllerSettings) -> dict[str, int]:
@@ -185,6 +189,8 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
     ``current`` / ``recommended`` value of each row's resource there.
     """
     q = settings.quota
+    if "allocatable" not in namespaces.columns:
+        namespaces = namespaces.with_columns(pl.lit(None, pl.Float64()).alias("allocatable"))
     frame = (
         namespaces.lazy()
         .filter(
@@ -207,8 +213,29 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
         )
         .with_columns(
             (pl.col("_quantile") * (1.0 + q.margin_ratio) * pl.col("_confidence")).alias("_raw"),
+            (pl.col("daily_peaks").list.max() * q.peak_factor_max).alias("_peak_cap"),
+        )
+        # Never above the measured peak x a bounded factor, nor above what the cluster holds
+        # (a quota above the allocatable can never be used up); nulls are no limit.
+        # (the allocatable rounded down to the unit the quota is written in: MiB, whole GPUs,
+        # milli-CPU, so rounding the proposal up never passes it).
+        .with_columns(
+            pl.when(pl.col("resource") == QUOTA_MEMORY)
+            .then((pl.col("allocatable") / _MIB).floor() * _MIB)
+            .otherwise(pl.col("allocatable").floor())
+            .alias("_held")
+        )
+        .with_columns(pl.min_horizontal("_raw", "_peak_cap", "_held").alias("_value"))
+        .with_columns(
+            pl.when(pl.col("_value") >= pl.col("_raw"))
+            .then(pl.lit(None, pl.String()))
+            .when(pl.col("_value") == pl.col("_held"))
+            .then(pl.lit("the cluster's allocatable"))
+            .otherwise(pl.format("the largest daily peak x {}", pl.lit(f"{q.peak_factor_max:g}")))
+            .alias("_capped_by"),
         )
     )
+
     # A Namespace is cluster-scoped: advice annotated on it has no namespace.
     namespace = (
         pl.when(pl.col("quota_kind") == "Namespace")
@@ -222,18 +249,26 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
             action=action,
             name="quota_name",
             namespace=namespace,
-            proposed=pl.col("_raw").ceil().cast(pl.Int64).cast(pl.String),
-            value=pl.col("_raw"),
-            reason=pl.format(
-                "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} "
-                "({} day(s) of history)",
-                pl.lit(f"{q.percentile_ratio * 100:g}"),
-                pl.col("_days").cast(pl.Int64),
-                fmt(pl.col("_quantile"), 1),
-                pl.lit(ACTIONS[action].unit),
-                pl.lit(f"{q.margin_ratio:g}"),
-                fmt(pl.col("_confidence"), 3),
-                pl.col("_days").cast(pl.Int64),
+            proposed=pl.col("_value").ceil().cast(pl.Int64).cast(pl.String),
+            value=pl.col("_value"),
+            reason=pl.concat_str(
+                pl.format(
+                    "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} "
+                    "({} day(s) of history)",
+                    pl.lit(f"{q.percentile_ratio * 100:g}"),
+                    pl.col("_days").cast(pl.Int64),
+                    fmt(pl.col("_quantile"), 1),
+                    pl.lit(ACTIONS[action].unit),
+                    pl.lit(f"{q.margin_ratio:g}"),
+                    fmt(pl.col("_confidence"), 3),
+                    pl.col("_days").cast(pl.Int64),
+                ),
+                pl.format(
+                    "; {} {}, held at {}",
+                    fmt(pl.col("_raw"), 1),
+                    pl.lit(ACTIONS[action].unit),
+                    pl.col("_capped_by"),
+                ).fill_null(""),
             ),
             evidence=[
                 pl.col("resource"),
@@ -241,6 +276,10 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
                 pl.col("_days").alias("history_days"),
                 pl.col("_latest").alias("latest_daily_peak"),
                 pl.col("_confidence").alias("confidence_factor"),
+                pl.col("_raw").alias("uncapped"),
+                pl.col("_peak_cap").alias("peak_cap"),
+                pl.col("allocatable"),
+                pl.col("_capped_by").alias("capped_by"),
             ],
         )
         for resource, action in QUOTA_ACTIONS.items()
@@ -252,8 +291,7 @@ def round_values(action: Action, values: FloatArray) -> FloatArray:
     """Values in the unit the action is written in: whole GPUs, milli-CPU, MiB of quota
     memory, whole bytes and bytes/s (quotas round up, QoS values down)."""
     if action is Action.QUOTA_MEMORY:
-        mib = 1024.0 * 1024.0
-        return np.asarray(np.ceil(values / mib) * mib, dtype=np.float64)
+        return np.asarray(np.ceil(values / _MIB) * _MIB, dtype=np.float64)
     if action in (Action.QUOTA_GPU, Action.QUOTA_CPU):
         return np.asarray(np.ceil(values), dtype=np.float64)
     return np.asarray(np.floor(values), dtype=np.float64)

@@ -73,7 +73,8 @@ class QuotaRuleSettings(BaseModel):
     """Namespace ResourceQuota sizing, VPA-style.
 
     proposed = quantile(daily peaks, ``percentile_ratio``) x (1 + ``margin_ratio``)
-    x (1 + ``confidence_multiplier`` / days) ** ``confidence_exponent``.
+    x (1 + ``confidence_multiplier`` / days) ** ``confidence_exponent``,
+    held under the largest daily peak x ``peak_factor_max`` and the cluster's allocatable.
     The last factor is the Vertical Pod Autoscaler recommender's upper-bound confidence
     interval (``WithConfidenceMultiplier(1.0, 1.0, ...)`` in its ``estimator.go``): with one
     day of history it doubles the estimate, with 14 days it adds 7%.
@@ -95,6 +96,13 @@ class QuotaRuleSettings(BaseModel):
     )
     history_days: int = Field(
         14, ge=1, le=365, description="days of inventory snapshots the daily peaks come from"
+    )
+    peak_factor_max: float = Field(
+        2.0,
+        ge=1,
+        le=100,
+        description="a quota is never proposed above the largest daily peak x this factor "
+        "(nor above the cluster's allocatable)",
     )
     bounds: dict[str, Bound] = Field(
         default_factory=_default_quota_bounds,

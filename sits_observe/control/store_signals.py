@@ -26,7 +26,8 @@ the interference report); the rest is plain SQL over the sample tables:
   busiest GPU (:func:`~sits_observe.analytics.elastic.pod_elastic_inputs`);
 - namespace peaks: per day, the largest sum of the namespace's pod requests (GPUs,
   milli-CPU, bytes) over any one inventory snapshot, for ``history_days``; namespaces that
-  never requested a GPU get no quota advice unless ``gpu_namespaces_only`` is off.
+  never requested a GPU get no quota advice unless ``gpu_namespaces_only`` is off; with the
+  cluster's allocatable of each resource (latest node snapshot) the rule holds quotas under.
 
 The node signal families (fragmentation, interference) are computed each under a guard: a
 family without enough data (``NoDataError``; ``StoreError`` from
@@ -47,6 +48,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics import class_rules
+from sits_observe.analytics.cluster_allocatable import cluster_allocatable
 from sits_observe.analytics.elastic import elastic_inputs, load_elastic_samples, pod_elastic_inputs
 from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_live import live_cluster
@@ -393,9 +395,19 @@ def _namespaces(
         return pl.DataFrame()
     if window.gpu_namespaces_only:
         rows = rows.filter(pl.col("max_gpu") > 0)
+    # What the cluster holds at ``at``: the latest node snapshot of the look-back.
+    held = cluster_allocatable(store, start, at + _TICK)
+    totals = {
+        QUOTA_GPU: None if held is None else held.gpus,
+        QUOTA_CPU: None if held is None else held.cpu_milli,
+        QUOTA_MEMORY: None if held is None else held.memory_bytes,
+    }
     parts = [
         rows.select(
-            "namespace", pl.lit(resource).alias("resource"), pl.col(column).alias("daily_peaks")
+            "namespace",
+            pl.lit(resource).alias("resource"),
+            pl.col(column).alias("daily_peaks"),
+            pl.lit(totals[resource], pl.Float64).alias("allocatable"),
         )
         for resource, column in ((QUOTA_GPU, "gpu"), (QUOTA_CPU, "cpu"), (QUOTA_MEMORY, "mem"))
     ]

@@ -11,11 +11,11 @@ writes, the report adds:
   thresholds in the evidence, there is no statistical spread to report); for the namespace
   quotas, the days of daily peaks behind them, on the scale every day-based row uses
   (:func:`days_confidence`);
-- **never above the cluster**: a quota proposal larger than the cluster's allocatable capacity
-  (:mod:`sits_observe.analytics.cluster_allocatable`, the latest node snapshot in the window)
-  is shown capped at it, its evidence keeps the rule's value (``uncapped``) and a note says
-  so. The controller itself bounds quotas only by ``quota.bounds`` (docs/controller.md), so
-  in ``act`` mode it would write the rule's value; the report never proposes it.
+- **held under a cap**: the controller's quota rule never proposes more than the largest
+  daily peak x ``quota.peak_factor_max`` nor the cluster's allocatable
+  (:func:`sits_observe.control.rules_quotas.namespace_quotas`, the same value ``act`` mode
+  writes); a row held there gets a short reason and a note saying so, its evidence keeps the
+  rule's value (``uncapped``).
 """
 
 from __future__ import annotations
@@ -92,13 +92,13 @@ def plan_rows(
     store: Store, window: Window, at: datetime, settings: ControllerSettings
 ) -> tuple[list[dict[str, Any]], list[str], Plan, ClusterAllocatable | None]:
     """The rows of the plan as of ``at`` (every row read in ``window``), the notes of quotas
-    capped at the cluster's allocatable, the plan, and that allocatable."""
+    held under a cap, the plan, and the cluster's allocatable in the window."""
     plan = standing_plan(store, settings, at.replace(tzinfo=UTC), since=window.since)
     capacity = cluster_allocatable(store, window.since or DAWN, window.until)
     rows, notes = [], []
     for r in plan.frame.filter(pl.col("skip").is_null()).iter_rows(named=True):
         row = _row(r, settings)
-        note = _cap(row, capacity)
+        note = _cap_note(row)
         if note is not None:
             notes.append(note)
         rows.append(row)
@@ -135,40 +135,23 @@ def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
     }
 
 
-#: The allocatable total each quota action is held under, and what its value counts.
-_ALLOCATABLE = {
-    Action.QUOTA_GPU: ("gpus", " GPUs"),
-    Action.QUOTA_CPU: ("cpu_milli", " CPU"),
-    Action.QUOTA_MEMORY: ("memory_bytes", ""),
-}
+#: What a quota action's value counts, in a note.
+_COUNTS = {Action.QUOTA_GPU: " GPUs", Action.QUOTA_CPU: " CPU", Action.QUOTA_MEMORY: ""}
 
 
-def _cap(row: dict[str, Any], capacity: ClusterAllocatable | None) -> str | None:
-    """Cap a quota row at the cluster's allocatable (in place); the note saying so."""
+def _cap_note(row: dict[str, Any]) -> str | None:
+    """The note of a quota row the rule held under a cap (the controller's own rule,
+    :func:`sits_observe.control.rules_quotas.namespace_quotas`); the short reason says so."""
     action = Action(row["action"])
-    if action not in _ALLOCATABLE or capacity is None or row["proposed_value"] is None:
+    evidence = json.loads(row["evidence"])
+    capped_by, raw = evidence.get("capped_by"), evidence.get("uncapped")
+    if action not in _COUNTS or capped_by is None or not isinstance(raw, int | float):
         return None
-    attr, counts = _ALLOCATABLE[action]
-    limit = getattr(capacity, attr)
-    raw = float(row["proposed_value"])
-    if limit is None or raw <= limit:
-        return None
-    unit = QUANTITY[action]
-    shown, rule = human(limit, unit) + counts, human(raw, unit) + counts
-    evidence = json.loads(row["evidence"]) | {"uncapped": raw, "allocatable": limit}
-    row |= {
-        "proposed": human(limit, unit),
-        "proposed_value": float(limit),
-        "change_ratio": change_ratio(row["current_value"], float(limit)),
-        "reason_short": f"capped at the cluster's {shown}",
-        "reason": f"{row['reason']}; capped at the cluster's allocatable {shown} "
-        f"({capacity.nodes} nodes)",
-        "evidence": _json(evidence),
-    }
+    unit, counts = QUANTITY[action], _COUNTS[action]
+    row["reason_short"] = f"held at {capped_by}"
     return (
-        f"{row['target']} {action}: the rule gives {rule}, above the cluster's allocatable "
-        f"{shown} ({capacity.nodes} nodes): shown capped; the controller's act mode bounds "
-        "quotas by quota.bounds only"
+        f"{row['target']} {action}: the rule gives {human(raw, unit)}{counts}, held at "
+        f"{capped_by} ({row['proposed']}{counts})"
     )
 
 

@@ -215,7 +215,7 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
         signals.at,
         nodes=signals.nodes,
         pods=signals.pods,
-        namespaces=pl.concat([signals.namespaces, extra]),
+        namespaces=pl.concat([signals.namespaces, extra], how="diagonal"),
     )
     decisions = plan(signals, state, settings, at=clock())
     Applier(recording, settings, recorder, limiter=TokenBucket(1000, 1000),

@@ -5,6 +5,7 @@ formula."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -239,6 +240,37 @@ def test_namespace_quota_formula() -> None:
     assert (row["kind"], row["namespace"], row["name"]) == ("ResourceQuota", "team", "sits-quota")
     assert rules_quotas.confidence_factor(1, S) == 2.0
     assert rules_quotas.confidence_factor(14, S) == pytest.approx(1 + 1 / 14)
+
+
+def test_namespace_quota_is_held_under_the_peak_factor_and_the_allocatable() -> None:
+    """One day of history doubles the estimate (VPA's confidence): 1 GPU x 1.15 x 2 = 2.3,
+    held at the largest peak x 2 (peak_factor_max) = 2; under a 1.5-GPU cluster at 1 (the
+    allocatable rounded down to whole GPUs, so rounding up never passes it); with no
+    allocatable known, only the peak cap."""
+    frame = pl.DataFrame(
+        {
+            "namespace": ["a", "b", "c"],
+            "resource": ["requests.nvidia.com/gpu"] * 3,
+            "daily_peaks": [[1.0], [1.0], [4.0, 10.0, 9.0]],
+            "allocatable": [8.0, 1.5, None],
+            "quota_kind": ["ResourceQuota"] * 3,
+            "quota_name": ["sits-quota"] * 3,
+            "current": [None] * 3,
+            "recommended": [None] * 3,
+        },
+        schema_overrides={"current": pl.String, "recommended": pl.String},
+    )
+    rows = {r["namespace"]: r for r in rules_quotas.namespace_quotas(frame, S).collect().to_dicts()}
+    a, b, c = rows["a"], rows["b"], rows["c"]
+    assert (a["proposed"], a["proposed_value"]) == ("2", 2.0)
+    assert json.loads(a["evidence"])["uncapped"] == pytest.approx(2.3)
+    assert a["reason"].endswith("held at the largest daily peak x 2")
+    assert (b["proposed"], b["proposed_value"]) == ("1", 1.0)
+    assert json.loads(b["evidence"])["capped_by"] == "the cluster's allocatable"
+    # Three days: quantile 9.95 x 1.15 x 4/3 = 15.3, under 10 x 2 and no allocatable: uncapped.
+    want = float(np.quantile([4.0, 10.0, 9.0], 0.95)) * 1.15 * (1 + 1 / 3)
+    assert c["proposed"] == str(int(np.ceil(want)))
+    assert json.loads(c["evidence"])["capped_by"] is None
 
 
 def test_round_values_by_unit() -> None:

@@ -72,7 +72,9 @@ def test_the_window_start_cuts_every_look_back(store: Store) -> None:
     assert rows[("finance/p1", "time-slice")]["proposed"] == "25ms"
     gpu = rows[("finance", "quota-gpu")]
     assert json.loads(gpu["evidence"])["history_days"] == 1
-    assert gpu["proposed_value"] == 7  # 3 GPUs x 1.15 x 2 = 6.9 -> 7
+    # 3 GPUs x 1.15 x 2 = 6.9, held at the largest daily peak x 2 = 6.
+    assert gpu["proposed_value"] == 6
+    assert json.loads(gpu["evidence"])["uncapped"] == pytest.approx(6.9)
     # Until a time before the requests and samples: only the earlier inventory is read.
     early = by_key(report(store, until=(T0 - timedelta(hours=1)).isoformat()))
     assert ("finance/p1", "time-slice") not in early and ("n1", "fragmentation") not in early
@@ -173,7 +175,7 @@ def test_not_enough_data_leaves_the_proposal_empty(store: Store) -> None:
 
 def tight_store(store: Store) -> None:
     """One 8-GPU node; namespace big asks for 6 GPUs in its one snapshot: the quota rule
-    gives 6 x 1.15 x (1 + 1/1 day) = 13.8 -> 14 GPUs, above the cluster's 8."""
+    gives 6 x 1.15 x (1 + 1/1 day) = 13.8 GPUs, held at the cluster's 8 (under 6 x 2)."""
     node = {"ts": T0, "node": "n1", "gpu_allocatable": 8, "gpu_product": H100,
             "gpu_memory_bytes": 80 * GIB, "cpu_allocatable_milli": 64_000,
             "memory_allocatable_bytes": 512 * GIB, "ready": True, "labels_json": "{}"}  # fmt: skip
@@ -193,12 +195,13 @@ def test_a_quota_is_never_proposed_above_the_cluster() -> None:
     gpu = by_key(r)[("big", "quota-gpu")]
     assert (gpu["proposed"], gpu["proposed_value"]) == ("8", 8)
     evidence = json.loads(gpu["evidence"])
-    assert (evidence["uncapped"], evidence["allocatable"]) == (14, 8)
-    assert gpu["reason_short"] == "capped at the cluster's 8 GPUs"
-    assert any("big quota-gpu: the rule gives 14 GPUs" in n for n in r.notes)
+    assert (evidence["uncapped"], evidence["allocatable"]) == (pytest.approx(13.8), 8)
+    assert gpu["reason_short"] == "held at the cluster's allocatable"
+    assert any("big quota-gpu: the rule gives 14 GPUs, held at the cluster" in n for n in r.notes)
     assert r.facts["allocatable_gpus"] == 8
-    # CPU and memory stay under the node's 64 cores and 512 GiB: not capped.
-    assert "uncapped" not in json.loads(by_key(r)[("big", "quota-cpu")]["evidence"])
+    # CPU stays under the node's 64 cores: held at its peak x 2 (2 x 2 cores), not the cluster.
+    cpu = json.loads(by_key(r)[("big", "quota-cpu")]["evidence"])
+    assert (cpu["capped_by"], cpu["peak_cap"]) == ("the largest daily peak x 2", 4000)
 
 
 def test_change_and_confidence_rules() -> None:
