@@ -13,6 +13,12 @@ A reservation never exceeds the GPU (``gpu_memory_bytes``); a strategy that has 
 workload ("not enough data") reserves the whole GPU, as today. Only containers with samples on
 both sides of the cut are checked: one first seen after the cut can be sized by no strategy.
 
+Two protocols: :func:`split` fits once and checks the whole rest of the trace (the issue's
+"fit on the first part of the day, check on the rest"); :func:`rolling` refits every
+``step_s`` on everything seen so far and checks the next step only, as a recommender that
+reruns (``recommend`` each pass, VPA every minute) is used. :func:`backtest` takes either and
+sums the checked minutes over the splits.
+
 The peers' rules, as their sources define them: krr's ``simple`` strategy sizes memory at the
 maximum plus 15 % (``memory_buffer_percentage``) once it has ``points_required`` (100) points;
 VPA at P90 of its daily peaks plus 15 % (:class:`RightsizingSettings` with a 24 h interval).
@@ -122,19 +128,42 @@ def split(frame: pl.DataFrame, fit_ratio: float) -> Split:
     return Split(fit.filter(keep), check.filter(keep), cut, len(both), every - len(both))
 
 
+def rolling(frame: pl.DataFrame, *, first_fit_s: float, step_s: float) -> tuple[Split, ...]:
+    """One split per cut at ``min + first_fit_s``, then every ``step_s``: fit on every sample
+    before the cut, check the samples in ``[cut, cut + step_s)``, for the series on both
+    sides (a cut whose next step holds no sample is left out)."""
+    if first_fit_s <= 0 or step_s <= 0:
+        raise ValueError(f"first_fit_s and step_s must be > 0, got {first_fit_s!r}, {step_s!r}")
+    lo, hi = frame.get_column(TS_S).min(), frame.get_column(TS_S).max()
+    splits, cut = [], float(lo) + first_fit_s  # type: ignore[arg-type]
+    while cut <= float(hi):  # type: ignore[arg-type]
+        fit = frame.filter(pl.col(TS_S) < cut)
+        check = frame.filter((pl.col(TS_S) >= cut) & (pl.col(TS_S) < cut + step_s))
+        fitted, checked = set(fit.get_column(SERIES)), set(check.get_column(SERIES))
+        both = fitted & checked
+        if both:
+            keep = pl.col(SERIES).is_in(sorted(both))
+            dropped = len(fitted | checked) - len(both)
+            splits.append(Split(fit.filter(keep), check.filter(keep), cut, len(both), dropped))
+        cut += step_s
+    return tuple(splits)
+
+
 def backtest(
-    data: Split,
+    data: Split | Sequence[Split],
     strategies: Sequence[Strategy],
     *,
     gpu_memory_bytes: int,
     by: Sequence[str] = (SERIES,),
 ) -> tuple[BacktestRow, ...]:
-    """Every strategy on ``data``; ``by`` the workload key (per container by default; ``()``:
-    all containers one workload, as VPA pools the pods of one owner)."""
+    """Every strategy on ``data`` (one split, or several whose checked minutes are summed:
+    :func:`rolling`); ``by`` the workload key (per container by default; ``()``: all
+    containers one workload, as VPA pools the pods of one owner)."""
+    splits = (data,) if isinstance(data, Split) else tuple(data)
     rows = []
-    whole = _evaluate(data, whole_gpu(), gpu_memory_bytes, by)
+    whole = _evaluate(splits, whole_gpu(), gpu_memory_bytes, by)
     for strategy in strategies:
-        row = _evaluate(data, strategy, gpu_memory_bytes, by)
+        row = _evaluate(splits, strategy, gpu_memory_bytes, by)
         reduction = (
             1 - row.unused_bytes_mean / whole.unused_bytes_mean if whole.unused_bytes_mean else 0.0
         )
@@ -143,8 +172,30 @@ def backtest(
 
 
 def _evaluate(
-    data: Split, strategy: Strategy, gpu_memory_bytes: int, by: Sequence[str]
+    splits: Sequence[Split], strategy: Strategy, gpu_memory_bytes: int, by: Sequence[str]
 ) -> BacktestRow:
+    """The strategy's rows over the splits: fits (``workloads``), minutes and bytes summed."""
+    parts = [_evaluate_one(data, strategy, gpu_memory_bytes, by) for data in splits]
+    minutes = sum(p[2] for p in parts)
+    above = sum(p[3] for p in parts)
+    return BacktestRow(
+        strategy=strategy.name,
+        gpu_memory_bytes=gpu_memory_bytes,
+        workloads=sum(p[0] for p in parts),
+        no_answer=sum(p[1] for p in parts),
+        minutes=minutes,
+        minutes_above=above,
+        above_ratio=above / minutes if minutes else 0.0,
+        unused_bytes_mean=sum(p[4] for p in parts) / minutes if minutes else 0.0,
+        unused_vs_whole_ratio=0.0,
+    )
+
+
+def _evaluate_one(
+    data: Split, strategy: Strategy, gpu_memory_bytes: int, by: Sequence[str]
+) -> tuple[int, int, int, int, float]:
+    """(workloads fitted, of them without an answer, minutes checked, minutes above, bytes
+    unused summed over the checked minutes)."""
     cap = float(gpu_memory_bytes)
     answers = strategy.fit(data.fit, by)
     missing = pl.col("reserved_bytes").is_nan() | pl.col("reserved_bytes").is_null()
@@ -165,17 +216,12 @@ def _evaluate(
     summary = checked.select(
         pl.len().alias("minutes"),
         (pl.col(USED) > pl.col("reserved_bytes")).sum().alias("above"),
-        (pl.col("reserved_bytes") - pl.col(USED)).clip(lower_bound=0).mean().alias("unused"),
+        (pl.col("reserved_bytes") - pl.col(USED)).clip(lower_bound=0).sum().alias("unused"),
     ).row(0, named=True)
-    minutes = int(summary["minutes"])
-    return BacktestRow(
-        strategy=strategy.name,
-        gpu_memory_bytes=gpu_memory_bytes,
-        workloads=answers.height,
-        no_answer=no_answer.height,
-        minutes=minutes,
-        minutes_above=int(summary["above"]),
-        above_ratio=int(summary["above"]) / minutes if minutes else 0.0,
-        unused_bytes_mean=float(summary["unused"] or 0.0),
-        unused_vs_whole_ratio=0.0,
+    return (
+        answers.height,
+        no_answer.height,
+        int(summary["minutes"]),
+        int(summary["above"]),
+        float(summary["unused"] or 0.0),
     )

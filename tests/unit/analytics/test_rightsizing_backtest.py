@@ -11,6 +11,7 @@ from sits_observe.analytics.rightsizing import RightsizingSettings
 from sits_observe.analytics.rightsizing_backtest import (
     backtest,
     krr_simple,
+    rolling,
     split,
     vpa_method,
     whole_gpu,
@@ -65,6 +66,31 @@ def test_reservations_are_capped_at_the_gpu_and_pooling_is_one_answer() -> None:
     assert pooled.workloads == 1 and pooled.minutes_above == 150  # one cap for both
 
 
+def test_rolling_refits_every_step_and_checks_only_the_next() -> None:
+    """``a``: 1 GB for 5 minutes, then 3 GB. Cuts at minutes 3, 6 and 9 (first fit 3 min,
+    step 3 min). Cut 3 fits max 1 GB and checks minutes 3-5: minute 5 (3 GB) is above; cut 6
+    has seen 3 GB and checks 6-8, cut 9 checks 9: none above. Fitted once at minute 3 instead,
+    all five 3 GB minutes are above. ``b`` first appears at minute 4: not in cut 3's fit."""
+    a = minutes("a", [1 * GB] * 5 + [3 * GB] * 5)
+    b = minutes("b", [2 * GB] * 6, start_min=4)
+    frame = pl.DataFrame(a + b)
+    splits = rolling(frame, first_fit_s=180.0, step_s=180.0)
+    assert [s.cut_s for s in splits] == [180.0, 360.0, 540.0]
+    assert [(s.containers, s.dropped_containers) for s in splits] == [(1, 1), (2, 0), (2, 0)]
+    for s in splits:
+        checked = s.check["ts_s"].to_list()
+        assert min(checked) >= s.cut_s and max(checked) < s.cut_s + 180
+    krr = krr_simple(0.0, points_required=1)
+    (row,) = backtest(splits, [krr], gpu_memory_bytes=GPU)
+    # a: 3 + 3 + 1 checked minutes; b: minutes 6-8 and 9 (fitted on minutes 4-5, then 4-8).
+    assert (row.minutes, row.minutes_above, row.workloads) == (3 + 3 + 1 + 3 + 1, 1, 5)
+    # Unused: a's minutes 3-4 (1 GB reserved, 1 GB used) 0; b reserved 2 GB, used 2 GB: 0.
+    assert row.unused_bytes_mean == 0.0
+    (once,) = backtest(split(frame.filter(pl.col("series") == "a"), fit_ratio=1 / 3), [krr],
+                       gpu_memory_bytes=GPU)  # fmt: skip
+    assert once.minutes_above == 5
+
+
 def test_split_rejects_a_ratio_outside_zero_one() -> None:
     with pytest.raises(ValueError, match="fit_ratio must be in"):
         split(pl.DataFrame(minutes("a", [1.0, 2.0])), fit_ratio=1.0)
@@ -106,3 +132,22 @@ def test_the_real_trace_meets_the_documented_targets(shared_data: Path) -> None:
     assert sits.above_ratio < 0.01
     assert sits.unused_vs_whole_ratio >= 0.30
     assert sits.unused_bytes_mean < krr.unused_bytes_mean  # less waste, at more risk (docs)
+
+
+@pytest.mark.shared_data
+def test_refitted_hourly_sits_wastes_less_than_krr_at_the_same_risk(shared_data: Path) -> None:
+    """docs/analytics/rightsizing.md, refit every hour from hour 4, per container, 48 GiB:
+    krr's rule needs max + 11 % to come down to sits' risk, and there it holds more unused
+    memory than sits' defaults (the same-risk table of bench/bench_rightsizing.py)."""
+    folder = shared_data / "traces" / "alibaba-genai-v2026"
+    if not (folder / MEMORY_FILE).is_file():
+        pytest.skip(f"GenAI per-container telemetry not found under {folder}")
+    splits = rolling(load_memory(folder / MEMORY_FILE).frame, first_fit_s=4 * 3600.0, step_s=3600.0)
+    sits, krr11, krr10 = backtest(
+        splits,
+        [vpa_method("sits", RightsizingSettings()), krr_simple(0.11), krr_simple(0.10)],
+        gpu_memory_bytes=GPU,
+    )
+    assert len(splits) == 19 and sits.above_ratio < 0.01
+    assert krr11.above_ratio <= sits.above_ratio < krr10.above_ratio
+    assert sits.unused_bytes_mean < 0.9 * krr11.unused_bytes_mean
