@@ -29,9 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
-from sklearn.cluster import DBSCAN
-from sklearn.neighbors import NearestNeighbors
-from sklearn.preprocessing import StandardScaler
 
 from sits_observe.analytics.trends_features import FEATURES, TrendFeatures, series_features
 from sits_observe.analytics.trends_series import OccupancySeries, TrendLevel
@@ -210,6 +207,10 @@ def choose_eps(
     k = min(min_samples, n)
     if n < 2 or k < 2:
         return EpsChoice(max(1.0, min_eps), "fallback", k, None, 0.0, np.zeros(0))
+    # scikit-learn is imported where it is used: it costs ~1.5 s, paid by every CLI
+    # start (serve included) if imported with this module (bench_extender_cold_start).
+    from sklearn.neighbors import NearestNeighbors
+
     distances, _ = NearestNeighbors(n_neighbors=k).fit(scaled).kneighbors(scaled)
     kdist = np.sort(distances[:, -1])
     index, strength = knee(kdist)
@@ -282,6 +283,8 @@ def _sentence(words: tuple[str, ...], c: dict[str, float]) -> str:
 
 def scale_features(matrix: FloatArray) -> FloatArray:
     """StandardScaler, with each feature's scale floored at :data:`SCALE_FLOORS`."""
+    from sklearn.preprocessing import StandardScaler
+
     scaler = StandardScaler().fit(matrix)
     scaler.scale_ = np.maximum(scaler.scale_, np.asarray(SCALE_FLOORS))
     scaled: FloatArray = scaler.transform(matrix)
@@ -351,6 +354,8 @@ def cluster_features(
                 f"eps raised to {floor:.3g}: series closer than that differ by less than the "
                 "smallest differences that matter (SCALE_FLOORS)"
             )
+    from sklearn.cluster import DBSCAN
+
     labels = DBSCAN(eps=eps.eps, min_samples=min_samples).fit_predict(scaled)
 
     def point(i: int) -> SeriesPoint:
