@@ -5,15 +5,19 @@ What each mode writes (docs/controller.md has the table):
 - ``dry-run``: nothing. Every decision is recorded with outcome ``recommended``.
 - ``annotate``: per decision, one merge patch of the object it concerns setting the
   ``sits.io/recommendation.<action>`` annotation (JSON: proposed, current, reason, evidence,
-  at, mode) and one Event (reason ``SitsRecommendation``). Outcome ``recommended``.
+  at, mode) and one Event (reason ``SitsRecommendation``). Outcome ``recommended``. For a
+  pod-level action that object is the pod's owner workload where one is known
+  (:mod:`.combine`): a Deployment, StatefulSet, DaemonSet, Job or CronJob.
 - ``act``: as ``annotate``, and in the same patch the change itself where the API can carry
   it: the ``sits.io/memory-class`` / ``sits.io/fragmentation`` label, the
   ``sits.io/qos-*-quota-*`` annotation, the managed ResourceQuota's ``spec.hard`` key; and for
   time slices (with a ConfigMap configured) the workload's entry in the ConfigMap's
   ``sits-time-slices.yaml`` key (read, modify, replace with ``resourceVersion``). Outcome
   ``applied``; recommendation-only actions (TopologyManager policy, priority class, quota
-  advice for a namespace without the managed ResourceQuota) stay ``recommended``. Event
-  reason ``SitsApplied``.
+  advice for a namespace without the managed ResourceQuota, a workload's label / annotation
+  action) stay ``recommended``. Event reason ``SitsApplied``. A pod's label or annotation of
+  a workload's action is its own decision (``owner`` set): the change only, no
+  recommendation annotation (that is on the workload).
 
 Safety: skipped decisions write nothing. Every API request sent here (PATCH, ConfigMap GET
 and PUT, Event POST), each retry included, takes one token from the
@@ -44,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import yaml
 
 from sits_observe.collectors.kube_api import MERGE_PATCH, JsonObject, KubeJson, object_path
-from sits_observe.control.kube import with_retries
+from sits_observe.control.kube import api_version_of, path_of, with_retries
 from sits_observe.control.model import (
     ACTIONS,
     Action,
@@ -138,14 +142,16 @@ def writes_for(
     if settings.mode is Mode.DRY_RUN or decision.skip is not None:
         return ()
     rec = decision.recommendation
-    changes = [
-        Change(
-            rec.ref,
-            "annotation",
-            recommendation_annotation(rec.action),
-            recommendation_json(decision, settings, at),
+    changes = []
+    if rec.owner is None:  # else the recommendation is on the owner workload's decision
+        changes.append(
+            Change(
+                rec.ref,
+                "annotation",
+                recommendation_annotation(rec.action),
+                recommendation_json(decision, settings, at),
+            )
         )
-    ]
     if not actuable(rec.action, rec.ref.kind, settings):
         return tuple(changes)
     spec = ACTIONS[rec.action]
@@ -323,7 +329,7 @@ class Applier:
             return
         self._send(
             "PATCH",
-            object_path(target.kind, target.namespace, target.name),
+            path_of(target.kind, target.namespace, target.name),
             body=_merge_patch(changes),
             content_type=MERGE_PATCH,
         )
@@ -363,7 +369,7 @@ class Applier:
             "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.sits-", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": "v1",
+                "apiVersion": api_version_of(ref.kind),
                 "kind": ref.kind,
                 "name": ref.name,
                 **({"namespace": ref.namespace} if ref.namespace else {}),

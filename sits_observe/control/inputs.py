@@ -3,8 +3,8 @@
 - :class:`Signals`: what was measured (from the store, by :mod:`.store_signals`, or
   synthetic in tests and the benchmark), one frame per subject: nodes, pods, namespaces.
 - :class:`CurrentState`: what the cluster holds now (read by :mod:`.state`): which objects
-  exist and are opted out, the current value of each action, and the latest recommendation
-  annotation.
+  exist and are opted out (and, for namespaces, their selection label), the current value of
+  each action, the latest recommendation annotation, and the workload that owns each pod.
 - :class:`History`: the controller's own past decisions (from the ``decisions`` table), for
   cooldowns and, in dry-run mode, to know what was already recommended.
 
@@ -66,6 +66,18 @@ OBJECTS_SCHEMA: dict[str, pl.DataType] = {
     "namespace": pl.String(),
     "name": pl.String(),
     "opt_out": pl.Boolean(),
+    # Namespaces only: the selection label (``namespace_label``): True opted in, False opted
+    # out, null unlabelled (or not a Namespace).
+    "enabled": pl.Boolean(),
+}
+
+#: The workload each pod's recommendations go to (pods without a resolvable owner: no row).
+OWNERS_SCHEMA: dict[str, pl.DataType] = {
+    "namespace": pl.String(),
+    "pod": pl.String(),
+    # Deployment, StatefulSet, DaemonSet, Job or CronJob (``control.kube.WORKLOAD_RESOURCES``).
+    "owner_kind": pl.String(),
+    "owner_name": pl.String(),
 }
 
 VALUES_SCHEMA: dict[str, pl.DataType] = {
@@ -148,7 +160,7 @@ class CurrentState:
     """What the cluster holds (or, offline, what the store knows of it).
 
     ``complete`` is False when the objects could not be listed (offline ``recommend``): then
-    every subject is assumed to exist and not to be opted out.
+    every subject is assumed to exist, not to be opted out and in a selected namespace.
     """
 
     objects: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OBJECTS_SCHEMA))
@@ -156,6 +168,8 @@ class CurrentState:
     #: ``namespace/workload`` -> time slice (``25ms``) found in the time-slicing ConfigMap.
     time_slices: dict[str, str] = field(default_factory=dict)
     complete: bool = True
+    #: Pod -> owning workload (:data:`OWNERS_SCHEMA`); empty offline.
+    owners: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OWNERS_SCHEMA))
 
     @classmethod
     def of(
@@ -165,6 +179,7 @@ class CurrentState:
         values: pl.DataFrame | None = None,
         time_slices: dict[str, str] | None = None,
         complete: bool = True,
+        owners: pl.DataFrame | None = None,
     ) -> CurrentState:
         """A state with each frame conformed."""
         return cls(
@@ -172,6 +187,7 @@ class CurrentState:
             conform(values, VALUES_SCHEMA),
             dict(time_slices or {}),
             complete,
+            conform(owners, OWNERS_SCHEMA),
         )
 
 

@@ -5,6 +5,10 @@ The adapter itself (:class:`KubeJson`, :func:`object_path`) is
 re-exported here for the callers that import it from the controller. :func:`with_retries`
 retries 409 / 429 / 5xx / unreachable with exponential backoff for a bounded number of tries;
 404 and other client errors are never retried.
+
+:data:`WORKLOAD_RESOURCES` are the owner workloads recommendation annotations of pod-level
+actions go on; :func:`path_of` is :func:`object_path` extended to them (the collectors never
+write workloads, so their paths live with the controller).
 """
 
 from __future__ import annotations
@@ -13,19 +17,57 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+from urllib.parse import quote
 
 from sits_observe.collectors.kube_api import MERGE_PATCH, JsonObject, KubeJson, object_path
 from sits_observe.errors import KubeApiError
 
 __all__ = [
     "MERGE_PATCH",
+    "WORKLOAD_RESOURCES",
     "JsonObject",
     "KubeJson",
     "RetryResult",
+    "api_version_of",
+    "list_path",
     "object_path",
+    "path_of",
     "retryable",
     "with_retries",
 ]
+
+#: Owner workload kind -> (apiVersion, plural), in the order the cluster is read.
+WORKLOAD_RESOURCES: dict[str, tuple[str, str]] = {
+    "Deployment": ("apps/v1", "deployments"),
+    "StatefulSet": ("apps/v1", "statefulsets"),
+    "DaemonSet": ("apps/v1", "daemonsets"),
+    "Job": ("batch/v1", "jobs"),
+    "CronJob": ("batch/v1", "cronjobs"),
+}
+
+
+def list_path(kind: str) -> str:
+    """Cluster-wide list path of a workload kind (``/apis/apps/v1/deployments``)."""
+    api_version, plural = WORKLOAD_RESOURCES[kind]
+    return f"/apis/{api_version}/{plural}"
+
+
+def path_of(kind: str, namespace: str | None, name: str) -> str:
+    """REST path of one object the controller writes: :func:`object_path`'s kinds and the
+    :data:`WORKLOAD_RESOURCES`."""
+    if kind not in WORKLOAD_RESOURCES:
+        return object_path(kind, namespace, name)
+    if not namespace:
+        raise ValueError(f"a {kind} needs a namespace")
+    api_version, plural = WORKLOAD_RESOURCES[kind]
+    where = f"/apis/{api_version}/namespaces/{quote(namespace, safe='')}"
+    return f"{where}/{plural}/{quote(name, safe='')}"
+
+
+def api_version_of(kind: str) -> str:
+    """The ``apiVersion`` of a kind the controller writes (an Event's ``involvedObject``)."""
+    return WORKLOAD_RESOURCES[kind][0] if kind in WORKLOAD_RESOURCES else "v1"
+
 
 T = TypeVar("T")
 

@@ -4,7 +4,9 @@
   which object it concerns, whether its value is numeric (and in which unit), and what
   ``act`` mode changes for it (a label, an annotation, a ResourceQuota key, the time-slicing
   ConfigMap entry, or nothing: recommendation only).
-- :class:`Recommendation` is one proposed change on one object, with its reason and evidence;
+- :class:`Recommendation` is one proposed change on one object, with its reason and evidence
+  (for a pod-level action, the object is the pod's owner workload where one was resolved:
+  :mod:`.combine`);
   :class:`Decision` is a recommendation after the safety rules (``skip`` says why it will not
   be written); :class:`Plan` holds a pass's decisions as one Polars frame (10,000 pods make
   tens of thousands of rows, so they are materialised as objects only when iterated).
@@ -63,8 +65,9 @@ class ActionSpec:
     """How one action is represented and written."""
 
     action: Action
-    #: Kind of the object the decision concerns (quota actions: ResourceQuota, or Namespace
-    #: when the namespace has no managed ResourceQuota).
+    #: Kind of the object the rule concerns (quota actions: ResourceQuota, or Namespace when
+    #: the namespace has no managed ResourceQuota). A Pod action's decision is made on the
+    #: pod's owner workload where one is known (:mod:`.combine`).
     kind: str
     numeric: bool
     unit: str
@@ -209,11 +212,16 @@ class Recommendation:
     evidence: Mapping[str, EvidenceValue] = field(default_factory=dict)
     #: ``namespace/workload`` of a pod's owner (time slices are per workload).
     workload: str | None = None
+    #: ``Kind/name`` of the workload holding this pod's recommendation annotation: set on a
+    #: pod decision that only writes the pod's own label or annotation (act mode); None: the
+    #: recommendation annotation goes on ``ref`` itself.
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
-    """A recommendation after the safety rules; ``skip`` (e.g. ``opt-out``) when not written."""
+    """A recommendation after the safety rules; ``skip`` (``gone``, ``opt-out``,
+    ``not-opted-in``, ``cooldown``) when not written."""
 
     recommendation: Recommendation
     skip: str | None = None
@@ -252,7 +260,8 @@ class Outcome:
     detail: str | None = None
 
 
-#: Columns of :attr:`Plan.frame` (all strings; ``skip`` and ``workload`` may be null).
+#: Columns of :attr:`Plan.frame` (all strings; ``skip``, ``workload`` and ``owner`` may be
+#: null).
 PLAN_SCHEMA: dict[str, pl.DataType] = {
     "kind": pl.String(),
     "namespace": pl.String(),
@@ -264,6 +273,7 @@ PLAN_SCHEMA: dict[str, pl.DataType] = {
     "evidence": pl.String(),
     "skip": pl.String(),
     "workload": pl.String(),
+    "owner": pl.String(),
 }
 
 
@@ -313,6 +323,7 @@ def decision_from_row(row: Mapping[str, object]) -> Decision:
     current = row.get("current")
     skip = row.get("skip")
     workload = row.get("workload")
+    owner = row.get("owner")
     rec = Recommendation(
         ref=ObjectRef(
             str(row["kind"]), None if namespace is None else str(namespace), str(row["name"])
@@ -323,6 +334,7 @@ def decision_from_row(row: Mapping[str, object]) -> Decision:
         reason=str(row["reason"]),
         evidence=evidence,
         workload=None if workload is None else str(workload),
+        owner=None if owner is None else str(owner),
     )
     return Decision(rec, None if skip is None else str(skip))
 

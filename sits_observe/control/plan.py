@@ -7,7 +7,9 @@ Pipeline (every step vectorised over all objects at once):
 
 1. Each object's *state* for each action (its latest recommendation, else the value in
    effect) is joined to the signals; the rules (:mod:`.rules`) propose values with
-   hysteresis around that state.
+   hysteresis around that state. Pod-level proposals of pods with a known owner then become
+   one proposal per (workload, action) (:mod:`.combine`): recommendations go on the owner
+   workload.
 2. Numeric proposals are limited to ``max_step_ratio`` from the current value, clamped to the
    hard bounds and rounded to the unit they are written in.
 3. Proposals that would change nothing are dropped and counted in :attr:`Plan.suppressed`:
@@ -15,8 +17,11 @@ Pipeline (every step vectorised over all objects at once):
    than ``change_threshold_ratio``), ``already-recommended`` (a recommendation that cannot be
    applied in this mode and was already made), ``repeat`` (a skip already recorded).
 4. The rest become decisions; a decision is *skipped* (recorded, never written) when its
-   object is gone, opted out (the object or its namespace carries the opt-out annotation), or
-   was changed less than ``min_change_interval_s`` ago (``cooldown``).
+   object is gone, opted out (``opt-out``: the object, its namespace, or for a workload one
+   of its pods carries the opt-out annotation, or the namespace is labelled
+   ``namespace_label=false``), outside the selected namespaces (``not-opted-in``: with
+   ``namespace_selection=opt-in``, a namespace not labelled ``true``), or was changed less
+   than ``min_change_interval_s`` ago (``cooldown``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ import numpy as np
 import polars as pl
 
 from sits_observe.control import rules, rules_quotas
+from sits_observe.control.combine import POD_ACTIONS, to_workloads, with_owner_recommendations
 from sits_observe.control.inputs import CurrentState, History, Signals
+from sits_observe.control.kube import WORKLOAD_RESOURCES
 from sits_observe.control.model import ACTIONS, ENGINE, PLAN_SCHEMA, QUOTA_ACTIONS, Action, Plan
 from sits_observe.control.safety import below_threshold, clamp, limit_step
-from sits_observe.control.settings import ControllerSettings, Mode
+from sits_observe.control.settings import ControllerSettings, Mode, NamespaceSelection
 from sits_observe.domain.times import utc_naive
 from sits_observe.tracing import note_queue_depth, traced
 
@@ -57,28 +64,42 @@ def actuable(action: Action, kind: str, settings: ControllerSettings) -> bool:
     """Whether ``settings.mode`` writes the change itself (not only a recommendation)."""
     if settings.mode is not Mode.ACT:
         return False
-    actuator = ACTIONS[action].actuator
-    if actuator == "none":
+    spec = ACTIONS[action]
+    if spec.actuator == "none":
         return False
-    if actuator == "quota":
+    if spec.actuator == "quota":
         return kind == "ResourceQuota"
-    if actuator == "configmap":
+    if spec.actuator == "configmap":
         return settings.time_slicing_configmap is not None
-    return True
+    # A label or annotation the runtime reads on the object the rule is about (never the
+    # owner workload, which gets the recommendation only).
+    return kind == spec.kind
+
+
+def per_pod_actions(settings: ControllerSettings) -> list[str]:
+    """Pod-level actions whose change this mode writes on each pod (a label or annotation)."""
+    return [
+        a
+        for a in POD_ACTIONS
+        if ACTIONS[Action(a)].actuator in ("label", "annotation")
+        and actuable(Action(a), "Pod", settings)
+    ]
 
 
 def _values(current: CurrentState, history: History, settings: ControllerSettings) -> pl.DataFrame:
-    """Per key: ``current``, ``recommended`` (dry-run: also what history recommended)."""
+    """Per key: ``current``, ``recommended`` (dry-run: also what history recommended; owned
+    pods: their workload's, see :func:`~.combine.with_owner_recommendations`)."""
     values = current.values.select([*KEYS, "current", "recommended"])
-    if settings.mode is not Mode.DRY_RUN or history.latest.height == 0:
-        return values
-    recommended = history.latest.filter(pl.col("outcome") == "recommended").select(
-        [*KEYS, pl.col("proposed").alias("_hist")]
-    )
-    joined = values.join(recommended, on=KEYS, how="full", coalesce=True, nulls_equal=True)
-    return joined.select(
-        [*KEYS, "current", pl.coalesce("recommended", "_hist").alias("recommended")]
-    )
+    if settings.mode is Mode.DRY_RUN and history.latest.height > 0:
+        recommended = history.latest.filter(pl.col("outcome") == "recommended").select(
+            [*KEYS, pl.col("proposed").alias("_hist")]
+        )
+        joined = values.join(recommended, on=KEYS, how="full", coalesce=True, nulls_equal=True)
+        values = joined.select(
+            [*KEYS, "current", pl.coalesce("recommended", "_hist").alias("recommended")]
+        )
+    per_pod = set(per_pod_actions(settings))
+    return with_owner_recommendations(values, current, [a for a in POD_ACTIONS if a not in per_pod])
 
 
 def _with_state(
@@ -245,9 +266,10 @@ def propose(
             .otherwise(pl.col("current"))
             .alias("current")
         )
-    return joined.with_columns(pl.coalesce("current", "default_current").alias("current")).collect(
-        engine=ENGINE
-    )
+    proposals = joined.with_columns(
+        pl.coalesce("current", "default_current").alias("current")
+    ).collect(engine=ENGINE)
+    return to_workloads(proposals, current, values, settings, per_pod_actions(settings))
 
 
 def _numeric(frame: pl.DataFrame, settings: ControllerSettings) -> pl.DataFrame:
@@ -316,7 +338,7 @@ def plan(
     frame = _numeric(propose(signals, current, settings, history), settings)
     is_actuable = pl.lit(False)
     for action in Action:
-        for kind in ("Pod", "Node", "ResourceQuota", "Namespace"):
+        for kind in ("Pod", "Node", "ResourceQuota", "Namespace", *WORKLOAD_RESOURCES):
             if actuable(action, kind, settings):
                 is_actuable = is_actuable | (
                     (pl.col("action") == str(action)) & (pl.col("kind") == kind)
@@ -378,7 +400,8 @@ def _skips(
     settings: ControllerSettings,
     at: datetime,
 ) -> pl.LazyFrame:
-    """Add ``skip``: ``gone``, ``opt-out`` or ``cooldown`` (null: to be written)."""
+    """Add ``skip``: ``gone``, ``opt-out``, ``not-opted-in`` or ``cooldown`` (null: to be
+    written)."""
     objects = (
         current.objects.lazy()
         .select("kind", "namespace", "name", "opt_out")
@@ -390,21 +413,47 @@ def _skips(
         how="left",
         nulls_equal=True,
     )
-    ns_opt = objects.filter(pl.col("kind") == "Namespace").select(
-        pl.col("name").alias("namespace"), pl.col("opt_out").alias("_ns_opt_out")
+    # The namespace a row is in: its own, or for a Namespace's own quota advice, itself.
+    namespaces = current.objects.lazy().filter(pl.col("kind") == "Namespace")
+    frame = frame.with_columns(
+        pl.when(pl.col("kind") == "Namespace")
+        .then(pl.col("name"))
+        .otherwise(pl.col("namespace"))
+        .alias("_ns")
+    ).join(
+        namespaces.select(
+            pl.col("name").alias("_ns"),
+            pl.col("opt_out").alias("_ns_opt_out"),
+            pl.col("enabled").alias("_ns_enabled"),
+        ).unique("_ns", keep="last"),
+        on="_ns",
+        how="left",
     )
-    frame = frame.join(ns_opt, on="namespace", how="left")
     changed = history.latest.lazy().select([*KEYS, "changed_at"])
     frame = frame.join(changed, on=KEYS, how="left", nulls_equal=True)
     cooldown_start = utc_naive(at) - timedelta(seconds=settings.min_change_interval_s)
-    gone = pl.lit(current.complete) & pl.col("_exists").is_null()
-    opted = pl.col("opt_out").fill_null(False) | pl.col("_ns_opt_out").fill_null(False)
+    known = pl.lit(current.complete)
+    gone = known & pl.col("_exists").is_null()
+    opted = (
+        pl.col("opt_out").fill_null(False)
+        | pl.col("_ns_opt_out").fill_null(False)
+        | pl.col("_member_opt_out").fill_null(False)
+        | (known & pl.col("_ns_enabled").eq(False).fill_null(False))
+    )
+    not_selected = (
+        known
+        & pl.lit(settings.namespace_selection is NamespaceSelection.OPT_IN)
+        & pl.col("_ns").is_not_null()
+        & ~pl.col("_ns_enabled").fill_null(False)
+    )
     cooling = pl.col("changed_at").is_not_null() & (pl.col("changed_at") > cooldown_start)
     return frame.with_columns(
         pl.when(gone)
         .then(pl.lit("gone"))
         .when(opted)
         .then(pl.lit("opt-out"))
+        .when(not_selected)
+        .then(pl.lit("not-opted-in"))
         .when(cooling)
         .then(pl.lit("cooldown"))
         .otherwise(pl.lit(None, pl.String()))

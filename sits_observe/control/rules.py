@@ -370,7 +370,10 @@ def priority_class(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyF
 
     ``pods`` carries ``recommended`` (the class recommended before, if any) and
     ``fragmentation_ratio`` of its node. A recommendation is withdrawn (the pod's own class
-    proposed) once the rate falls back below the threshold with hysteresis.
+    proposed) once the rate falls back below the threshold with hysteresis. Any other pod
+    whose rate was measured proposes its own class: no change (counted ``unchanged``), which
+    is its vote when the pods of one workload are combined (:mod:`.combine`), so one pod
+    missing its SLA does not speak for all its replicas.
     """
     c = settings.classes
     engaged = (
@@ -385,7 +388,7 @@ def priority_class(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyF
         .with_columns(
             pl.when(pl.col("_violating"))
             .then(class_rules.lower_priority_class(pl.col("priority_class"), c))
-            .when(pl.col("_engaged"))
+            .when(pl.col("_engaged") | pl.col("sla_violation_ratio").is_not_null())
             .then(pl.col("priority_class"))
             .otherwise(pl.lit(None, pl.String()))
             .alias("_proposed")

@@ -46,6 +46,22 @@ class Mode(StrEnum):
     ACT = "act"
 
 
+class NamespaceSelection(StrEnum):
+    """Which namespaces the controller works in, besides the opt-out annotation.
+
+    The namespace label ``namespace_label`` (``sits.io/enabled``) set to ``"true"`` opts a
+    namespace in and ``"false"`` opts it out in both; they differ on unlabelled namespaces:
+
+    - ``opt-out`` (default, the behaviour before the label existed): unlabelled namespaces
+      are included;
+    - ``opt-in``: unlabelled namespaces are left alone (``skipped:not-opted-in``), as
+      Goldilocks does with its ``goldilocks.fairwinds.com/enabled`` label.
+    """
+
+    OPT_OUT = "opt-out"
+    OPT_IN = "opt-in"
+
+
 class Bound(BaseModel):
     """Hard limits of one numeric value: a proposal outside is clamped, never exceeded."""
 
@@ -212,6 +228,15 @@ class ControllerSettings(BaseModel):
         f"{PREFIX}opt-out",
         description='annotation that, set to "true" on an object, keeps the controller off it',
     )
+    namespace_label: str = Field(
+        f"{PREFIX}enabled",
+        description='namespace label: "true" opts the namespace in, "false" opts it out',
+    )
+    namespace_selection: NamespaceSelection = Field(
+        NamespaceSelection.OPT_OUT,
+        description="opt-out: every namespace unless labelled false (or annotated opt-out); "
+        "opt-in: only namespaces labelled true (Goldilocks' default)",
+    )
     change_threshold_ratio: float = Field(
         0.10,
         ge=0,
@@ -298,12 +323,13 @@ class ControllerSettings(BaseModel):
             raise ValueError(f"time_slicing_configmap {value!r} must be NAMESPACE/NAME")
         return value
 
-    @field_validator("opt_out_annotation")
+    @field_validator("opt_out_annotation", "namespace_label")
     @classmethod
     def _annotation_key(cls, value: str) -> str:
+        # Labels and annotations share the key syntax: [DNS-subdomain prefix /] name (<= 63).
         prefix, _, name = value.rpartition("/")
         if not name or len(name) > 63 or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
-            raise ValueError(f"opt_out_annotation {value!r} is not a valid annotation key")
+            raise ValueError(f"{value!r} is not a valid label or annotation key")
         return value
 
     @field_validator("lease_name", "lease_namespace", "event_namespace")

@@ -1,10 +1,14 @@
 """Read what the cluster holds now into a :class:`~sits_observe.control.inputs.CurrentState`.
 
-One paged list each of nodes, pods, namespaces and the managed ResourceQuotas (field
-selector on the name), plus a GET of the time-slicing ConfigMap when one is configured. From
-each object: whether it (or its namespace) opted out, the value in effect of each action
-(our labels, QoS annotations, the pod's priority class, the quota's ``spec.hard``), and the
-``proposed`` of each ``sits.io/recommendation.<action>`` annotation.
+One paged list each of nodes, the owner workloads (Deployments, StatefulSets, DaemonSets,
+Jobs, CronJobs: :data:`~.kube.WORKLOAD_RESOURCES`), pods, namespaces and the managed
+ResourceQuotas (field selector on the name), plus a GET of the time-slicing ConfigMap when one
+is configured. A workload kind the API server does not serve (404) is read as none. From each
+object: whether it opted out (the opt-out annotation; for a namespace also its selection
+label, ``namespace_label``), the value in effect of each action (our labels, QoS annotations,
+the pod's priority class, the quota's ``spec.hard``), and the ``proposed`` of each
+``sits.io/recommendation.<action>`` annotation; for each pod, the workload that owns it
+(:mod:`.state_owners`).
 
 Vendor JSON stays here: past this module only the frames of :mod:`.inputs` travel.
 """
@@ -20,8 +24,10 @@ import yaml
 
 from sits_observe.collectors.kube_api import KubeJson, object_path
 from sits_observe.control.inputs import CurrentState
+from sits_observe.control.kube import WORKLOAD_RESOURCES, list_path
 from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommendation_annotation
 from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.state_owners import Workloads
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.errors import KubeApiError, ParseError
 
@@ -68,17 +74,30 @@ def recommended_values(annotations: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
+def selection(labels: Mapping[str, str], key: str) -> bool | None:
+    """A namespace's selection label: ``"true"`` True, ``"false"`` False, else (unlabelled or
+    another value) None."""
+    value = labels.get(key, "").strip().lower()
+    return True if value == "true" else False if value == "false" else None
+
+
 class _Rows:
     def __init__(self, opt_out_key: str) -> None:
         self.opt_out_key = opt_out_key
-        self.objects: list[tuple[str, str | None, str, bool]] = []
+        self.objects: list[tuple[str, str | None, str, bool, bool | None]] = []
         self.values: dict[tuple[str, str | None, str, str], list[str | None]] = {}
+        self.owners: list[tuple[str, str, str, str]] = []
 
     def add_object(
-        self, kind: str, namespace: str | None, name: str, annotations: Mapping[str, str]
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        annotations: Mapping[str, str],
+        enabled: bool | None = None,
     ) -> None:
         opted = annotations.get(self.opt_out_key, "").strip().lower() == "true"
-        self.objects.append((kind, namespace, name, opted))
+        self.objects.append((kind, namespace, name, opted, enabled))
         for action, proposed in recommended_values(annotations).items():
             self.values.setdefault((kind, namespace, name, action), [None, None])[1] = proposed
 
@@ -90,14 +109,29 @@ class _Rows:
 
     def state(self, time_slices: dict[str, str]) -> CurrentState:
         objects = pl.DataFrame(
-            self.objects, schema=["kind", "namespace", "name", "opt_out"], orient="row"
+            self.objects,
+            schema={
+                "kind": pl.String,
+                "namespace": pl.String,
+                "name": pl.String,
+                "opt_out": pl.Boolean,
+                "enabled": pl.Boolean,
+            },
+            orient="row",
         )
         values = pl.DataFrame(
             [(*k, v[0], v[1]) for k, v in self.values.items()],
             schema=["kind", "namespace", "name", "action", "current", "recommended"],
             orient="row",
         )
-        return CurrentState.of(objects=objects, values=values, time_slices=time_slices)
+        owners = pl.DataFrame(
+            self.owners,
+            schema=["namespace", "pod", "owner_kind", "owner_name"],
+            orient="row",
+        )
+        return CurrentState.of(
+            objects=objects, values=values, time_slices=time_slices, owners=owners
+        )
 
 
 def _marked(
@@ -144,6 +178,24 @@ def _time_slices(kube: KubeJson, settings: ControllerSettings) -> dict[str, str]
     return {str(k): str(v) for k, v in entries.items()}
 
 
+def _workloads(kube: KubeJson, rows: _Rows, page: int) -> Workloads:
+    """List every workload kind (404, a kind the server does not serve: none of it)."""
+    workloads = Workloads()
+    for kind in WORKLOAD_RESOURCES:
+        try:
+            items = kube.list_all(list_path(kind), page_size=page)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            continue
+        for item in items:
+            namespace, name, _, annotations = _meta(item)
+            if name and namespace:
+                rows.add_object(kind, namespace, name, annotations)
+                workloads.add(kind, namespace, name, item.get("metadata") or {})
+    return workloads
+
+
 def read_state(kube: KubeJson, settings: ControllerSettings) -> CurrentState:
     """The cluster's current state; raises :class:`KubeApiError` when a list fails."""
     rows = _Rows(settings.opt_out_annotation)
@@ -155,11 +207,15 @@ def read_state(kube: KubeJson, settings: ControllerSettings) -> CurrentState:
             _marked(
                 rows, kind="Node", namespace=None, name=name, labels=labels, annotations=annotations
             )
+    workloads = _workloads(kube, rows, page)
     for item in kube.list_all("/api/v1/pods", page_size=page):
         namespace, name, labels, annotations = _meta(item)
         if not name or not namespace:
             continue
         rows.add_object("Pod", namespace, name, annotations)
+        owner = workloads.owner_of(namespace, labels, item.get("metadata") or {})
+        if owner is not None:
+            rows.owners.append((namespace, name, *owner))
         _marked(
             rows, kind="Pod", namespace=namespace, name=name, labels=labels, annotations=annotations
         )
@@ -173,9 +229,10 @@ def read_state(kube: KubeJson, settings: ControllerSettings) -> CurrentState:
             priority if isinstance(priority, str) else None,
         )
     for item in kube.list_all("/api/v1/namespaces", page_size=page):
-        _, name, _, annotations = _meta(item)
+        _, name, labels, annotations = _meta(item)
         if name:
-            rows.add_object("Namespace", None, name, annotations)
+            enabled = selection(labels, settings.namespace_label)
+            rows.add_object("Namespace", None, name, annotations, enabled)
     quotas = kube.list_all(
         "/api/v1/resourcequotas",
         page_size=page,

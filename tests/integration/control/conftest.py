@@ -114,3 +114,80 @@ def seed(kube: KubeJson, *, opt_out_node: bool = False) -> None:
             },
         },
     )
+
+
+#: Pods :func:`seed_workloads` creates: name -> (owner kind, owner name) the controller should
+#: resolve (None: the pod keeps its own recommendations).
+WORKLOAD_PODS: dict[str, tuple[str, str] | None] = {
+    "web-5d8f7-a": ("Deployment", "web"),
+    "web-5d8f7-b": ("Deployment", "web"),
+    "web-5d8f7-c": ("Deployment", "web"),
+    "db-0": ("StatefulSet", "db"),
+    "agent-x1": ("DaemonSet", "agent"),
+    "nightly-29000000-q": ("CronJob", "nightly"),
+    "train-0": ("Job", "train"),
+    "solo": None,
+}
+
+
+def _owned(kind: str, name: str, uid: str) -> list[dict[str, object]]:
+    api = "batch/v1" if kind in ("Job", "CronJob") else "apps/v1"
+    return [{"apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": True}]
+
+
+def seed_workloads(kube: KubeJson, namespace: str, labels: dict[str, str] | None = None) -> None:
+    """A namespace (with ``labels``) holding a Deployment (ReplicaSet, three pods), a
+    StatefulSet, a DaemonSet, a CronJob (its Job and pod), a bare Job and a bare pod, the way
+    their controllers create them (:data:`WORKLOAD_PODS`)."""
+    kube.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"metadata": {"name": namespace, "labels": labels or {}}},
+    )
+
+    def create(path: str, name: str, **meta: object) -> None:
+        body = {"metadata": {"name": name, "namespace": namespace, **meta}}
+        kube.request("POST", path.format(ns=namespace), body=body)
+
+    apps, batch = "/apis/apps/v1/namespaces/{ns}", "/apis/batch/v1/namespaces/{ns}"
+    create(f"{apps}/deployments", "web", uid=f"{namespace}-u-web")
+    create(
+        f"{apps}/replicasets",
+        "web-5d8f7",
+        uid=f"{namespace}-u-rs",
+        ownerReferences=_owned("Deployment", "web", f"{namespace}-u-web"),
+    )
+    create(f"{apps}/statefulsets", "db", uid=f"{namespace}-u-db")
+    create(f"{apps}/daemonsets", "agent", uid=f"{namespace}-u-agent")
+    create(f"{batch}/cronjobs", "nightly", uid=f"{namespace}-u-cron")
+    create(
+        f"{batch}/jobs",
+        "nightly-29000000",
+        uid=f"{namespace}-u-cronjob-run",
+        ownerReferences=_owned("CronJob", "nightly", f"{namespace}-u-cron"),
+    )
+    create(f"{batch}/jobs", "train", uid=f"{namespace}-u-train")
+    owners = {
+        "web-5d8f7-a": ("ReplicaSet", "web-5d8f7", "u-rs"),
+        "web-5d8f7-b": ("ReplicaSet", "web-5d8f7", "u-rs"),
+        "web-5d8f7-c": ("ReplicaSet", "web-5d8f7", "u-rs"),
+        "db-0": ("StatefulSet", "db", "u-db"),
+        "agent-x1": ("DaemonSet", "agent", "u-agent"),
+        "nightly-29000000-q": ("Job", "nightly-29000000", "u-cronjob-run"),
+        "train-0": ("Job", "train", "u-train"),
+    }
+    for pod in WORKLOAD_PODS:
+        meta: dict[str, object] = {"labels": {"app": pod.split("-")[0]}}
+        if pod in owners:
+            kind, name, uid = owners[pod]
+            meta["ownerReferences"] = _owned(kind, name, f"{namespace}-{uid}")
+        if pod.startswith("web-"):
+            meta["labels"] = {"app": "web", "pod-template-hash": "5d8f7"}
+        kube.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            body={
+                "metadata": {"name": pod, "namespace": namespace, **meta},
+                "spec": {"nodeName": "n1", "containers": []},
+            },
+        )

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from sits_observe.control.inputs import Signals
+from tests.integration.control.conftest import WORKLOAD_PODS
 
 GIB = 1024**3
 
@@ -75,3 +76,22 @@ def cluster_signals(
             }
         ),
     )
+
+
+def workload_signals(
+    at: datetime, namespaces: list[str], peaks_gib: dict[str, float] | None = None
+) -> Signals:
+    """Peak GPU memory of every pod of ``conftest.seed_workloads`` in each namespace (3 GiB,
+    a memory class of L2, unless ``peaks_gib`` says otherwise), nothing else measured."""
+    peaks = peaks_gib or {}
+    pods = [
+        {
+            "namespace": namespace,
+            "pod": pod,
+            "node": "n1",
+            "peak_gpu_memory_bytes": int(peaks.get(pod, 3.0) * GIB),
+        }
+        for namespace in namespaces
+        for pod in WORKLOAD_PODS
+    ]
+    return Signals.of(at, pods=pl.DataFrame(pods))

@@ -5,7 +5,8 @@ Three files, one per need (docs/controller.md, "RBAC"):
 - ``deploy/controller-rbac.yaml``: dry-run (``sits-observe controller`` without ``--annotate``
   / ``--act``, and the in-process controller of ``serve --controller``): list the objects the
   plan reads, and the leader-election Lease;
-- ``deploy/controller-write-rbac.yaml``: ``--annotate`` / ``--act``: patches and Events;
+- ``deploy/controller-write-rbac.yaml``: ``--annotate`` / ``--act``: patches (the owner
+  workloads' recommendation annotations included) and Events;
 - ``deploy/controller-time-slicing-rbac.yaml``: ``--time-slicing-configmap``: that ConfigMap.
 
 Each test records every request a real pass sends to the emulator and checks it against what
@@ -37,8 +38,8 @@ from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.state import read_state
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop
-from tests.integration.control.conftest import FakeClock, seed
-from tests.integration.control.signals import cluster_signals
+from tests.integration.control.conftest import FakeClock, seed, seed_workloads
+from tests.integration.control.signals import cluster_signals, workload_signals
 
 pytestmark = pytest.mark.k8s
 
@@ -63,6 +64,14 @@ _PATH = re.compile(
     r"(?:/(?P<name>[^/?]+))?$"
 )
 Request = tuple[str, str, str, str | None, str | None]  # verb, group, resource, namespace, name
+#: (API group, resource) of the owner workloads recommendations go on.
+WORKLOADS = (
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+)
 
 
 class Recording(KubeJson):
@@ -170,12 +179,15 @@ def test_dry_run_needs_only_the_dry_run_file_for_serve_and_for_the_controller(
     assert loop.run_once().error is None  # get + update the Lease
     assert loop.elector is not None
     loop.elector.release()
+    # The owner workloads are listed whether any exist or not (the emulator serves no
+    # DaemonSets or CronJobs until one is created: 404, read as none).
     assert {r[2] for r in recording.seen} == {
         "leases",
         "nodes",
         "pods",
         "namespaces",
         "resourcequotas",
+        *("deployments", "statefulsets", "daemonsets", "jobs", "cronjobs"),
     }
     dry_run = documents(DRY_RUN)
     for account, files in ((SERVICE_ACCOUNT, [SERVICE, DRY_RUN]), (CONTROLLER, [DRY_RUN])):
@@ -194,6 +206,8 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
 ) -> None:
     seed(kube)
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "lab"}})
+    # Pods of each workload kind: their recommendations are patched onto the workloads.
+    seed_workloads(kube, "apps")
     recording = Recording(kube)
     settings = ControllerSettings(
         mode="act", time_slicing_configmap="gpu-operator/time-slicing-config"
@@ -214,7 +228,9 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
     signals = Signals.of(
         signals.at,
         nodes=signals.nodes,
-        pods=signals.pods,
+        pods=pl.concat(
+            [signals.pods, workload_signals(signals.at, ["apps"]).pods], how="diagonal_relaxed"
+        ),
         namespaces=pl.concat([signals.namespaces, extra], how="diagonal"),
     )
     decisions = plan(signals, state, settings, at=clock())
@@ -225,9 +241,17 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
     denied = sorted(r for r in recording.seen if not allowed(rules, r))
     assert denied == []
     assert granted(documents(*CONTROLLER_FILES)) == used(recording.seen)
+    # Every workload kind was patched (its recommendation annotation), and nothing else
+    # of the apps and batch groups: no ReplicaSet, no spec.
+    workload_writes = {(r[0], r[1], r[2]) for r in recording.seen if r[1] in ("apps", "batch")}
+    assert workload_writes == {
+        *(("list", g, r) for g, r in WORKLOADS),
+        *(("patch", g, r) for g, r in WORKLOADS),
+    }
     # The write file holds exactly the object writes; the time-slicing file that ConfigMap.
     assert granted(documents(WRITE)) == {
-        ("patch", r) for r in ("nodes", "pods", "namespaces", "resourcequotas")
+        ("patch", r)
+        for r in ("nodes", "pods", "namespaces", "resourcequotas", *(r for _, r in WORKLOADS))
     } | {("create", "events")}
     assert granted(documents(TIME_SLICING)) == {("get", "configmaps"), ("update", "configmaps")}
 
