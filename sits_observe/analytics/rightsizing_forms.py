@@ -18,13 +18,15 @@ workload's stack reads. :func:`detect_stack` reads the pod (``v1.Pod`` JSON) for
 
 :func:`propose` turns a per-GPU target into that form: the smallest MIG profile that fits
 (:mod:`.mig_profiles`), HAMi ``gpumem`` MiB (or percent) and ``gpucores``, KAI ``gpu-memory``
-MiB or ``gpu-fraction``, vLLM ``--gpu-memory-utilization`` (rounded up to 0.01), the number of
+MiB or ``gpu-fraction``, vLLM ``--gpu-memory-utilization`` (rounded up to 0.01; kept when that
+is at or above the current setting, see below), the number of
 time-slicing replicas whose memory fits on one GPU, or whole GPUs with the shared forms that
 would fit as alternatives. Values are rounded up, never down, so a proposal holds the target.
 
 For vLLM the framebuffer in use is what vLLM pre-allocated (weights + the KV-cache pool it was
 told to fill), so a target measured under ``--gpu-memory-utilization`` cannot fall below it by
-construction; the proposal says so rather than shrinking it.
+construction, and with the margin it always lands above it: the proposal keeps the setting
+and says so, rather than shrinking it or raising it to the margin.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ from typing import Any, Literal
 from sits_observe.analytics.mig_profiles import mig_product, product_of_profile, smallest_fitting
 from sits_observe.collectors.kube_gpu import GPU_RESOURCE, HAMI_CORES_RESOURCE
 from sits_observe.collectors.kube_gpu import HAMI_MEMORY_PERCENT_RESOURCE as HAMI_PERCENT
+from sits_observe.collectors.kube_gpu_stack import (
+    HAMI_MEMORY_RESOURCE,
+    KAI_FRACTION_ANNOTATION,
+    KAI_MEMORY_ANNOTATION,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    VLLM_MEMORY_FLAG,
+)
 from sits_observe.collectors.kube_pods import pod_requests
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.errors import ParseError
@@ -45,12 +55,14 @@ from sits_observe.errors import ParseError
 StackKind = Literal["mig", "hami", "kai", "vllm", "time-slicing", "whole-gpu"]
 
 MIB = 1 << 20
-MIG_PREFIX = "nvidia.com/mig-"
-HAMI_MEMORY = "nvidia.com/gpumem"
-KAI_MEMORY = "gpu-memory"
-KAI_FRACTION = "gpu-fraction"
-VLLM_FLAG = "--gpu-memory-utilization"
-SHARED_RESOURCE = "nvidia.com/gpu.shared"
+# The pod-spec names this reader reads, shared with the inventory's copy of them
+# (:mod:`sits_observe.collectors.kube_gpu_stack`, ``pods.gpu_stack_json``).
+MIG_PREFIX = MIG_RESOURCE_PREFIX
+HAMI_MEMORY = HAMI_MEMORY_RESOURCE
+KAI_MEMORY = KAI_MEMORY_ANNOTATION
+KAI_FRACTION = KAI_FRACTION_ANNOTATION
+VLLM_FLAG = VLLM_MEMORY_FLAG
+SHARED_RESOURCE = SHARED_GPU_RESOURCE
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 #: MIG compute slices of a whole GPU (A100 / H100 / H200: 7).
 COMPUTE_SLICES = 7
@@ -163,12 +175,7 @@ def propose(
         )
     share = target_bytes / gpu_memory_bytes
     if stack.kind == "vllm":
-        ratio = min(math.ceil(share * 100 - 1e-9) / 100, 1.0)
-        note = (
-            f"{share:.0%} of the GPU covers the target; the framebuffer measured under vLLM is "
-            "its own pre-allocation, so the target cannot fall below the current setting"
-        )
-        return StackProposal("vllm", stack.current, f"{VLLM_FLAG} {ratio:g}", share <= 1, note)
+        return _vllm_form(stack, share)
     if stack.kind == "time-slicing":
         replicas = max(int(gpu_memory_bytes // max(target_bytes, 1)), 1)
         note = (
@@ -189,7 +196,7 @@ def _resources(containers: list[Mapping[str, Any]], problems: list[str]) -> dict
     for container in containers:
         resources = _mapping(container.get("resources"))
         requests, limits = _mapping(resources.get("requests")), _mapping(resources.get("limits"))
-        for key in {*requests, *limits}:
+        for key in sorted({*requests, *limits}):  # problems in a stable order
             if not (key.startswith(MIG_PREFIX) or key in _SHARED_KEYS):
                 continue
             raw = requests.get(key, limits.get(key))
@@ -345,6 +352,27 @@ def _hami_form(
         fits,
         f"HAMi memory in MiB (2^20 bytes) covering {_gib(target_bytes)}",
     )
+
+
+def _vllm_form(stack: GpuStack, share: float) -> StackProposal:
+    """The target's share of the GPU, rounded up to 0.01; never above the current setting."""
+    ratio = min(math.ceil(share * 100 - 1e-9) / 100, 1.0)
+    current = stack.vllm_utilization_ratio
+    if current is not None and ratio >= current:
+        # What vLLM pre-allocated (weights + the KV-cache pool) is what the framebuffer shows,
+        # so a target measured under the flag lands at or above it by the margin: it says the
+        # setting is used, not that more is needed (vLLM never takes more than it is told).
+        note = (
+            f"{share:.0%} of the GPU covers the target, at or above the {current:g} vLLM was "
+            "told to pre-allocate: the framebuffer measured is that pre-allocation, so keep it "
+            "(vLLM's KV-cache use, vllm:gpu_cache_usage_perc, says whether less would do)"
+        )
+        return StackProposal("vllm", stack.current, stack.current, True, note)
+    note = (
+        f"{share:.0%} of the GPU covers the target; the framebuffer measured under vLLM is "
+        "its own pre-allocation, so the target cannot fall below the current setting"
+    )
+    return StackProposal("vllm", stack.current, f"{VLLM_FLAG} {ratio:g}", share <= 1, note)
 
 
 def _kai_form(stack: GpuStack, target_bytes: int, gpu_memory_bytes: int | None) -> StackProposal:

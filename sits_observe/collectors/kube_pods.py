@@ -17,7 +17,8 @@ Rules (every Kubernetes JSON key of a pod stays inside this module and the GPU r
   ``|``-joined (NULL = any), ``gpu_uuids`` the devices the device plugin assigned (HAMi's
   allocation annotation), comma-joined in its order (NULL = unknown). A GPU field the reader
   could not use is counted once per problem as ``pod_bad_gpu_request``; the row keeps the
-  default (a whole GPU, any product).
+  default (a whole GPU, any product). ``gpu_stack_json`` keeps the pod-spec facts its GPU
+  stack is read from (:mod:`sits_observe.collectors.kube_gpu_stack`), NULL when it has none.
 
 A malformed pod raises :class:`~sits_observe.collectors.kube_json.Malformed`; an unreadable
 quantity NULLs that column and is counted (``pod_bad_quantity``), as is an unreadable time
@@ -34,6 +35,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any, cast
 
 from sits_observe.collectors.kube_gpu import GPU_RESOURCE, pod_gpu_request
+from sits_observe.collectors.kube_gpu_stack import gpu_stack_json
 from sits_observe.collectors.kube_json import (
     ContainerStatusJson,
     OwnerReferenceJson,
@@ -195,7 +197,7 @@ def _containers_json(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
 def _gpu_columns(
     pod: Mapping[str, Any], num_gpu: int | None, dropped: Counter[str]
 ) -> dict[str, Any]:
-    """``gpu_milli``, ``gpu_types``, ``gpu_uuids`` (see the module docstring)."""
+    """``gpu_milli``, ``gpu_types``, ``gpu_uuids``, ``gpu_stack_json`` (module docstring)."""
     request = pod_gpu_request(pod, max(num_gpu or 0, 0))
     if num_gpu is not None and request.problems:
         dropped["pod_bad_gpu_request"] += len(request.problems)
@@ -204,6 +206,7 @@ def _gpu_columns(
         "gpu_milli": request.gpu_milli if gpu_pod else None,
         "gpu_types": "|".join(request.gpu_types) if gpu_pod and request.gpu_types else None,
         "gpu_uuids": ",".join(request.allocated_uuids) or None,
+        "gpu_stack_json": gpu_stack_json(pod),
     }
 
 

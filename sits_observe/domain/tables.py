@@ -220,6 +220,12 @@ PODS = TableSpec(
         ("gpu_milli", pa.int32(), "share of each GPU, milli (1000 = whole); NULL = no GPU"),
         ("gpu_types", pa.string(), "allowed GPU products, sorted, joined by a bar; NULL = any"),
         ("gpu_uuids", pa.string(), "UUIDs of the assigned GPUs, comma-joined; NULL = unknown"),
+        (
+            "gpu_stack_json",
+            pa.string(),
+            "pod-spec facts of its GPU stack (GPU resources, vLLM flag, KAI annotations) as a "
+            "pruned pod JSON; NULL = none",
+        ),
     ),
     "Kubernetes pod inventory snapshots",
 )

@@ -268,13 +268,19 @@ def _sizing(z: WorkloadSizing) -> dict[str, Any]:
         more = f"; or {', '.join(p.alternatives)}" if p.alternatives else ""
         reason = f"{p.proposed}: {p.note}{more}; {m.reason}"
         confidence = days_confidence(m.confidence_days)
+    # A form that keeps its setting below the target (vLLM: the framebuffer measured is its
+    # own pre-allocation) proposes what that setting holds, not a raise it does not make.
+    target = m.target_bytes
+    kept = p is not None and p.proposed == p.current and z.reserved_bytes is not None
+    if kept and target is not None and z.reserved_bytes is not None and target > z.reserved_bytes:
+        target = z.reserved_bytes
     return row(
         kind=WORKLOAD,
         namespace=z.namespace,
         name=z.workload,
         action="gpu-memory",
         current=None if z.reserved_bytes is None else float(z.reserved_bytes),
-        proposed=None if m.target_bytes is None else float(m.target_bytes),
+        proposed=None if target is None else float(target),
         unit=Unit.quantity_bytes,
         unit_name="bytes per GPU",
         confidence=confidence,

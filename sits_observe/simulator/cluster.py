@@ -11,12 +11,13 @@ through :meth:`SimulatedCluster.start_pod`, with the GPUs the node's device plug
   notebook goes to a random node whose device plugin finds it room (or is dropped and counted
   in :attr:`SimulatedCluster.dropped_arrivals`).
 
-Inference pods run an LLM server (:mod:`.server`) that claims vLLM's share of its GPUs' memory;
-batch jobs grow their GPU memory linearly to the peak and free it when they end; notebooks
-hold small allocations. That churn leaves free memory and free shares scattered over GPUs,
-which the fragmentation analytics measure, and pushes container memory towards its cgroup
-limits, which the memory-pressure signals show. Each GPU also records the share (milli-GPU)
-and the pods the device plugin assigned to it.
+Inference pods run an LLM server (:mod:`.server`) that claims the share of its GPUs' memory its
+``--gpu-memory-utilization`` argument sets; batch jobs grow their GPU memory linearly to the
+peak and free it when they end; notebooks hold small allocations, and an idle notebook (one
+that runs for ever) holds the model it loaded and runs no kernel. That churn leaves free
+memory and free shares scattered over GPUs, which the fragmentation analytics measure, and
+pushes container memory towards its cgroup limits, which the memory-pressure signals show.
+Each GPU also records the share (milli-GPU) and the pods the device plugin assigned to it.
 
 The model is deterministic for a seed and advances in explicit steps (:meth:`step`); the
 runtime (:mod:`.runtime`) maps it to wall time and serves it in the real formats.
@@ -50,9 +51,6 @@ from sits_observe.simulator.device_plugin import (
 from sits_observe.simulator.pod_specs import LLM_MODEL, PodSpec, WorkloadGenerator
 from sits_observe.simulator.server import InferenceServer, RequestRecord
 from sits_observe.simulator.workload import ArrivalGenerator, LoadProfile
-
-#: vLLM's default --gpu-memory-utilization: the share of each GPU it claims up front.
-VLLM_GPU_MEMORY_UTILIZATION = 0.9
 
 
 @dataclass
@@ -125,6 +123,8 @@ class SimPod:
     server: InferenceServer | None = None
     gpu_milli: int = MILLI_PER_GPU
     workload: str = ""
+    #: The main container's arguments (an inference server's vLLM command line).
+    args: tuple[str, ...] = ()
 
     @property
     def workload_key(self) -> str:
@@ -172,6 +172,7 @@ class SimulatedCluster:
         seed: int = 7,
         load: LoadProfile | None = None,
         standalone: bool = True,
+        idle_notebooks: int = 0,
     ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ValueError("a simulated cluster needs at least one node and one GPU per node")
@@ -205,6 +206,7 @@ class SimulatedCluster:
             products=[GPU_PRODUCTS[n.kind] for n in self.nodes.values()],
             gpus_per_node=gpus_per_node,
             seed=seed,
+            idle_notebooks=idle_notebooks,
         )
         if standalone:
             tp = self.workloads.tensor_parallel
@@ -212,6 +214,8 @@ class SimulatedCluster:
             for node in self.nodes.values():
                 replica = self.workloads.llm_replica(by_product[GPU_PRODUCTS[node.kind]])
                 self.start_pod(replica, node.name, list(range(tp)))
+            for owner in self.workloads.idle_notebook_owners:
+                self._place_standalone(self.workloads.idle_notebook(owner))
 
     # -- identity helpers -------------------------------------------------------------
 
@@ -259,22 +263,27 @@ class SimulatedCluster:
                 owner=spec.owner.name,
                 gpu_milli=milli,
                 workload=spec.workload,
+                args=spec.args,
             )
             if spec.kind == "llm":
-                self._attach_server(node, pod)
+                self._attach_server(node, pod, spec.gpu_memory_utilization)
             for i in pod.gpu_indices:
                 gpu = node.gpus[i]
                 gpu.share_milli[pod.uid] = milli
+                # A server claims its share and a pod that runs for ever has loaded its model;
+                # a Job grows to its peak (_step_node).
+                held = pod.server is not None or pod.ends_s is None
                 gpu.used_bytes[pod.uid] = (
-                    pod.gpu_peak_bytes if pod.server else int(pod.gpu_peak_bytes * 0.1)
+                    pod.gpu_peak_bytes if held else int(pod.gpu_peak_bytes * 0.1)
                 )
             node.pods[pod.uid] = pod
             self.events.append(PodEvent("added", pod, self.now_s))
             return pod
 
-    def _attach_server(self, node: SimNode, pod: SimPod) -> None:
+    def _attach_server(self, node: SimNode, pod: SimPod, utilization: float) -> None:
+        """vLLM's claim: ``utilization`` (its ``--gpu-memory-utilization``) of each GPU."""
         tp = max(1, len(pod.gpu_indices))
-        per_gpu_claim = int(node.gpus[0].total_bytes * VLLM_GPU_MEMORY_UTILIZATION)
+        per_gpu_claim = int(node.gpus[0].total_bytes * utilization)
         kv_capacity = max(per_gpu_claim * tp - WEIGHT_BYTES, 64 * KV_BYTES_PER_TOKEN * 1024)
         pod.gpu_peak_bytes = per_gpu_claim
         pod.server = InferenceServer(
@@ -399,6 +408,9 @@ class SimulatedCluster:
         if pod.kind == "llm":
             noise = int(self.rng.normal(0, 64 * MIB))
             c.memory_bytes = max(int(20 * GIB), c.memory_bytes + noise)
+        elif pod.ends_s is None:  # an idle notebook's kernel: flat, a little noise
+            noise = int(self.rng.normal(0, 8 * MIB))
+            c.memory_bytes = max(256 * MIB, c.memory_bytes + noise)
         else:
             c.memory_bytes += int(dt_s * self.rng.uniform(5, 40) * MIB)
         if c.memory_limit_bytes is not None and c.memory_bytes >= c.memory_limit_bytes:

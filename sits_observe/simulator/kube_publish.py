@@ -10,7 +10,8 @@ through the official ``kubernetes`` client.
 - :func:`pending_pod_body` and :func:`owner_bodies`: what a workload creates, a Pending pod
   (no node) with ``ownerReferences`` to its ReplicaSet (of a Deployment), Job or StatefulSet;
   a share of one GPU written as HAMi's resources ``nvidia.com/gpucores`` and
-  ``nvidia.com/gpumem-percentage`` next to ``nvidia.com/gpu: 1``;
+  ``nvidia.com/gpumem-percentage`` next to ``nvidia.com/gpu: 1``; an inference server's
+  vLLM command line (``--gpu-memory-utilization`` among it) as its container's ``args``;
 - :func:`running_status`: the status the node's kubelet reports once it runs the pod;
 - :func:`spec_of`: the simulated work of a pod read back from its manifest (:mod:`.kubelet`);
 - :class:`KubePublisher`: the standalone cluster's pods (placed by the node model itself)
@@ -139,7 +140,12 @@ def pod_body(pod: SimPod, created_at: datetime) -> dict[str, Any]:
             "nodeName": pod.node,
             "priorityClassName": "inference-critical" if pod.kind == "llm" else "batch-low",
             "containers": [
-                {"name": c.name, "image": "registry.example/sim:1", "resources": resources}
+                {
+                    "name": c.name,
+                    "image": "registry.example/sim:1",
+                    **({"args": list(pod.args)} if pod.args else {}),
+                    "resources": resources,
+                }
                 for c in pod.containers
             ],
         },
@@ -204,13 +210,15 @@ def _template(spec: PodSpec) -> dict[str, Any]:
     env = [{"name": ENV_GPU_PEAK_BYTES, "value": str(spec.gpu_peak_bytes)}]
     if spec.duration_s is not None:
         env.append({"name": ENV_DURATION_S, "value": repr(spec.duration_s)})
+    container: dict[str, Any] = {"name": spec.container, "image": IMAGE}
+    if spec.args:
+        container["args"] = list(spec.args)
+    container |= {"env": env, "resources": _resources(spec)}
     template: dict[str, Any] = {
         "schedulerName": "default-scheduler",
         "priorityClassName": spec.priority_class,
         "restartPolicy": "Never" if spec.owner.kind == "Job" else "Always",
-        "containers": [
-            {"name": spec.container, "image": IMAGE, "env": env, "resources": _resources(spec)}
-        ],
+        "containers": [container],
     }
     if spec.gpu_types:
         term = {"key": PRODUCT_LABEL, "operator": "In", "values": list(spec.gpu_types)}
@@ -360,9 +368,9 @@ def spec_of(
     """The simulated work of a pod created by :func:`pending_pod_body` (or one like it).
 
     The GPU request and products come from the caller (the one reader of a pod's GPU
-    request); CPU and
-    memory limits, the kind and the simulated work are read here. Raises ``ValueError`` for a
-    pod without containers.
+    request); CPU and memory limits, the kind, the main container's arguments (a vLLM
+    server's ``--gpu-memory-utilization``) and the simulated work are read here. Raises
+    ``ValueError`` for a pod without containers.
     """
     meta = manifest.get("metadata") or {}
     pod_spec = manifest.get("spec") or {}
@@ -409,6 +417,7 @@ def spec_of(
         duration_s=None if duration is None else float(duration),
         template_hash=str(labels.get("pod-template-hash") or ""),
         gpu_types=gpu_types,
+        args=tuple(str(a) for a in main.get("args") or ()),
     )
 
 

@@ -5,7 +5,8 @@ What the ReplicaSet, Job and StatefulSet controllers would do for the workloads 
 
 - the inference Deployments (with their ReplicaSets) are created once and kept at their
   replicas (one per node of their GPU product): a replica that is missing, or that failed, is
-  replaced by a new Pending pod;
+  replaced by a new Pending pod; the idle notebooks' StatefulSets (none unless the generator
+  has some) are kept at their one pod the same way;
 - Jobs and notebooks arrive on the simulated clock (the cluster's ``now_s``); each arrival
   creates its owner (Job or StatefulSet) and its Pending pod. A creation the API refuses, a
   ResourceQuota's 403 above all, is counted and retried with exponential backoff (1 s doubling
@@ -204,6 +205,13 @@ class WorkloadDriver:
             queued = sum(1 for w in self._waiting if w.spec.owner.name == owner)
             for _ in range(deployment.replicas - live - queued):
                 self._enqueue(self.generator.llm_replica(deployment), now)
+        for notebook in self.generator.idle_notebook_owners:
+            if not any(
+                _owner_name(p) == notebook.name
+                and (p.get("status") or {}).get("phase") not in _TERMINAL
+                for p in pods
+            ) and not any(w.spec.owner == notebook for w in self._waiting):
+                self._enqueue(self.generator.idle_notebook(notebook), now)
 
     def _retire(self, pods: list[JsonObject]) -> None:
         for pod in pods:

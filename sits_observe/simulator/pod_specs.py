@@ -9,7 +9,8 @@ spec's, see ``analytics.settings``):
   ``nvidia.com/gpu.product`` and with one replica per node of that product. A replica holds
   ``tensor_parallel`` whole GPUs (half the node's, at most 4: TP 4 is what the latency
   calibration measured), 16 CPUs and 64 GiB, Guaranteed, ``inference-critical``; it runs for
-  ever and claims vLLM's 90 % of each GPU's memory.
+  ever and claims the share of each GPU's memory its container's vLLM arguments set
+  (``--gpu-memory-utilization 0.9``, vLLM's default, written out as deployments do).
 - ``batch``: Jobs in ``training``, one pod each. Training runs (``train-<n>``) take one whole
   GPU, or two in 15 % of them where a node has room for two; evaluation runs (``eval-<n>``)
   take a share of one GPU written as HAMi resources (``nvidia.com/gpucores`` =
@@ -20,6 +21,11 @@ spec's, see ``analytics.settings``):
 - ``notebook``: one-replica StatefulSets in ``research`` (``notebook-<n>``, pod
   ``notebook-<n>-0``) with a HAMi share of 10, 20 or 30 % of one GPU, 0.5-3 GiB of GPU memory,
   BestEffort (no CPU or memory request), also 30-180 s;
+- idle notebooks (``idle_notebooks``, none unless asked; the demo keeps one): one-replica
+  StatefulSets in ``research`` (``jupyter-<n>``, pod ``jupyter-<n>-0``) holding a whole GPU,
+  created once and kept like the Deployments' replicas, with a model of 2-14 GiB loaded and
+  no kernel running: the GPU a user reserved and walked away from, which idle-GPU detection
+  is for. They come out of the spare GPUs the arrivals are sized on;
 - CPU-only Jobs (kind ``batch``, ``prep-<n>`` in ``training``): data preparation with 2-8
   CPUs and 4-16 GiB and no GPU, 30-180 s. With the shipped scheduler configuration they
   reach the extender's filter and prioritize too (its FGD measure counts CPU), and
@@ -60,6 +66,12 @@ CPU_ONLY_SHARE = 0.2
 WHOLE_GPU_PERCENT = 100
 LLM_DEPLOYMENT = "vllm-llama2-70b"
 LLM_MODEL = "llama2-70b"
+#: The weights the inference servers load (served under :data:`LLM_MODEL`).
+LLM_WEIGHTS = "meta-llama/Llama-2-70b-chat-hf"
+IDLE_NOTEBOOK = "jupyter"
+#: vLLM's flag for the share of each GPU's memory it claims up front, and vLLM's default.
+VLLM_MEMORY_FLAG = "--gpu-memory-utilization"
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
 ENV_GPU_PEAK_BYTES = "SIM_GPU_PEAK_BYTES"
 ENV_DURATION_S = "SIM_DURATION_S"
 #: The alphabet of k8s.io/apimachinery ``rand.SafeEncodeString`` (pod-template-hash, suffixes).
@@ -100,7 +112,8 @@ class PodSpec:
 
     ``gpu_percent`` is the share of each GPU (100 = whole GPUs; below 100 only with
     ``num_gpu == 1``, written as HAMi resources). ``gpu_peak_bytes`` 0 means vLLM's claim on
-    the node it lands on; ``duration_s`` None runs until deleted.
+    the node it lands on; ``duration_s`` None runs until deleted. ``args`` are the main
+    container's arguments (the inference server's command line).
     """
 
     kind: PodKind
@@ -122,6 +135,25 @@ class PodSpec:
     duration_s: float | None
     template_hash: str = ""
     gpu_types: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        """The share of each GPU's memory a vLLM server with these ``args`` claims: the value
+        after :data:`VLLM_MEMORY_FLAG` (or ``--flag=value``), else vLLM's default."""
+        for i, arg in enumerate(self.args):
+            raw = None
+            if arg.startswith(VLLM_MEMORY_FLAG + "="):
+                raw = arg.split("=", 1)[1]
+            elif arg == VLLM_MEMORY_FLAG and i + 1 < len(self.args):
+                raw = self.args[i + 1]
+            try:
+                value = float(raw) if raw is not None else 0.0
+            except ValueError:
+                continue
+            if 0 < value <= 1:
+                return value
+        return VLLM_GPU_MEMORY_UTILIZATION
 
     @property
     def shared(self) -> bool:
@@ -140,9 +172,18 @@ class WorkloadGenerator:
     ``products`` is each node's ``nvidia.com/gpu.product`` label, in node order.
     """
 
-    def __init__(self, *, products: Sequence[str], gpus_per_node: int, seed: int) -> None:
+    def __init__(
+        self,
+        *,
+        products: Sequence[str],
+        gpus_per_node: int,
+        seed: int,
+        idle_notebooks: int = 0,
+    ) -> None:
         if not products or gpus_per_node < 1:
             raise ValueError("workloads need at least one node and one GPU per node")
+        if idle_notebooks < 0:
+            raise ValueError(f"idle_notebooks must be >= 0, not {idle_notebooks}")
         self.nodes = len(products)
         self.gpus_per_node = gpus_per_node
         self.tensor_parallel = tensor_parallel(gpus_per_node)
@@ -151,6 +192,14 @@ class WorkloadGenerator:
         counts = Counter(products)
         self.deployments = tuple(
             self._deployment(product, counts[product]) for product in dict.fromkeys(products)
+        )
+        # Drawn after the Deployments, only when asked: without them a seed draws as before.
+        self.idle_notebook_owners = tuple(
+            Owner("apps/v1", "StatefulSet", f"{IDLE_NOTEBOOK}-{n + 1}", self._uuid())
+            for n in range(idle_notebooks)
+        )
+        self._idle_peaks = tuple(
+            int(self.rng.uniform(2, 14) * GIB) for _ in self.idle_notebook_owners
         )
 
     def _deployment(self, product: str, replicas: int) -> InferenceDeployment:
@@ -168,8 +217,9 @@ class WorkloadGenerator:
 
     @property
     def spare_gpus(self) -> int:
-        """GPUs the inference servers leave free when each node holds one."""
-        return self.nodes * (self.gpus_per_node - self.tensor_parallel)
+        """GPUs the inference servers (one per node) and the idle notebooks leave free."""
+        spare = self.nodes * (self.gpus_per_node - self.tensor_parallel)
+        return max(spare - len(self.idle_notebook_owners), 0)
 
     # -- pods -------------------------------------------------------------------------
 
@@ -196,6 +246,42 @@ class WorkloadGenerator:
             duration_s=None,
             template_hash=d.template_hash,
             gpu_types=(d.product,),
+            # As a Deployment runs vLLM's OpenAI server (vllm/vllm-openai image arguments).
+            args=(
+                "--model",
+                LLM_WEIGHTS,
+                "--served-model-name",
+                LLM_MODEL,
+                "--tensor-parallel-size",
+                str(self.tensor_parallel),
+                VLLM_MEMORY_FLAG,
+                f"{VLLM_GPU_MEMORY_UTILIZATION:g}",
+                "--port",
+                "8000",
+            ),
+        )
+
+    def idle_notebook(self, owner: Owner) -> PodSpec:
+        """The pod of one idle notebook's StatefulSet (a new one each call: a fresh UID)."""
+        index = self.idle_notebook_owners.index(owner)
+        return PodSpec(
+            kind="notebook",
+            namespace="research",
+            name=f"{owner.name}-0",
+            uid=self._uuid(),
+            owner=owner,
+            workload=owner.name,
+            container="notebook",
+            num_gpu=1,
+            gpu_percent=WHOLE_GPU_PERCENT,
+            cpu_request_milli=0,
+            memory_request_bytes=0,
+            memory_limit_bytes=None,
+            cpu_limit_cores=None,
+            qos_class="BestEffort",
+            priority_class="batch-low",
+            gpu_peak_bytes=self._idle_peaks[index],
+            duration_s=None,
         )
 
     def arrivals(self, start_s: float, end_s: float) -> list[PodSpec]:

@@ -54,6 +54,7 @@ from sits_observe.reports import decision_totals
 from sits_observe.simulator.cluster import SimulatedCluster
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.simulator.kube_publish import KubePublisher
+from sits_observe.simulator.pod_specs import tensor_parallel
 from sits_observe.simulator.runtime import SimulationRuntime
 from sits_observe.store import Store
 from sits_observe.surfaces.demo_loop import (
@@ -119,6 +120,31 @@ DEMO_EXPORTER = ExporterSettings(
 )
 
 
+#: Idle notebooks the demo keeps in ``research``, each holding a whole GPU the servers leave free
+#: and running nothing on it (:mod:`sits_observe.simulator.pod_specs`): what ``recommend``'s
+#: idle-GPU rows are for.
+DEMO_IDLE_NOTEBOOKS = 1
+#: ``recommend``'s settings for a demo database: the right-sizing rule's history floors scaled
+#: to a run of minutes (its defaults, 100 points over an hour, answer "not enough data" for a
+#: 6-minute run by design) and the demo's SLO for the replica rule.
+DEMO_RECOMMEND_ARGS = (
+    "--until",
+    "newest",
+    "--min-history-s",
+    "120",
+    "--min-points",
+    "20",
+    "--slo-ms",
+    f"{DEMO_SLO_S * 1000:g}",
+)
+
+
+def recommend_command(db: object) -> str:
+    """The ``recommend`` command that shows a demo database's idle GPUs, GPU memory in each
+    workload's stack form and replicas at the SLO."""
+    return f"sits-observe recommend --db {db} {' '.join(DEMO_RECOMMEND_ARGS)}"
+
+
 def node_collectors(
     runtime: SimulationRuntime, node: str, *, slow_every: int = 5
 ) -> list[Collector]:
@@ -145,11 +171,13 @@ class Demo:
 
     def __init__(self, settings: DemoSettings) -> None:
         self.settings = settings
+        spare = settings.nodes * (settings.gpus_per_node - tensor_parallel(settings.gpus_per_node))
         self.cluster = SimulatedCluster(
             nodes=settings.nodes,
             gpus_per_node=settings.gpus_per_node,
             seed=settings.seed,
             standalone=False,
+            idle_notebooks=min(DEMO_IDLE_NOTEBOOKS, spare),
         )
         self.emulator = KubeEmulator()
         self.loop: LiveLoop | None = None

@@ -8,18 +8,26 @@ settings the demo prints (10 s time bins, 1 rps bins, the 60 s SLO).
 
 from __future__ import annotations
 
+import functools
+import json
+import math
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from sits_observe.collectors.kube_pods import pod_row
 from sits_observe.reports import heatmap as heatmap_report
+from sits_observe.reports import recommend as recommend_report
+from sits_observe.reports.recommend import RecommendAction, RecommendQuery
 from sits_observe.reports.window import Window
 from sits_observe.simulator.cluster import SimulatedCluster
+from sits_observe.simulator.kube_publish import pod_body
 from sits_observe.simulator.workload import LoadProfile
 from sits_observe.store import Store
-from sits_observe.surfaces.demo import DEMO_HEATMAP, DEMO_SLO_S
+from sits_observe.surfaces.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +35,19 @@ START = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def one_cycle_of_requests(seed: int) -> pa.Table:
+    return one_cycle(seed)[0]
+
+
+@functools.cache
+def one_cycle(seed: int) -> tuple[pa.Table, pa.Table]:
+    """The servers' requests over one load cycle, and their ``pods`` rows as the inventory
+    reads them from the servers' Pod objects (once per seed: the table is not changed)."""
     cluster = SimulatedCluster(nodes=2, gpus_per_node=8, seed=seed)
+    servers = [p for n in cluster.nodes.values() for p in n.pods.values() if p.server]
+    pods = [
+        {"ts": START.replace(tzinfo=None), **pod_row(pod_body(p, START), Counter())}
+        for p in servers
+    ]
     rows: dict[str, list[object]] = {"ts": [], "model": [], "latency_s": [], "ok": [], "pod": []}
     for _ in range(int(LoadProfile().period_s / 0.1)):
         cluster.step(0.1)
@@ -38,7 +58,7 @@ def one_cycle_of_requests(seed: int) -> pa.Table:
                 rows["latency_s"].append(record.latency_s)
                 rows["ok"].append(True)
                 rows["pod"].append(pod.name)
-    return pa.table(rows)
+    return pa.table(rows), pa.Table.from_pylist(pods)
 
 
 @pytest.mark.parametrize("seed", [7, 11])
@@ -68,3 +88,36 @@ def test_one_load_cycle_shows_a_knee_and_a_safe_maximum(tmp_path: Path, seed: in
     (limits,) = report.table("limits").records()
     assert limits["knee_rps"] == knee["throughput_lo_rps"]
     assert limits["safe_max_rps"] == safe["throughput_lo_rps"]
+
+
+def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
+    tmp_path: Path,
+) -> None:
+    """``recommend`` with the settings the demo prints (DEMO_RECOMMEND_ARGS) and the demo's
+    heatmap bins for the replica rule, over one load cycle of its servers: the replicas row has
+    a proposal, max(1, ceil(peak / safe maximum)), with its evidence. The bins are the
+    report's ``heatmap`` setting, which has no ``recommend`` flag yet: with the default bins
+    (1 s windows, 10 rps) the lowest bin already breaks the 60 s SLO here (no proposal)."""
+    requests, pods = one_cycle(7)
+    args = dict(zip(DEMO_RECOMMEND_ARGS[::2], DEMO_RECOMMEND_ARGS[1::2], strict=True))
+    query = RecommendQuery(
+        min_history_s=float(args["--min-history-s"]),
+        min_points=int(args["--min-points"]),
+        slo_ms=float(args["--slo-ms"]),
+        heatmap=DEMO_HEATMAP,
+        action=RecommendAction.REPLICAS,
+    )
+    end = START.replace(tzinfo=None) + timedelta(seconds=LoadProfile().period_s + 60)
+    with Store.open(tmp_path / "sits.duckdb") as store:
+        store.append_batch({"requests": requests, "pods": pods})
+        report = recommend_report.build(store, Window(None, end, "given"), query)
+    (row,) = report.table("recommendations").records()
+    evidence = json.loads(row["evidence"])
+    assert (row["namespace"], row["name"], row["current_value"]) == ("inference", "llama2-70b", 2)
+    assert sorted(evidence["pods"]) == sorted(pods.column("pod").to_pylist())
+    assert evidence["slo_s"] == DEMO_SLO_S and evidence["gpus_per_replica"] == 4
+    safe, peak = evidence["safe_max_rps"], evidence["peak_rps"]
+    assert safe is not None and safe > 0 and peak > 0, row["reason"]
+    assert row["proposed_value"] == max(1, math.ceil(peak / safe - 1e-9))
+    assert evidence["proposed_gpus"] == 4 * row["proposed_value"]
+    assert row["confidence"] in ("high", "medium")

@@ -19,17 +19,17 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from sits_observe.domain.validation import validate_settings
 from sits_observe.surfaces.cli.common import err, out, run_cli
-from sits_observe.surfaces.cli.flags import setting_options, with_parameters
+from sits_observe.surfaces.cli.flags import SettingFlags, with_parameters
+from sits_observe.surfaces.cli.ui import UiServerSettings
 from sits_observe.surfaces.demo_settings import DemoSettings
 
 if TYPE_CHECKING:
     from sits_observe.surfaces.demo_loop import LoopCounts
 
 
-#: The app's port when ``--ui`` is on (the settings' None means "no app"; the CLI serves it).
-UI_PORT = 8501
+#: The demo's settings flags; ``--ui-port`` is the command's own, beside ``--ui / --no-ui``.
+DEMO = SettingFlags(DemoSettings, skip=("ui_port",))
 
 
 def register(app: typer.Typer) -> None:
@@ -39,14 +39,17 @@ def register(app: typer.Typer) -> None:
 
 @with_parameters(
     [
-        *setting_options(DemoSettings, skip=("ui_port",)),
+        *DEMO.options(),
         inspect.Parameter(
             "ui_port",
             inspect.Parameter.KEYWORD_ONLY,
             default=typer.Option(
-                UI_PORT, "--ui-port", help="loopback port of the Streamlit app (see docs/ui.md)"
+                None,
+                "--ui-port",
+                help="loopback port of the Streamlit app (see docs/ui.md) [default "
+                f"{UiServerSettings.model_fields['port'].default}, as `sits-observe ui`]",
             ),
-            annotation=int,
+            annotation=int | None,
         ),
         inspect.Parameter(
             "ui",
@@ -62,9 +65,9 @@ def demo(**flags: Any) -> None:
     def go() -> None:
         from sits_observe.surfaces.demo import Demo
 
-        ui = flags.pop("ui")
-        flags["ui_port"] = flags["ui_port"] if ui else None
-        settings = validate_settings(DemoSettings, flags, what="demo")
+        # The settings' None means "no app"; with --ui the app gets the ui command's port.
+        ui_port = (flags["ui_port"] or UiServerSettings().port) if flags["ui"] else None
+        settings = DEMO.validate(flags, what="demo", ui_port=ui_port)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
 
@@ -146,7 +149,7 @@ def _summary(
     loop: LoopCounts | None,
     applied: dict[str, int],
 ) -> None:
-    from sits_observe.surfaces.demo import DEMO_HEATMAP
+    from sits_observe.surfaces.demo import DEMO_HEATMAP, recommend_command
 
     out.print(f"stored in {db}:")
     for name, rows in counts.items():
@@ -164,7 +167,7 @@ def _summary(
     h = DEMO_HEATMAP
     out.print("where to look next:")
     out.print(f"  sits-observe tables --db {db}")
-    out.print(f"  sits-observe recommend --db {db}      # the controller's standing advice")
+    out.print(f"  {recommend_command(db)}   # idle GPUs, GPU memory, replicas at the SLO")
     out.print(
         f"  sits-observe heatmap --db {db} --bin-s {h.window_s:g} "
         f"--throughput-bin-rps {h.throughput_bin_rps:g} --slo-ms {h.slo_ms:g}"

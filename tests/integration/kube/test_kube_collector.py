@@ -87,6 +87,7 @@ def test_pods_every_column(core: k8s_client.CoreV1Api, api: k8s_client.ApiClient
                     "vllm",
                     {"cpu": "4", "memory": "16Gi"},
                     {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"},
+                    args=["--model", "meta-llama/Llama-2-13b-hf", "--gpu-memory-utilization=0.8"],
                 ),
             ],
             qos_class="Burstable",
@@ -151,6 +152,8 @@ def test_pods_every_column(core: k8s_client.CoreV1Api, api: k8s_client.ApiClient
         "gpu_milli": 1000,  # the NVIDIA device plugin: whole GPUs, devices not recorded
         "gpu_types": None,
         "gpu_uuids": None,
+        "gpu_stack_json": '{"spec":{"containers":[{"args":["--gpu-memory-utilization=0.8"],'
+        '"resources":{"requests":{"nvidia.com/gpu":"2"}}}]}}',
     }
     job = by_name["llm-pretrain-0"]
     assert (job["owner_kind"], job["owner_name"], job["workload"]) == (

@@ -146,3 +146,15 @@ def test_malformed_values_are_named_not_raised() -> None:
     assert any("nvidia.com/gpumem='lots'" in p for p in stack.problems)
     assert any("gpu-fraction='2'" in p for p in stack.problems)
     assert any("--gpu-memory-utilization 'x'" in p for p in stack.problems)
+
+
+def test_vllm_keeps_its_setting_when_the_target_is_its_own_pre_allocation() -> None:
+    """72 GiB measured under 0.9 of 80 GiB, + 15 %: 82.8 GiB is above the setting, not a need."""
+    stack = detect_stack(pod({"nvidia.com/gpu": "4"}, args=["--gpu-memory-utilization", "0.9"]))
+    out = propose(stack, int(72 * 1.15 * GIB), gpu_memory_bytes=80 * GIB)
+    assert (out.current, out.proposed, out.fits) == (
+        "--gpu-memory-utilization 0.9",
+        "--gpu-memory-utilization 0.9",
+        True,
+    )
+    assert "keep it" in out.note

@@ -164,6 +164,17 @@ def vllm_pod() -> dict[str, Any]:
                     "vllm",
                     {"cpu": "2", "memory": "8Gi"},
                     {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "2"},
+                    command=["python3", "-m", "vllm.entrypoints.openai.api_server"],
+                    args=[
+                        "--model",
+                        "meta-llama/Llama-2-13b-chat-hf",
+                        "--tensor-parallel-size",
+                        "2",
+                        "--gpu-memory-utilization",
+                        "0.85",
+                        "--max-model-len",
+                        "4096",
+                    ],
                 ),
                 container("metrics", {"cpu": "250m", "memory": "64Mi"}),
             ],
@@ -246,6 +257,9 @@ def test_pod_row_every_column() -> None:
         "gpu_milli": 1000,  # no share annotation or HAMi percentage: whole GPUs
         "gpu_types": None,
         "gpu_uuids": None,
+        # The stack's facts only: the GPU limit (no request given) and vLLM's flag.
+        "gpu_stack_json": '{"spec":{"containers":[{"args":["--gpu-memory-utilization",'
+        '"0.85"],"resources":{"requests":{"nvidia.com/gpu":"2"}}}]}}',
     }
     assert not dropped
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -159,3 +161,46 @@ def test_a_finished_job_is_reported_completed_and_frees_its_share() -> None:
     events = cluster.take_events()
     assert [(e.kind, e.completed) for e in events] == [("added", False), ("deleted", True)]
     assert gpu.free_milli == 1000
+
+
+def test_a_server_claims_what_its_vllm_argument_says() -> None:
+    """The replica's ``--gpu-memory-utilization`` sets its claim on each GPU (0.9 as written,
+    vLLM's default; another value is honoured)."""
+    cluster = SimulatedCluster(nodes=1, gpus_per_node=4, seed=3, standalone=False)
+    replica = cluster.workloads.llm_replica()
+    flag = replica.args.index("--gpu-memory-utilization")
+    assert replica.args[flag + 1] == "0.9" and replica.gpu_memory_utilization == 0.9
+    lower = replace(replica, args=(*replica.args[:flag], "--gpu-memory-utilization=0.6"))
+    pod = cluster.start_pod(lower, "gpu-node-1", [0, 1])
+    gpu = cluster.nodes["gpu-node-1"].gpus[0]
+    assert gpu.used_bytes[pod.uid] == int(gpu.total_bytes * 0.6)
+
+
+def test_an_idle_notebook_holds_a_whole_gpu_and_its_model_and_runs_nothing() -> None:
+    cluster = SimulatedCluster(nodes=1, gpus_per_node=4, seed=3, standalone=False, idle_notebooks=1)
+    (owner,) = cluster.workloads.idle_notebook_owners
+    spec = cluster.workloads.idle_notebook(owner)
+    assert (spec.namespace, spec.name, spec.owner.kind) == (
+        "research",
+        "jupyter-1-0",
+        "StatefulSet",
+    )
+    assert (spec.num_gpu, spec.shared, spec.duration_s, spec.kind) == (1, False, None, "notebook")
+    assert 2 * 2**30 <= spec.gpu_peak_bytes <= 14 * 2**30
+    # Its GPU comes out of the spare ones the arrivals are sized on (4 - tensor parallel 2).
+    assert cluster.workloads.spare_gpus == 1
+    pod = cluster.start_pod(spec, "gpu-node-1", [3])
+    gpu = cluster.nodes["gpu-node-1"].gpus[3]
+    for _ in range(600):
+        cluster.step(1.0)
+    assert cluster.running(pod.uid) is pod  # runs until deleted
+    assert (gpu.util_ratio, gpu.used_bytes[pod.uid], gpu.free_milli) == (
+        0.0,
+        spec.gpu_peak_bytes,
+        0,
+    )
+    # Its kernel's memory stays flat: no growth towards a limit it does not have.
+    assert pod.containers[0].memory_bytes < 2 * 2**30
+    # A second pod of the StatefulSet (after a failure) has its name and a new UID.
+    again = cluster.workloads.idle_notebook(owner)
+    assert (again.name, again.uid != spec.uid) == (spec.name, True)

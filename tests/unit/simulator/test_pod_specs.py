@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from sits_observe.analytics.rightsizing_forms import detect_stack
 from sits_observe.collectors.kube_gpu import pod_gpu_request
 from sits_observe.simulator.kube_publish import (
     HAMI_CORES,
@@ -145,3 +146,21 @@ def test_a_node_registers_its_gpus_as_hami_does() -> None:
     entries = body["metadata"]["annotations"]["hami.io/node-nvidia-register"].split(":")
     assert [e.split(",")[0] for e in entries] == [g.uuid for g in node.gpus]
     assert entries[0].split(",")[1:] == ["10", "81559", "100", "NVIDIA-H100-80GB-HBM3", "0", "true"]
+
+
+def test_the_servers_manifest_carries_vllm_s_flag_and_the_notebooks_a_whole_gpu() -> None:
+    """The inventory reads the stacks from the manifests the workloads write: vLLM's flag on
+    the servers, a whole GPU on the idle notebooks, HAMi's resources on the shares."""
+    plain = generator_of(2, seed=7)
+    with_idle = WorkloadGenerator(products=[H100, A100], gpus_per_node=8, seed=7, idle_notebooks=1)
+    # The idle notebooks are drawn after the Deployments: those stay what the seed gives.
+    assert with_idle.deployments == plain.deployments
+    assert (plain.spare_gpus, with_idle.spare_gpus) == (8, 7)
+    server = detect_stack(pending_pod_body(plain.llm_replica()))
+    assert (server.kind, server.num_gpu, server.vllm_utilization_ratio) == ("vllm", 4, 0.9)
+    (owner,) = with_idle.idle_notebook_owners
+    notebook = detect_stack(pending_pod_body(with_idle.idle_notebook(owner)))
+    assert (notebook.kind, notebook.current) == ("whole-gpu", "nvidia.com/gpu: 1")
+    share = next(p for p in iter(plain.next_pod, None) if p.shared)
+    hami = detect_stack(pending_pod_body(share))
+    assert (hami.kind, hami.hami_memory_percent) == ("hami", share.gpu_percent)
