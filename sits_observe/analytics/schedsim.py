@@ -79,6 +79,7 @@ class SimulationSettings(BaseModel):
         gt=0.0,
         le=10.0,
         description="arrived GPU request at the end, as a multiple of cluster GPU capacity",
+        json_schema_extra={"flags": ["--load", "--load-ratio"]},
     )
     memory_filter: bool = Field(
         True, description="filter nodes on memory too (kube-scheduler NodeResourcesFit: yes)"

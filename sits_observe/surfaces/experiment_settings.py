@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -54,7 +55,9 @@ class ExperimentSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     arms: tuple[str, ...] = Field(
-        (BASELINE, "kube-sits"), min_length=1, description=f"arms to run: {', '.join(ARM_DOCS)}"
+        (BASELINE, "kube-sits"),
+        min_length=1,
+        description=f"arms to run: {', '.join(ARM_DOCS)} (repeat the flag or comma-separate)",
     )
     seeds: int = Field(5, ge=1, le=100, description="seeds per arm")
     first_seed: int = Field(0, ge=0, description="first seed (seeds are first .. first+seeds-1)")
@@ -92,6 +95,14 @@ class ExperimentSettings(BaseModel):
         description="folder to keep each run's DuckDB file and node files in (none: a "
         "temporary folder, removed after each run)",
     )
+
+    @field_validator("arms", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        return tuple(a.strip() for item in items for a in str(item).split(",") if a.strip())
 
     @field_validator("arms")
     @classmethod

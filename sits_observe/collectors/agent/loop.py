@@ -1,5 +1,11 @@
 """The node agent's loop: collect on an interval, ship one batch per tick, spool on failure.
 
+With ``ship_every`` n > 1 the agent still collects every interval but ships every n-th
+tick, one batch holding the n ticks' rows (fewer, larger requests: the service's cost is
+mostly per request, see docs/scaling.md). Held ticks live in memory only until that batch
+is built; from then on the batch follows the rules below exactly (spooled until
+acknowledged), and stopping the loop ships or spools what is held.
+
 Each tick:
 
 1. Every active collector is called once with the same ``now``. Each call is isolated: a
@@ -75,7 +81,7 @@ class TickReport:
     rows_collected: int
     collector_errors: int
     batch_id: str | None
-    #: shipped | duplicate | spooled | rejected | dropped | empty
+    #: shipped | duplicate | spooled | rejected | dropped | empty | held (ship_every > 1)
     result: str
     replayed: int
 
@@ -111,9 +117,12 @@ class AgentLoop:
         batch_ids: Callable[[], str] = new_batch_id,
         replay_max_per_tick: int = 50,
         compression: str | None = None,
+        ship_every: int = 1,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, got {interval_s}")
+        if ship_every < 1:
+            raise ValueError(f"ship_every must be at least 1, got {ship_every}")
         self._collectors = list(collectors)
         # Keyed by position: several collectors may share a name (two vLLM endpoints).
         self._disabled: set[int] = set()
@@ -133,6 +142,8 @@ class AgentLoop:
         self._batch_ids = batch_ids
         self._replay_max = replay_max_per_tick
         self._compression = compression
+        self._ship_every = ship_every
+        self._held = _Held()
         self._offline = False
         self._update_gauges()
 
@@ -170,10 +181,13 @@ class AgentLoop:
                 log.debug("tick overran; skipping %d tick(s)", missed)
                 next_at += missed * self.interval_s
             self._stop.wait(next_at - now)
+        if self._held.ticks:
+            self._safe_flush()
         log.info("agent %s: stopped; %d batches wait in the spool", self.node, len(self._spool))
 
     def tick(self) -> TickReport:
-        """One collect-and-ship round."""
+        """One collect-and-ship round (with ``ship_every`` > 1, a collect-and-hold round on
+        all but every n-th tick, which ships what the held ticks collected as one batch)."""
         started = self._monotonic()
         now = self._clock()
         collected, errors = self._collect(now)
@@ -182,6 +196,23 @@ class AgentLoop:
         drops = self._drop_rows(collected.dropped_by_collector, now)
         if drops is not None:
             tables["collector_drops"] = drops
+        self._held.add(tables)
+        if self._held.ticks < self._ship_every:
+            self.metrics.tick_seconds.observe(self._monotonic() - started)
+            return TickReport(batch_rows(tables), errors, None, "held", 0)
+        report = self._deliver(self._held.take())
+        self.metrics.tick_seconds.observe(self._monotonic() - started)
+        return TickReport(
+            batch_rows(tables), errors, report.batch_id, report.result, report.replayed
+        )
+
+    def flush(self) -> TickReport:
+        """Ship (or spool) what held ticks collected, now; :meth:`run` calls it on stop so
+        no collected sample is left behind."""
+        return self._deliver(self._held.take())
+
+    def _deliver(self, tables: dict[str, pa.Table]) -> TickReport:
+        """Replay the spool, then ship ``tables`` as one new batch (spooled on failure)."""
         rows = batch_rows(tables)
         deliveries = Round()
         replayed, waiting = self._replay(deliveries)
@@ -196,8 +227,7 @@ class AgentLoop:
                 result = self._ship_new(batch_id, body, rows, deliveries)
         self._settle(deliveries)
         self._update_gauges()
-        self.metrics.tick_seconds.observe(self._monotonic() - started)
-        return TickReport(rows, errors, batch_id, result, replayed)
+        return TickReport(rows, 0, batch_id, result, replayed)
 
     # -- collection ---------------------------------------------------------------------
 
@@ -399,6 +429,13 @@ class AgentLoop:
             log.exception("agent tick failed")
             self.metrics.collector_errors.labels("agent").inc()
 
+    def _safe_flush(self) -> None:
+        try:
+            self.flush()
+        except Exception:
+            log.exception("shipping the held ticks at stop failed")
+            self.metrics.collector_errors.labels("agent").inc()
+
     def _update_gauges(self) -> None:
         self.metrics.spool_batches.set(len(self._spool))
         self.metrics.spool_bytes.set(self._spool.bytes_used)
@@ -413,6 +450,27 @@ def _conformed(name: str, data: pa.Table) -> pa.Table:
     if data.schema.equals(find_table(name).schema):
         return data
     return conform(name, data)
+
+
+class _Held:
+    """Ticks collected but not shipped yet (``ship_every`` > 1): each table's pieces, in
+    collection order, concatenated into one batch when shipped."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._parts: dict[str, list[pa.Table]] = {}
+
+    def add(self, tables: dict[str, pa.Table]) -> None:
+        self.ticks += 1
+        for name, data in tables.items():
+            self._parts.setdefault(name, []).append(data)
+
+    def take(self) -> dict[str, pa.Table]:
+        # One record batch per table in the body, not one per tick (smaller, one scan).
+        tables = {n: pa.concat_tables(p).combine_chunks() for n, p in self._parts.items()}
+        self.ticks = 0
+        self._parts = {}
+        return tables
 
 
 class _Collected:

@@ -7,6 +7,8 @@ and :class:`~.spool.Spool`; nothing reads a global.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 MIB = 1024 * 1024
@@ -18,6 +20,15 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     interval_s: float = Field(1.0, ge=0.1, le=3600, description="seconds between two collections")
+    ship_every: int = Field(
+        1,
+        ge=1,
+        le=60,
+        description="ship one batch every n-th collection, holding the rows of the ones "
+        "between (1 = every collection); fewer, larger requests let one service take more "
+        "nodes, at n intervals of delay",
+        json_schema_extra={"unit": "collections"},
+    )
     cgroup_slow_every: int = Field(
         5,
         ge=1,
@@ -56,6 +67,6 @@ class AgentSettings(BaseModel):
     replay_max_per_tick: int = Field(
         50, ge=1, le=100_000, description="spooled batches sent per collection at most"
     )
-    compression: str | None = Field(
-        None, pattern="^(lz4|zstd)$", description="Arrow IPC buffer compression: lz4, zstd"
+    compression: Literal["lz4", "zstd"] | None = Field(
+        None, description="Arrow IPC buffer compression (none: uncompressed)"
     )

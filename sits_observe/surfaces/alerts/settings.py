@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from sits_observe.errors import ConfigError
 
@@ -99,10 +99,14 @@ class NotifySettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     alertmanager_url: str | None = Field(
-        None, description="Alertmanager base URL (alerts are POSTed to /api/v2/alerts)"
+        None,
+        description="Alertmanager base URL (alerts are POSTed to /api/v2/alerts)",
+        json_schema_extra={"flag": "--alertmanager-url"},
     )
     webhook_urls: tuple[str, ...] = Field(
-        (), description="URLs that receive Alertmanager webhook JSON (version 4), signed"
+        (),
+        description="URL that receives Alertmanager webhook JSON (version 4), signed; repeatable",
+        json_schema_extra={"flag": "--alert-webhook-url"},
     )
     webhook_secret: SecretStr | None = Field(
         None, description="HMAC-SHA256 key for the webhook signature (or webhook_secret_file)"
@@ -189,42 +193,3 @@ class AlertingSettings(BaseModel):
     )
     rules: AlertSettings = Field(default_factory=AlertSettings, description="rule thresholds")
     notify: NotifySettings = Field(default_factory=NotifySettings, description="delivery")
-
-
-def alerting_from_flags(
-    *,
-    alertmanager_url: str | None,
-    webhook_urls: list[str] | None,
-    webhook_secret_file: Path | None,
-    eval_interval_s: float | None,
-    external_url: str,
-) -> AlertingSettings | None:
-    """``serve``'s alerting flags as settings; None (alerting off) when no target is given.
-    A bad value or a missing / unreadable webhook secret is a :class:`ConfigError`."""
-    if alertmanager_url is None and not webhook_urls:
-        return None
-    values: dict[str, object] = {
-        "notify": {
-            "alertmanager_url": alertmanager_url,
-            "webhook_urls": tuple(webhook_urls or ()),
-            "webhook_secret_file": webhook_secret_file,
-            "external_url": external_url,
-        }
-    }
-    if eval_interval_s is not None:
-        values["eval_interval_s"] = eval_interval_s
-    try:
-        settings = AlertingSettings.model_validate(values)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"invalid alerting settings: {problems}") from exc
-    settings.notify.resolved_secret()  # fail at start-up, not at the first alert
-    return settings
-
-
-def flag_help(name: str) -> str:
-    """Help text of a ``serve`` alerting flag, from the settings' field descriptions."""
-    field = AlertingSettings.model_fields.get(name) or NotifySettings.model_fields[name]
-    return field.description or name

@@ -30,7 +30,9 @@ import typer
 from sits_observe.collectors.agent.settings import AgentSettings
 from sits_observe.domain.collect import Collector
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
+from sits_observe.surfaces.cli.common import run_cli
+from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
+from sits_observe.surfaces.cli.process_settings import LogSettings, MetricsEndpointSettings
 from sits_observe.surfaces.tracing import AGENT_SERVICE_NAME, OTLP_ENDPOINT_HELP, configure_tracing
 
 log = logging.getLogger(__name__)
@@ -38,19 +40,19 @@ log = logging.getLogger(__name__)
 TOKEN_ENV = "SITS_TOKEN"
 NODE_ENV = "NODE_NAME"
 DEFAULT_SPOOL_DIR = Path("/var/lib/sits-observe/spool")
-_FIELDS = AgentSettings.model_fields
-_DEFAULTS = AgentSettings()
 
-
-def _help(name: str) -> str:
-    return _FIELDS[name].description or name
+#: The agent's settings flags (defaults, bounds and help from the models).
+AGENT = SettingFlags(AgentSettings, panel="Collection, delivery and spool")
+METRICS = SettingFlags(MetricsEndpointSettings, panel="Process")
+LOG = SettingFlags(LogSettings, panel="Process")
 
 
 def register(app: typer.Typer) -> None:
     """Add ``agent`` to ``app``."""
-    app.command("agent")(agent)
+    app.command("agent", cls=SectionedCommand)(agent)
 
 
+@with_flags(AGENT, METRICS, LOG)
 def agent(
     *,
     service: str = typer.Option(..., "--service", help="service base URL, e.g. http://sits:8080"),
@@ -59,10 +61,6 @@ def agent(
     ),
     token_file: Path | None = typer.Option(
         None, "--token-file", help=f"file holding the bearer token; else ${TOKEN_ENV} is used"
-    ),
-    interval_s: float = typer.Option(_DEFAULTS.interval_s, help=_help("interval_s")),
-    cgroup_slow_every: int = typer.Option(
-        _DEFAULTS.cgroup_slow_every, help=_help("cgroup_slow_every")
     ),
     dcgm_url: list[str] = typer.Option(
         [], "--dcgm-url", help="dcgm-exporter /metrics URL (or file); repeatable"
@@ -77,40 +75,16 @@ def agent(
     spool_dir: Path = typer.Option(
         DEFAULT_SPOOL_DIR, "--spool-dir", help="directory for batches the service did not take"
     ),
-    spool_max_bytes: int = typer.Option(_DEFAULTS.spool_max_bytes, help=_help("spool_max_bytes")),
-    spool_max_files: int = typer.Option(_DEFAULTS.spool_max_files, help=_help("spool_max_files")),
-    ship_timeout_s: float = typer.Option(_DEFAULTS.ship_timeout_s, help=_help("ship_timeout_s")),
-    ship_retries: int = typer.Option(_DEFAULTS.ship_retries, help=_help("ship_retries")),
-    quarantine_after_failures: int = typer.Option(
-        _DEFAULTS.quarantine_after_failures, help=_help("quarantine_after_failures")
-    ),
-    compression: str | None = typer.Option(None, help=_help("compression")),
-    metrics_port: int | None = typer.Option(
-        None, "--metrics-port", help="serve the agent's own /metrics on this port"
-    ),
-    metrics_host: str = typer.Option(
-        "127.0.0.1", help="address of the agent's /metrics (0.0.0.0 in a DaemonSet)"
-    ),
-    log_level: str = typer.Option("info", help="debug, info, warning or error"),
     otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help=OTLP_ENDPOINT_HELP),
+    **flags: Any,
 ) -> None:
     """Run the node agent: collect every interval, ship batches, spool while the service is down."""
 
     def go() -> None:
-        logging.basicConfig(
-            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        LOG.validate(flags, what="agent").configure()
         configure_tracing(AGENT_SERVICE_NAME, otlp_endpoint, attributes={"k8s.node.name": node})
-        settings = _settings(
-            interval_s=interval_s,
-            cgroup_slow_every=cgroup_slow_every,
-            spool_max_bytes=spool_max_bytes,
-            spool_max_files=spool_max_files,
-            ship_timeout_s=ship_timeout_s,
-            ship_retries=ship_retries,
-            quarantine_after_failures=quarantine_after_failures,
-            compression=compression,
-        )
+        settings = AGENT.validate(flags, what="agent")
+        endpoint = METRICS.validate(flags, what="agent")
         token = _token(token_file)
         run_agent(
             settings,
@@ -126,8 +100,7 @@ def agent(
                 cgroup_slow_every=settings.cgroup_slow_every,
             ),
             spool_dir=spool_dir,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
+            metrics=endpoint,
         )
 
     run_cli(go)
@@ -141,10 +114,10 @@ def run_agent(
     node: str,
     collector_factories: list[Callable[[Any], Collector]],
     spool_dir: Path,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
+    metrics: MetricsEndpointSettings | None = None,
 ) -> None:
-    """Build the agent's parts, run the loop until SIGTERM / SIGINT, then release them."""
+    """Build the agent's parts, run the loop until SIGTERM / SIGINT, then release them
+    (the agent's own ``/metrics`` served where ``metrics`` says; off by default)."""
     from prometheus_client import start_http_server
 
     from sits_observe.collectors.agent import AgentLoop, AgentMetrics, Shipper, Spool
@@ -189,7 +162,7 @@ def run_agent(
         backoff_max_s=settings.backoff_max_s,
         stop_event=stop,
     )
-    metrics = AgentMetrics()
+    agent_metrics = AgentMetrics()
     loop = AgentLoop(
         collectors,
         shipper,
@@ -199,21 +172,24 @@ def run_agent(
         dead_letter=dead,
         quarantine=quarantine,
         quarantine_after_failures=settings.quarantine_after_failures,
-        metrics=metrics,
+        metrics=agent_metrics,
         stop_event=stop,
         replay_max_per_tick=settings.replay_max_per_tick,
         compression=settings.compression,
+        ship_every=settings.ship_every,
     )
     server = None
-    if metrics_port is not None:
+    endpoint = metrics or MetricsEndpointSettings()
+    if endpoint.metrics_port:
         try:
             server, _ = start_http_server(
-                metrics_port, addr=metrics_host, registry=metrics.registry
+                endpoint.metrics_port, addr=endpoint.metrics_host, registry=agent_metrics.registry
             )
         except OSError as exc:
             client.close()
             raise ConfigError(
-                f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc.strerror or exc}"
+                f"cannot serve metrics on {endpoint.metrics_host}:{endpoint.metrics_port}: "
+                f"{exc.strerror or exc}"
             ) from exc
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -320,10 +296,6 @@ def _collector_class(module: str, name: str) -> Any:
         raise ConfigError(f"collector {name} is not available in this build ({module})") from exc
 
 
-def _settings(**values: object) -> AgentSettings:
-    return settings_from_flags(AgentSettings, "agent", **values)
-
-
 def _token(token_file: Path | None) -> str:
     if token_file is not None:
         try:
@@ -342,7 +314,7 @@ def _token(token_file: Path | None) -> str:
 def main() -> None:
     """Run ``agent`` as the only command (``python -m sits_observe.surfaces.cli.agent``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command()(agent)
+    app.command(cls=SectionedCommand)(agent)
     app()
 
 

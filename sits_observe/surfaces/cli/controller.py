@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import typer
 from prometheus_client import CollectorRegistry, start_http_server
@@ -38,22 +39,20 @@ from sits_observe.control.state import read_state
 from sits_observe.control.store_signals import SignalMetrics, signals_from_store
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.common import out, run_cli, settings_from_flags
+from sits_observe.surfaces.cli.common import out, run_cli
+from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.ingest_k8s import build_api_client
+from sits_observe.surfaces.cli.process_settings import LogSettings, MetricsEndpointSettings
 
 log = logging.getLogger(__name__)
 
-_FIELDS = ControllerSettings.model_fields
-_DEFAULTS = ControllerSettings()
-
-
-def _help(name: str) -> str:
-    return _FIELDS[name].description or name
-
-
-def build_settings(**values: object) -> ControllerSettings:
-    """Validated settings; a bad value becomes a :class:`ConfigError` naming the flag."""
-    return settings_from_flags(ControllerSettings, "controller", **values)
+#: The controller's settings flags: every field of its model but the mode (``--act`` /
+#: ``--annotate`` choose it) and the replica id (its default here is the host name).
+CONTROLLER = SettingFlags(
+    ControllerSettings, skip=("mode", "replica_id"), panel="Controller settings"
+)
+METRICS = SettingFlags(MetricsEndpointSettings, panel="Process")
+LOG = SettingFlags(LogSettings, panel="Process")
 
 
 def _mode(act: bool, annotate: bool) -> Mode:
@@ -118,91 +117,80 @@ def _install_stop(stop: threading.Event) -> Callable[[], None]:
 
 def register(app: typer.Typer) -> None:
     """Add ``controller`` to ``app``."""
+    app.command("controller", cls=SectionedCommand)(controller)
 
-    @app.command("controller")
-    def controller(
-        *,
-        db: Path = typer.Option(..., "--db", help="DuckDB file (signals in, decisions out)"),
-        kubeconfig: Path | None = typer.Option(
-            None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)"
-        ),
-        context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
-        in_cluster: bool = typer.Option(
-            False, "--in-cluster", help="use the pod's service account instead of a kubeconfig"
-        ),
-        act: bool = typer.Option(
-            False, "--act", help="write labels, quotas, ConfigMap entry, annotations, Events"
-        ),
-        annotate: bool = typer.Option(
-            False, "--annotate", help="write only recommendation annotations and Events"
-        ),
-        interval_s: float = typer.Option(_DEFAULTS.interval_s, help=_help("interval_s")),
-        replica_id: str | None = typer.Option(
-            None, "--replica-id", help="identity in the Lease (default: the host name)"
-        ),
-        time_slicing_configmap: str | None = typer.Option(
-            None, "--time-slicing-configmap", help=_help("time_slicing_configmap")
-        ),
-        writes_per_minute: float = typer.Option(
-            _DEFAULTS.writes_per_minute, help=_help("writes_per_minute")
-        ),
-        lease_namespace: str = typer.Option(
-            _DEFAULTS.lease_namespace, help=_help("lease_namespace")
-        ),
-        leader_election: bool = typer.Option(
-            True, "--leader-election/--no-leader-election", help="hold a Lease before acting"
-        ),
-        once: bool = typer.Option(False, "--once", help="run one pass and exit"),
-        metrics_port: int = typer.Option(
-            0, "--metrics-port", help="serve Prometheus /metrics on this port (0: off)"
-        ),
-        metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="/metrics address"),
-        log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error"),
-    ) -> None:
-        """Run the control loop (dry-run unless --annotate or --act)."""
 
-        def go() -> None:
-            logging.basicConfig(
-                level=log_level.upper(),
-                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+@with_flags(CONTROLLER, METRICS, LOG)
+def controller(
+    *,
+    db: Path = typer.Option(..., "--db", help="DuckDB file (signals in, decisions out)"),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)"
+    ),
+    context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
+    in_cluster: bool = typer.Option(
+        False, "--in-cluster", help="use the pod's service account instead of a kubeconfig"
+    ),
+    act: bool = typer.Option(
+        False, "--act", help="write labels, quotas, ConfigMap entry, annotations, Events"
+    ),
+    annotate: bool = typer.Option(
+        False, "--annotate", help="write only recommendation annotations and Events"
+    ),
+    replica_id: str | None = typer.Option(
+        None,
+        "--replica-id",
+        help=f"{ControllerSettings.model_fields['replica_id'].description} [default: the host "
+        "name]",
+    ),
+    leader_election: bool = typer.Option(
+        True, "--leader-election/--no-leader-election", help="hold a Lease before acting"
+    ),
+    once: bool = typer.Option(False, "--once", help="run one pass and exit"),
+    **flags: Any,
+) -> None:
+    """Run the control loop (dry-run unless --annotate or --act)."""
+
+    def go() -> None:
+        LOG.validate(flags, what="controller").configure()
+        settings = CONTROLLER.validate(
+            flags,
+            what="controller",
+            mode=_mode(act, annotate),
+            replica_id=replica_id or socket.gethostname(),
+        )
+        endpoint = METRICS.validate(flags, what="controller")
+        api = build_api_client(kubeconfig, context, in_cluster)
+        registry = CollectorRegistry()
+        if endpoint.enabled:
+            start_http_server(
+                endpoint.metrics_port or 0, addr=endpoint.metrics_host, registry=registry
             )
-            settings = build_settings(
-                mode=_mode(act, annotate),
-                interval_s=interval_s,
-                replica_id=replica_id or socket.gethostname(),
-                time_slicing_configmap=time_slicing_configmap,
-                writes_per_minute=writes_per_minute,
-                lease_namespace=lease_namespace,
-            )
-            api = build_api_client(kubeconfig, context, in_cluster)
-            registry = CollectorRegistry()
-            if metrics_port:
-                start_http_server(metrics_port, addr=metrics_host, registry=registry)
-            stop = threading.Event()
-            restore = _install_stop(stop)
-            try:
-                with Store.open(db) as store:
-                    loop = build_loop(
-                        store=store,
-                        kube=KubeJson(api, timeout_s=settings.request_timeout_s),
-                        settings=settings,
-                        registry=registry,
-                        leader_election=leader_election,
+        stop = threading.Event()
+        restore = _install_stop(stop)
+        try:
+            with Store.open(db) as store:
+                loop = build_loop(
+                    store=store,
+                    kube=KubeJson(api, timeout_s=settings.request_timeout_s),
+                    settings=settings,
+                    registry=registry,
+                    leader_election=leader_election,
+                )
+                log.info(
+                    "controller %s in %s mode against %s",
+                    settings.replica_id,
+                    settings.mode,
+                    api.configuration.host,
+                )
+                loop.run(stop, passes=1 if once else None)
+                if loop.last_plan is not None and once:
+                    out.print(
+                        f"{len(loop.last_plan)} decision(s), suppressed "
+                        f"{dict(loop.last_plan.suppressed)}"
                     )
-                    log.info(
-                        "controller %s in %s mode against %s",
-                        settings.replica_id,
-                        settings.mode,
-                        api.configuration.host,
-                    )
-                    loop.run(stop, passes=1 if once else None)
-                    if loop.last_plan is not None and once:
-                        out.print(
-                            f"{len(loop.last_plan)} decision(s), suppressed "
-                            f"{dict(loop.last_plan.suppressed)}"
-                        )
-            finally:
-                restore()
-                api.close()  # type: ignore[no-untyped-call]
+        finally:
+            restore()
+            api.close()  # type: ignore[no-untyped-call]
 
-        run_cli(go)
+    run_cli(go)

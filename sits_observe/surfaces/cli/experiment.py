@@ -15,23 +15,24 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.cli.common import err, out, run_cli, settings_from_flags
+from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
+from sits_observe.surfaces.cli.flags import SettingFlags, with_flags
 from sits_observe.surfaces.experiment_settings import ExperimentSettings
 from sits_observe.surfaces.experiment_table import headline, measure_rows
 
 if TYPE_CHECKING:  # the runner imports the emulator, the service and the agents: lazily
     from sits_observe.surfaces.experiment import ExperimentResult
 
-_FIELDS = ExperimentSettings.model_fields
-_DEFAULTS = ExperimentSettings()
+#: ``experiment``'s settings flags (defaults, bounds and help from the model).
+EXPERIMENT = SettingFlags(ExperimentSettings)
 
 
 class ExperimentFormat(StrEnum):
@@ -42,50 +43,19 @@ class ExperimentFormat(StrEnum):
     png = "png"
 
 
-def _help(name: str) -> str:
-    default = getattr(_DEFAULTS, name)
-    shown = ",".join(default) if isinstance(default, tuple) else default
-    return f"{_FIELDS[name].description} [default: {shown}]"
-
-
 def register(app: typer.Typer) -> None:
     """Add ``experiment`` to ``app``."""
     app.command("experiment")(experiment)
 
 
+@with_flags(EXPERIMENT)
 def experiment(
     *,
-    arms: str | None = typer.Option(None, "--arms", help=_help("arms") + ", comma-separated"),
-    seeds: int | None = typer.Option(None, "--seeds", help=_help("seeds")),
-    first_seed: int | None = typer.Option(None, "--first-seed", help=_help("first_seed")),
-    hours: float | None = typer.Option(None, "--hours", help=_help("hours")),
-    nodes: int | None = typer.Option(None, "--nodes", help=_help("nodes")),
-    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help=_help("gpus_per_node")),
-    step_s: float | None = typer.Option(None, "--step-s", help=_help("step_s")),
-    collect_every_s: float | None = typer.Option(
-        None, "--collect-every-s", help=_help("collect_every_s")
-    ),
-    inventory_every_s: float | None = typer.Option(
-        None, "--inventory-every-s", help=_help("inventory_every_s")
-    ),
-    controller_every_s: float | None = typer.Option(
-        None, "--controller-every-s", help=_help("controller_every_s")
-    ),
-    sample_every_s: float | None = typer.Option(
-        None, "--sample-every-s", help=_help("sample_every_s")
-    ),
-    scheduler_config: Path | None = typer.Option(
-        None,
-        "--scheduler-config",
-        help="KubeSchedulerConfiguration whose extenders the sits arms call "
-        "[default: deploy/scheduler-config.yaml]",
-    ),
-    jobs: int | None = typer.Option(None, "--jobs", help=_help("jobs")),
-    workdir: Path | None = typer.Option(None, "--workdir", help=_FIELDS["workdir"].description),
     fmt: ExperimentFormat = typer.Option(ExperimentFormat.table, "--format"),
     out_path: Path | None = typer.Option(
         None, "--out", help="write json / png here (png: required)"
     ),
+    **flags: Any,
 ) -> None:
     """Sits on versus off: the same seeded workload under each arm on a simulated clock,
     through the production path (about 5 minutes per arm and seed at the defaults)."""
@@ -93,24 +63,7 @@ def experiment(
     def go() -> None:
         if fmt is ExperimentFormat.png and out_path is None:
             raise ConfigError("--format png needs --out FILE.png")
-        settings = settings_from_flags(
-            ExperimentSettings,
-            "experiment",
-            arms=None if arms is None else tuple(a.strip() for a in arms.split(",") if a.strip()),
-            seeds=seeds,
-            first_seed=first_seed,
-            hours=hours,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            step_s=step_s,
-            collect_every_s=collect_every_s,
-            inventory_every_s=inventory_every_s,
-            controller_every_s=controller_every_s,
-            sample_every_s=sample_every_s,
-            scheduler_config=scheduler_config,
-            jobs=jobs,
-            workdir=workdir,
-        )
+        settings = EXPERIMENT.validate(flags, what="experiment")
         from sits_observe.surfaces.experiment import result_document
         from sits_observe.surfaces.experiment_png import render_chart
 

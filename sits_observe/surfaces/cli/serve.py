@@ -21,221 +21,123 @@ import typer
 
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.alerts.settings import AlertingSettings, alerting_from_flags, flag_help
-from sits_observe.surfaces.cli.common import run_cli, settings_from_flags
+from sits_observe.store.group_commit import GroupCommitSettings
+from sits_observe.surfaces.alerts.settings import AlertingSettings, NotifySettings
+from sits_observe.surfaces.cli.common import run_cli
+from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
+from sits_observe.surfaces.cli.process_settings import LogSettings
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.limits import HttpLimits
 from sits_observe.surfaces.service.settings import ServiceSettings
 from sits_observe.surfaces.tracing import OTLP_ENDPOINT_HELP, SERVE_SERVICE_NAME, configure_tracing
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from sits_observe.store import Store
     from sits_observe.surfaces.service.exporter import Signal
 
 TOKEN_ENV = "SITS_TOKEN"
-_FIELDS = ServiceSettings.model_fields
-_DEFAULTS = ServiceSettings()
-_LIMITS = HttpLimits()
+
+#: ``serve``'s settings flags, one group per model (defaults, bounds and help from each).
+SERVICE = SettingFlags(ServiceSettings, skip=("db_path",), panel="Service")
+LIMITS = SettingFlags(HttpLimits, panel="HTTP limits of --port")
+GROUP = SettingFlags(GroupCommitSettings, prefix="ingest_group", panel="Ingest group commit")
+EXPORTER = SettingFlags(ExporterSettings, prefix="exporter", panel="Derived signals on /metrics")
+#: Alerting's delivery; the rule thresholds are not flags: the generated Prometheus rules
+#: file (grafana/alerts/) holds the same defaults, and a flag would make the two disagree.
+ALERTING = SettingFlags(AlertingSettings, prefix="alert", panel="Alerting")
+NOTIFY = SettingFlags(NotifySettings, prefix="alert", skip=("external_url",), panel="Alerting")
+CONTROLLER = SettingFlags(ControllerSettings, prefix="controller", only=("mode",))
+LOG = SettingFlags(LogSettings)
 
 log = logging.getLogger(__name__)
 
 
-def _help(name: str) -> str:
-    return _FIELDS[name].description or name
-
-
-def _limit_help(name: str) -> str:
-    return HttpLimits.model_fields[name].description or name
-
-
-def _exporter_help(name: str) -> str:
-    field = ExporterSettings.model_fields[name]
-    return f"{field.description} [default: {field.default:g}]"
-
-
-def build_settings(**values: object) -> ServiceSettings:
-    """Validated settings; bad values become a :class:`ConfigError` naming the flag."""
-    return settings_from_flags(ServiceSettings, "service", **values)
-
-
 def configure_logging(level: str) -> None:
     """Diagnostics to stderr, one line each, with the logger name."""
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    LogSettings.model_validate({"log_level": level}).configure()
 
 
 def register(app: typer.Typer) -> None:
     """Add ``serve`` to ``app``."""
+    app.command("serve", cls=SectionedCommand)(serve)
 
-    @app.command("serve")
-    def serve(
-        *,
-        db: Path = typer.Option(..., "--db", help=_help("db_path")),
-        host: str = typer.Option(_DEFAULTS.host, help=_help("host")),
-        port: int = typer.Option(_DEFAULTS.port, help=_help("port")),
-        extender_port: int | None = typer.Option(
-            None, "--extender-port", help=_help("extender_port")
-        ),
-        token_file: Path | None = typer.Option(
-            None, "--token-file", help=f"{_help('token_file')}; else ${TOKEN_ENV} is used"
-        ),
-        read_token_file: Path | None = typer.Option(
-            None, "--read-token-file", help=_help("read_token_file")
-        ),
-        ingest_tokens_file: Path | None = typer.Option(
-            None, "--ingest-tokens-file", help=_help("ingest_tokens_file")
-        ),
-        scrape_token_file: Path | None = typer.Option(
-            None, "--scrape-token-file", help=_help("scrape_token_file")
-        ),
-        api_docs: bool = typer.Option(False, "--api-docs", help=_help("api_docs")),
-        max_body_bytes: int = typer.Option(_DEFAULTS.max_body_bytes, help=_help("max_body_bytes")),
-        header_timeout_s: float = typer.Option(
-            _LIMITS.header_timeout_s, help=_limit_help("header_timeout_s")
-        ),
-        body_timeout_s: float = typer.Option(
-            _LIMITS.body_timeout_s, help=_limit_help("body_timeout_s")
-        ),
-        max_connections: int = typer.Option(
-            _LIMITS.max_connections, help=_limit_help("max_connections")
-        ),
-        max_concurrent_requests: int = typer.Option(
-            _LIMITS.max_concurrent_requests, help=_limit_help("max_concurrent_requests")
-        ),
-        shutdown_grace_s: int = typer.Option(
-            _DEFAULTS.shutdown_grace_s, help=_help("shutdown_grace_s")
-        ),
-        retention_interval_s: float = typer.Option(
-            _DEFAULTS.retention_interval_s, help=_help("retention_interval_s")
-        ),
-        log_level: str = typer.Option("info", help="debug, info, warning or error"),
-        otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help=OTLP_ENDPOINT_HELP),
-        kubeconfig: Path | None = typer.Option(
-            None, "--kubeconfig", help="snapshot the Kubernetes inventory with this kubeconfig"
-        ),
-        context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
-        in_cluster: bool = typer.Option(
-            False, "--in-cluster", help="snapshot the inventory with the pod's service account"
-        ),
-        controller: bool = typer.Option(
-            False,
-            "--controller",
-            help="also run the controller (with leader election) in this process; "
-            "needs --kubeconfig or --in-cluster",
-        ),
-        controller_mode: str = typer.Option(
-            "dry-run",
-            "--controller-mode",
-            help="what the controller of --controller writes: dry-run (nothing), annotate "
-            "(recommendation annotations and Events) or act (also labels, quotas, ConfigMap "
-            "entry, QoS values); docs/controller.md",
-        ),
-        inventory_interval_s: float = typer.Option(
-            30.0,
-            min=1.0,
-            help="seconds between inventory snapshots (with --kubeconfig / --in-cluster)",
-        ),
-        alertmanager_url: str | None = typer.Option(
-            None, "--alertmanager-url", help=flag_help("alertmanager_url")
-        ),
-        alert_webhook_url: list[str] | None = typer.Option(
-            None, "--alert-webhook-url", help=flag_help("webhook_urls") + " (repeatable)"
-        ),
-        alert_webhook_secret_file: Path | None = typer.Option(
-            None, "--alert-webhook-secret-file", help=flag_help("webhook_secret_file")
-        ),
-        alert_eval_interval_s: float | None = typer.Option(
-            None, "--alert-eval-interval-s", help=flag_help("eval_interval_s") + " [default: 15]"
-        ),
-        exporter_cache_s: float | None = typer.Option(
-            None, "--exporter-cache-s", help=_exporter_help("cache_s")
-        ),
-        exporter_slow_cache_s: float | None = typer.Option(
-            None, "--exporter-slow-cache-s", help=_exporter_help("slow_cache_s")
-        ),
-        exporter_window_s: float | None = typer.Option(
-            None, "--exporter-window-s", help=_exporter_help("window_s")
-        ),
-        slo_ms: float | None = typer.Option(
-            None,
-            "--slo-ms",
-            help="P95 latency SLO of every model, in milliseconds, as every command takes it "
-            f"[default: {ExporterSettings.model_fields['latency_slo_s'].default * 1000:g}]",
-        ),
-        no_exporter: bool = typer.Option(
-            False, "--no-exporter", help="do not export the derived signals on /metrics"
-        ),
-    ) -> None:
-        """Run the central service: ingest from agents, reads, /healthz, /readyz, /metrics."""
 
-        def go() -> None:
-            configure_logging(log_level)
-            configure_tracing(SERVE_SERVICE_NAME, otlp_endpoint)  # spans out over OTLP/HTTP
-            env_token = (os.environ.get(TOKEN_ENV) or None) if token_file is None else None
-            limits = settings_from_flags(
-                HttpLimits,
-                "HTTP limit",
-                header_timeout_s=header_timeout_s,
-                body_timeout_s=body_timeout_s,
-                max_connections=max_connections,
-                max_concurrent_requests=max_concurrent_requests,
+@with_flags(SERVICE, LIMITS, GROUP, EXPORTER, ALERTING, NOTIFY, CONTROLLER, LOG)
+def serve(
+    *,
+    db: Path = typer.Option(..., "--db", help=ServiceSettings.model_fields["db_path"].description),
+    otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", help=OTLP_ENDPOINT_HELP),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="snapshot the Kubernetes inventory with this kubeconfig"
+    ),
+    context: str | None = typer.Option(None, "--context", help="kubeconfig context"),
+    in_cluster: bool = typer.Option(
+        False, "--in-cluster", help="snapshot the inventory with the pod's service account"
+    ),
+    controller: bool = typer.Option(
+        False,
+        "--controller",
+        help="also run the controller (with leader election) in this process; "
+        "needs --kubeconfig or --in-cluster (--controller-mode: what it writes, "
+        "docs/controller.md)",
+    ),
+    **flags: Any,
+) -> None:
+    """Run the central service: ingest from agents, reads, /healthz, /readyz, /metrics."""
+
+    def go() -> None:
+        logging_settings = LOG.validate(flags, what="service")
+        logging_settings.configure()
+        configure_tracing(SERVE_SERVICE_NAME, otlp_endpoint)  # spans out over OTLP/HTTP
+        given_file = flags.get("token_file")
+        env_token = (os.environ.get(TOKEN_ENV) or None) if given_file is None else None
+        limits = LIMITS.validate(flags, what="HTTP limit")
+        group = GROUP.validate(flags, what="ingest group commit")
+        settings = SERVICE.validate(
+            flags, what="service", db_path=db, token=env_token, http=limits, group_commit=group
+        )
+        if settings.extender_port is not None and settings.extender_port == settings.port:
+            raise ConfigError("--extender-port must differ from --port (or leave it out)")
+        settings.resolved_tokens()  # unreadable or missing tokens stop here, before any file
+        api = None
+        if controller and kubeconfig is None and not in_cluster:
+            raise ConfigError("--controller needs --kubeconfig or --in-cluster")
+        controller_settings = CONTROLLER.validate(flags, what="controller")
+        if controller_settings.mode is not Mode.DRY_RUN and not controller:
+            raise ConfigError(
+                f"--controller-mode {controller_settings.mode.value} needs --controller"
             )
-            settings = build_settings(
-                host=host,
-                port=port,
-                extender_port=extender_port,
-                db_path=db,
-                token=env_token,
-                token_file=token_file,
-                read_token_file=read_token_file,
-                ingest_tokens_file=ingest_tokens_file,
-                scrape_token_file=scrape_token_file,
-                api_docs=api_docs,
-                max_body_bytes=max_body_bytes,
-                http=limits,
-                shutdown_grace_s=shutdown_grace_s,
-                retention_interval_s=retention_interval_s,
-            )
-            if settings.extender_port is not None and settings.extender_port == settings.port:
-                raise ConfigError("--extender-port must differ from --port (or leave it out)")
-            settings.resolved_tokens()  # unreadable or missing tokens stop here, before any file
-            api = None
-            if controller and kubeconfig is None and not in_cluster:
-                raise ConfigError("--controller needs --kubeconfig or --in-cluster")
-            mode = _controller_mode(controller_mode, controller)
-            if kubeconfig is not None or in_cluster:
-                from sits_observe.surfaces.cli.ingest_k8s import build_api_client
+        if kubeconfig is not None or in_cluster:
+            from sits_observe.surfaces.cli.ingest_k8s import build_api_client
 
-                api = build_api_client(kubeconfig, context, in_cluster)
-            run_service(
-                settings,
-                log_level=log_level,
-                kube_api=api,
-                inventory_interval_s=inventory_interval_s,
-                controller=controller,
-                controller_settings=ControllerSettings(mode=mode),
-                alerting=alerting_from_flags(  # None (off) without --alertmanager-url / webhooks
-                    alertmanager_url=alertmanager_url,
-                    webhook_urls=alert_webhook_url,
-                    webhook_secret_file=alert_webhook_secret_file,
-                    eval_interval_s=alert_eval_interval_s,
-                    external_url=f"http://{host}:{port}",
-                ),
-                exporter=settings_from_flags(  # docs/metrics.md
-                    ExporterSettings,
-                    "exporter",
-                    enabled=not no_exporter,
-                    cache_s=exporter_cache_s,
-                    slow_cache_s=exporter_slow_cache_s,
-                    window_s=exporter_window_s,
-                    latency_slo_s=None if slo_ms is None else slo_ms / 1000,
-                ),
-            )
+            api = build_api_client(kubeconfig, context, in_cluster)
+        run_service(
+            settings,
+            log_level=logging_settings.log_level,
+            kube_api=api,
+            controller=controller,
+            controller_settings=controller_settings,
+            alerting=alerting_settings(
+                flags, external_url=f"http://{settings.host}:{settings.port}"
+            ),
+            exporter=EXPORTER.validate(flags, what="exporter"),  # docs/metrics.md
+        )
 
-        run_cli(go)
+    run_cli(go)
+
+
+def alerting_settings(flags: Mapping[str, Any], *, external_url: str) -> AlertingSettings | None:
+    """``serve``'s alerting flags as settings; None (alerting off) when no target is given.
+    A bad value or a missing / unreadable webhook secret is a :class:`ConfigError`."""
+    targets = NOTIFY.values(flags)
+    if targets["alertmanager_url"] is None and not targets["webhook_urls"]:
+        return None
+    notify = NOTIFY.validate(flags, what="alerting", external_url=external_url)
+    settings = ALERTING.validate(flags, what="alerting", notify=notify)
+    settings.notify.resolved_secret()  # fail at start-up, not at the first alert
+    return settings
 
 
 def run_service(
@@ -243,7 +145,6 @@ def run_service(
     *,
     log_level: str = "info",
     kube_api: Any = None,
-    inventory_interval_s: float = 30.0,
     controller: bool = False,
     controller_settings: ControllerSettings | None = None,
     alerting: AlertingSettings | None = None,
@@ -255,8 +156,8 @@ def run_service(
     The sockets are bound before the store is opened, so a port in use is a
     :class:`ConfigError` and creates no database file. With ``kube_api`` (an official-client
     ``ApiClient``) the service also snapshots the Kubernetes inventory every
-    ``inventory_interval_s`` (:mod:`..service.inventory`) and serves the extender's bind verb
-    (:mod:`sits_observe.control.extender_kube`), and with ``controller`` runs the
+    ``settings.inventory_interval_s`` (:mod:`..service.inventory`) and serves the extender's
+    bind verb (:mod:`sits_observe.control.extender_kube`), and with ``controller`` runs the
     controller loop (``controller_settings``, dry-run by default; leader election on) in a
     thread beside the service: the one process that owns the store also plans from it.
     ``exporter_signals`` replaces the derived signals on ``/metrics`` (tests).
@@ -280,7 +181,7 @@ def run_service(
         from sits_observe.surfaces.service.inventory import InventoryLoop
 
         inventory = InventoryLoop(
-            KubeInventoryCollector(kube_api), store, interval_s=inventory_interval_s
+            KubeInventoryCollector(kube_api), store, interval_s=settings.inventory_interval_s
         ).start()
     stop_controller = threading.Event()
     controller_thread = None
@@ -336,18 +237,6 @@ def run_service(
         if inventory is not None:
             inventory.stop()
         _close_store(store)
-
-
-def _controller_mode(value: str, controller: bool) -> Mode:
-    """``--controller-mode`` as a :class:`Mode`; a mode other than dry-run needs --controller."""
-    try:
-        mode = Mode(value)
-    except ValueError:
-        choices = ", ".join(m.value for m in Mode)
-        raise ConfigError(f"--controller-mode {value!r}: choose one of {choices}") from None
-    if mode is not Mode.DRY_RUN and not controller:
-        raise ConfigError(f"--controller-mode {mode.value} needs --controller")
-    return mode
 
 
 def _close_store(store: Store) -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -32,7 +31,7 @@ from sits_observe.analytics.schedsim import (
 )
 from sits_observe.analytics.schedsim_policies import Policy
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
-from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
+from sits_observe.analytics.traces_variants import make_variant
 from sits_observe.control.replay_extender import (
     DEFAULT_SCHEDULER_CONFIG,
     REPLAY_POLICIES,
@@ -43,8 +42,9 @@ from sits_observe.errors import ConfigError
 from sits_observe.reports.whatif import result_document
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
+from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
+from sits_observe.surfaces.simulate_settings import SimulateRunSettings
 
-_FIELDS = SimulationSettings.model_fields
 #: Curve rows printed in the table format (every 10% of arrived load, plus the end).
 _TABLE_STEP = 10
 #: Arrived-load step of the fragmentation column (the paper quotes it at 90%).
@@ -58,101 +58,64 @@ class SimFormat(StrEnum):
     json = "json"
 
 
+#: ``simulate``'s settings flags: the replay's (shared with ``whatif``) and the run's.
+REPLAY = SettingFlags(SimulationSettings, panel="Replay")
+RUN = SettingFlags(SimulateRunSettings, panel="Policies, workload and seeds")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``simulate`` command to ``app``."""
-
-    @app.command("simulate")
-    def simulate_cmd(
-        *,
-        nodes: Path = typer.Option(
-            ..., "--nodes", help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)"
-        ),
-        pods: Path = typer.Option(
-            ...,
-            "--pods",
-            help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...)",
-        ),
-        policy: str = typer.Option(
-            "all", "--policy", help=f"one of {', '.join(all_policy_names())}, or all"
-        ),
-        workload: str = typer.Option(
-            "default",
-            "--workload",
-            help="default (the pod list as given) or a variant generated from it: cpu<P>, "
-            f"gpushare<P>, gpuspec<P>, multigpu<P> (the study's: {', '.join(STUDY_VARIANTS)})",
-        ),
-        scheduler_config: Path | None = typer.Option(
-            None,
-            "--scheduler-config",
-            help="KubeSchedulerConfiguration whose extenders kube-sits and kube-sits-gpuhint "
-            "run [default: deploy/scheduler-config.yaml]",
-        ),
-        load: float = typer.Option(
-            SimulationSettings().load_ratio, "--load", help=_FIELDS["load_ratio"].description
-        ),
-        seeds: int = typer.Option(10, "--seeds", min=1, max=1000, help="replays per policy"),
-        seed_base: int = typer.Option(
-            0, "--seed-base", min=0, help="first seed (seeds are seed-base .. seed-base+seeds-1)"
-        ),
-        tie_break: str = typer.Option(
-            "node_order", "--tie-break", help=_FIELDS["tie_break"].description
-        ),
-        memory_filter: bool = typer.Option(
-            True, "--memory-filter/--no-memory-filter", help=_FIELDS["memory_filter"].description
-        ),
-        workers: int | None = typer.Option(
-            None,
-            "--workers",
-            min=1,
-            max=64,
-            help="processes (replays) [default: 2, or 1 on a one-core machine]",
-        ),
-        fmt: SimFormat = typer.Option(SimFormat.table, "--format"),
-    ) -> None:
-        """Replay a trace with placement policies; GPU allocation and fragmentation by load."""
-
-        def go() -> None:
-            settings = _settings(load, tie_break, memory_filter)
-            node_list = load_node_list(nodes)
-            pod_list = make_variant(load_pod_list(pods), node_list, workload)
-            chosen = _policies(policy, pod_list, scheduler_config)
-            seed_list = list(range(seed_base, seed_base + seeds))
-            try:
-                results = _run(
-                    node_list,
-                    pod_list,
-                    chosen,
-                    seed_list,
-                    settings=settings,
-                    workers=workers or min(2, os.cpu_count() or 1),
-                )
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-            total_gpus = int(node_list.gpu_count.sum())
-            docs = [result_document(r, settings, total_gpus, workload) for r in results]
-            if fmt is SimFormat.json:
-                doc: Any = docs[0] if policy != "all" else docs
-                sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-            else:
-                _print_tables(results, total_gpus, workload)
-
-        run_cli(go)
+    app.command("simulate", cls=SectionedCommand)(simulate_cmd)
 
 
-def _settings(load: float, tie_break: str, memory_filter: bool) -> SimulationSettings:
-    try:
-        return SimulationSettings(
-            load_ratio=load,
-            tie_break=tie_break,
-            memory_filter=memory_filter,
-        )
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(str(p) for p in e['loc']).replace('_ratio', '').replace('_', '-')}: "
-            f"{e['msg']}"
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid simulation settings: {problems}") from exc
+@with_flags(REPLAY, RUN)
+def simulate_cmd(
+    *,
+    nodes: Path = typer.Option(
+        ..., "--nodes", help="node list CSV (sn, cpu_milli, memory_mib, gpu, model)"
+    ),
+    pods: Path = typer.Option(
+        ...,
+        "--pods",
+        help="pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...)",
+    ),
+    scheduler_config: Path | None = typer.Option(
+        None,
+        "--scheduler-config",
+        help="KubeSchedulerConfiguration whose extenders kube-sits and kube-sits-gpuhint "
+        "run [default: deploy/scheduler-config.yaml]",
+    ),
+    fmt: SimFormat = typer.Option(SimFormat.table, "--format"),
+    **flags: Any,
+) -> None:
+    """Replay a trace with placement policies; GPU allocation and fragmentation by load."""
+
+    def go() -> None:
+        settings = REPLAY.validate(flags, what="simulation")
+        run = RUN.validate(flags, what="simulation")
+        node_list = load_node_list(nodes)
+        pod_list = make_variant(load_pod_list(pods), node_list, run.workload)
+        chosen = _policies(run.policy, pod_list, scheduler_config)
+        try:
+            results = _run(
+                node_list,
+                pod_list,
+                chosen,
+                run.seed_list,
+                settings=settings,
+                workers=run.workers or min(2, os.cpu_count() or 1),
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        total_gpus = int(node_list.gpu_count.sum())
+        docs = [result_document(r, settings, total_gpus, run.workload) for r in results]
+        if fmt is SimFormat.json:
+            doc: Any = docs[0] if run.policy != "all" else docs
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            _print_tables(results, total_gpus, run.workload)
+
+    run_cli(go)
 
 
 def _policies(policy: str, pods: PodList, config: Path | None) -> list[str | Policy]:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 
 import sits_observe
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.cli.common import err, run_cli
+from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.ui.config import TOKEN_ENV, UiSettings, window_request
 
 _FIELDS = UiSettings.model_fields
@@ -36,6 +39,8 @@ def streamlit_command(
     since: str | None = None,
     until: str | None = None,
     slo_ms: float | None = None,
+    trace_nodes: Path | None = None,
+    trace_pods: Path | None = None,
 ) -> list[str]:
     """The command line that serves ``app`` on ``host:port`` reading ``db`` or ``service``."""
     if (db is None) == (service is None):
@@ -77,54 +82,70 @@ def streamlit_command(
         command += ["--until", until]
     if slo_ms is not None:
         command += ["--slo-ms", str(slo_ms)]
+    for flag, path in (("--trace-nodes", trace_nodes), ("--trace-pods", trace_pods)):
+        if path is not None:
+            command += [flag, str(path)]
     return command
+
+
+class UiServerSettings(BaseModel):
+    """Where the app's Streamlit server listens and which script it runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    port: int = Field(8501, ge=1, le=65535, description="port of the app (Streamlit's own)")
+    host: str = Field("127.0.0.1", min_length=1, description="address the app listens on")
+    app_path: Path = Field(
+        DEFAULT_APP, description="the Streamlit script", json_schema_extra={"flag": "--app"}
+    )
+
+
+#: ``ui``'s settings flags: the server's, and the pages' defaults (the app reads the same
+#: model; the data source is the command's own --db / --service).
+SERVER = SettingFlags(UiServerSettings)
+PAGES = SettingFlags(
+    UiSettings, only=("since", "until", "slo_ms", "trace_nodes", "trace_pods"), panel="Pages"
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``ui`` to ``app``."""
+    app.command("ui", cls=SectionedCommand)(ui)
 
-    @app.command("ui")
-    def ui(
-        *,
-        db: Path | None = typer.Option(None, "--db", help="DuckDB file (read-only)"),
-        service: str | None = typer.Option(
-            None, "--service", help="URL of a running `sits-observe serve` (reads through it)"
-        ),
-        token_file: Path | None = typer.Option(
-            None, "--token-file", help=f"the service's bearer token file; else ${TOKEN_ENV}"
-        ),
-        port: int = typer.Option(8501, "--port", min=1, max=65535, help="port of the app"),
-        host: str = typer.Option("127.0.0.1", "--host", help="address the app listens on"),
-        since: str | None = typer.Option(
-            None,
-            "--since",
-            help=f"{_FIELDS['since'].description} [default: {_FIELDS['since'].default}]",
-        ),
-        until: str | None = typer.Option(
-            None,
-            "--until",
-            help=f"{_FIELDS['until'].description} [default: {_FIELDS['until'].default}]",
-        ),
-        slo_ms: float | None = typer.Option(None, "--slo-ms", help=_FIELDS["slo_ms"].description),
-        app_path: Path = typer.Option(DEFAULT_APP, "--app", help="the Streamlit script"),
-    ) -> None:
-        """Serve the Streamlit app: fleet, heatmap, fragmentation, what-if, decisions."""
 
-        def go() -> None:
-            command = streamlit_command(
-                app_path,
-                port=port,
-                host=host,
-                db=db,
-                service=service,
-                token_file=token_file,
-                since=since,
-                until=until,
-                slo_ms=slo_ms,
-            )
-            err.print(f"serving the app on http://{host}:{port} (Ctrl-C stops it)")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.execv(command[0], command)
+@with_flags(SERVER, PAGES)
+def ui(
+    *,
+    db: Path | None = typer.Option(None, "--db", help="DuckDB file (read-only)"),
+    service: str | None = typer.Option(
+        None, "--service", help="URL of a running `sits-observe serve` (reads through it)"
+    ),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", help=f"the service's bearer token file; else ${TOKEN_ENV}"
+    ),
+    **flags: Any,
+) -> None:
+    """Serve the Streamlit app: fleet, heatmap, fragmentation, what-if, decisions."""
 
-        run_cli(go)
+    def go() -> None:
+        server = SERVER.validate(flags, what="ui")
+        pages = PAGES.values(flags)  # validated by the app (UiSettings), with the source
+        command = streamlit_command(
+            server.app_path,
+            port=server.port,
+            host=server.host,
+            db=db,
+            service=service,
+            token_file=token_file,
+            since=pages["since"],
+            until=pages["until"],
+            slo_ms=pages["slo_ms"],
+            trace_nodes=pages["trace_nodes"],
+            trace_pods=pages["trace_pods"],
+        )
+        err.print(f"serving the app on http://{server.host}:{server.port} (Ctrl-C stops it)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(command[0], command)
+
+    run_cli(go)

@@ -6,6 +6,8 @@ binds the ports, opens the store and runs the servers (:mod:`.server`). Endpoint
 docs/api.md):
 
 - ``POST /api/v1/ingest``: one wire-format batch (see :mod:`.ingest`); ingest token.
+  Concurrent batches share transactions (``group_commit``; a writer thread started here and
+  drained at shutdown).
 - ``GET /api/v1/tables``, ``GET /api/v1/tables/{table}``: reads; read token.
 - ``GET /api/v1/reports/{name}``: any report as its JSON document (:mod:`.report_routes`);
   read token.
@@ -43,7 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
 from sits_observe.control.extender_bind import PodApi
-from sits_observe.store import Store, enforce_retention
+from sits_observe.store import GroupCommitter, Store, enforce_retention
 from sits_observe.surfaces.alerts import (  # alert rules
     AlertingRuntime,
     AlertingSettings,
@@ -96,6 +98,11 @@ def create_app(
     auth = TokenAuth(settings.resolved_tokens())
     metrics = metrics or ServiceMetrics()
     state = _State()
+    writer = None
+    if settings.group_commit.enabled and not store.read_only:
+        writer = GroupCommitter(
+            store, settings.group_commit, on_group=metrics.group_batches.observe
+        )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -111,6 +118,10 @@ def create_app(
         finally:
             state.accepting = False
             await _stop_background(app, settings.background_stop_s, task, alerts)
+            if writer is not None and not await run_in_threadpool(
+                writer.close, settings.background_stop_s
+            ):
+                log.warning("batches still being committed at shutdown; not waiting longer")
 
     docs = settings.api_docs
     app = FastAPI(
@@ -129,6 +140,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         clock=clock,
         max_future_skew_s=settings.max_future_skew_s,
+        writer=writer,
     )
     app.add_api_route(
         INGEST_PATH, ingest.handle, methods=["POST"], response_model=None, name="ingest"

@@ -43,7 +43,11 @@ class ExporterSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    enabled: bool = Field(True, description="export the derived signals on /metrics")
+    enabled: bool = Field(
+        True,
+        description="export the derived signals on /metrics",
+        json_schema_extra={"flag": "--exporter"},
+    )
     cache_s: float = Field(
         15.0,
         ge=0,
@@ -75,7 +79,9 @@ class ExporterSettings(BaseModel):
         1.0,
         gt=0,
         le=3600,
-        description="P95 end-to-end latency SLO in seconds, for every model without its own",
+        description="P95 end-to-end latency SLO of every model without its own (the flag "
+        "takes milliseconds, as every command does)",
+        json_schema_extra={"flag": "--slo-ms", "flag_scale": 1000, "unit": "milliseconds"},
     )
     latency_slo_by_model_s: dict[str, float] = Field(
         default_factory=dict, description="P95 latency SLO in seconds per model name"

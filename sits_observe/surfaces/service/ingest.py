@@ -4,15 +4,18 @@ The checks run cheapest first and before the body is read where they can: token 
 headers (422), media type (415), declared ``Content-Length`` (413), then the body is read
 in chunks and abandoned as soon as it passes the limit (413), so an oversized or
 unauthenticated request never costs more than the limit in memory. A batch is acknowledged
-(200) only after the store committed it; a batch id seen before is acknowledged as a
-duplicate and not stored again, which makes agent replays idempotent, unless its body differs
-from the one stored under that id (SHA-256 kept in the ledger): that is a conflict (409),
-never a silent drop. Before storing, rows are checked against the domain's range rules
-(:mod:`.ingest_rows`): bad rows are dropped, bad optional values NULLed, and both reported.
+(200) only after the store committed it (with group commit, the transaction that holds it and
+the batches that arrived with it: :mod:`sits_observe.store.group_commit`); a batch id seen
+before is acknowledged as a duplicate and not stored again, which makes agent replays
+idempotent, unless its body differs from the one stored under that id (SHA-256 kept in the
+ledger): that is a conflict (409), never a silent drop. Before storing, rows are checked
+against the domain's range rules (:mod:`.ingest_rows`): bad rows are dropped, bad optional
+values NULLed, and both reported.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -33,7 +37,7 @@ from sits_observe.collectors.agent.wire import (
     decode_batch,
 )
 from sits_observe.errors import BatchConflict, ParseError, SchemaError, StoreError
-from sits_observe.store import BatchReceipt, Store
+from sits_observe.store import BatchReceipt, GroupCommitter, Store
 from sits_observe.surfaces.service.ingest_rows import (
     RowDropMetrics,
     Screened,
@@ -129,8 +133,10 @@ class IngestEndpoint:
         max_body_bytes: int,
         clock: Callable[[], datetime],
         max_future_skew_s: float,
+        writer: GroupCommitter | None = None,
     ) -> None:
         self._store = store
+        self._writer = writer
         self._auth = auth
         self._metrics = metrics
         self._max_body_bytes = max_body_bytes
@@ -174,11 +180,7 @@ class IngestEndpoint:
             return self._refused(mismatch)
         digest = hashlib.sha256(body).hexdigest()
         try:
-            receipt: BatchReceipt = await run_in_threadpool(
-                lambda: self._store.append_batch(
-                    stored, batch_id=batch_id, node=node, body_sha256=digest
-                )
-            )
+            receipt = await self._append(stored, batch_id, node, digest)
         except BatchConflict as exc:
             return self._refused(Refusal(409, "conflict", str(exc)))
         except SchemaError as exc:
@@ -199,6 +201,20 @@ class IngestEndpoint:
         note({"sits.ingest.rows": receipt.rows, "sits.ingest.duplicate": receipt.duplicate})
         answer = {"batch_id": batch_id, "rows": receipt.rows, "duplicate": receipt.duplicate}
         return StrictJSONResponse({**answer, "dropped": dropped})
+
+    async def _append(
+        self, tables: dict[str, pa.Table], batch_id: str, node: str | None, digest: str
+    ) -> BatchReceipt:
+        """Store the batch: through the group committer (awaited on the event loop, no
+        worker thread held while the commit runs), or in a transaction of its own."""
+        if self._writer is not None:
+            future = self._writer.submit(tables, batch_id=batch_id, node=node, body_sha256=digest)
+            return await asyncio.wrap_future(future)
+        return await run_in_threadpool(
+            lambda: self._store.append_batch(
+                tables, batch_id=batch_id, node=node, body_sha256=digest
+            )
+        )
 
     def _refused(self, refusal: Refusal) -> JSONResponse:
         note({"sits.ingest.refused": refusal.reason})

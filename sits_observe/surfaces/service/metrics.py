@@ -31,6 +31,12 @@ class ServiceMetrics:
         self.rows = Counter(
             "sits_ingest_rows_total", "rows stored, by table", ("table",), registry=reg
         )
+        self.group_batches = Histogram(
+            "sits_ingest_group_batches",
+            "batches stored per DuckDB transaction by group commit",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=reg,
+        )
         self.rejected = Counter(
             "sits_ingest_rejected_total",
             "ingest requests refused, by reason (unauthorized, too_large, bad_header, ...)",

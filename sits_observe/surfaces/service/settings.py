@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from sits_observe.errors import ConfigError
-from sits_observe.store import RetentionSettings
+from sits_observe.store import GroupCommitSettings, RetentionSettings
 from sits_observe.surfaces.service.auth import (
     Tokens,
     build_tokens,
@@ -40,14 +40,18 @@ class ServiceSettings(BaseModel):
         description="serve the scheduler extender (/scheduler/*) on this port only, so a "
         "NetworkPolicy can admit just kube-scheduler to it (default: on --port)",
     )
-    db_path: Path = Field(Path("sits.duckdb"), description="DuckDB file the service owns")
+    db_path: Path = Field(
+        Path("sits.duckdb"),
+        description="DuckDB file the service owns",
+        json_schema_extra={"flag": "--db"},
+    )
     token: SecretStr | None = Field(
         None, description="bearer token of every role (or use token_file)"
     )
     token_file: Path | None = Field(
         None,
         description="file holding the bearer token of every role: ingest, read and scrape "
-        "(whitespace around it is ignored)",
+        "(whitespace around it is ignored); without it `serve` reads $SITS_TOKEN",
     )
     read_token_file: Path | None = Field(
         None, description="file holding a token that may only read (/api/v1/tables*)"
@@ -69,6 +73,10 @@ class ServiceSettings(BaseModel):
         ge=1024,
         le=1024 * MIB,
         description="largest ingest body accepted, in bytes; larger ones get HTTP 413",
+    )
+    group_commit: GroupCommitSettings = Field(
+        default_factory=GroupCommitSettings,
+        description="how agents' batches share DuckDB transactions (POST /api/v1/ingest)",
     )
     http: HttpLimits = Field(
         default_factory=HttpLimits, description="timeouts and caps of the main port"
@@ -92,6 +100,13 @@ class ServiceSettings(BaseModel):
     )
     retention_interval_s: float = Field(
         300.0, ge=0, le=86400, description="seconds between retention runs (0 = never)"
+    )
+    inventory_interval_s: float = Field(
+        30.0,
+        ge=1,
+        le=86400,
+        description="seconds between Kubernetes inventory snapshots (with API access: "
+        "--kubeconfig / --in-cluster)",
     )
     retention: RetentionSettings = Field(
         default_factory=RetentionSettings, description="how long each kind of data is kept"

@@ -85,7 +85,7 @@ def test_controller_flag_needs_cluster_access(tmp_path: Path) -> None:
         (["--controller-mode", "act"], "--controller-mode act needs --controller"),
         (
             ["--controller", "--kubeconfig", "kc", "--controller-mode", "write"],
-            "--controller-mode 'write': choose one of dry-run, annotate, act",
+            "'write' is not one of 'dry-run', 'annotate', 'act'",
         ),
     ],
 )

@@ -8,19 +8,20 @@ from typing import Any
 import pytest
 
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.alerts.settings import alerting_from_flags
+from sits_observe.surfaces.alerts.settings import AlertingSettings
+from sits_observe.surfaces.cli.serve import alerting_settings
+
+
+def alerting_from_flags(**values: object) -> AlertingSettings | None:
+    """The settings of ``serve --alert-*`` flags given as ``field=value`` (None: not given)."""
+    return alerting_settings(
+        {f"alert_{name}": value for name, value in values.items()},
+        external_url="http://127.0.0.1:8080",
+    )
 
 
 def _flags(**values: object) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "alertmanager_url": None,
-        "webhook_urls": None,
-        "webhook_secret_file": None,
-        "eval_interval_s": None,
-        "external_url": "http://127.0.0.1:8080",
-    }
-    base.update(values)
-    return base
+    return values
 
 
 def test_off_without_a_target() -> None:
@@ -36,7 +37,7 @@ def test_alertmanager_only_with_interval() -> None:
 
 
 def test_bad_interval_names_the_field() -> None:
-    with pytest.raises(ConfigError, match="eval_interval_s"):
+    with pytest.raises(ConfigError, match="--alert-eval-interval-s: "):
         alerting_from_flags(**_flags(alertmanager_url="http://am", eval_interval_s=0.0))
 
 

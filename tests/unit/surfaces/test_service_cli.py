@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -78,7 +79,7 @@ def test_agent_refuses_a_node_name_the_service_would_reject(
 def test_serve_passes_exporter_and_alerting_flags_to_the_service(
     app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    captured: dict[str, object] = {}
+    captured: dict[str, Any] = {}
     monkeypatch.setattr(serve, "run_service", lambda settings, **kw: captured.update(kw))
     secret = tmp_path / "hmac.key"
     secret.write_text("a-long-enough-hmac-key\n", encoding="utf-8")
@@ -123,4 +124,4 @@ def test_serve_names_an_out_of_bounds_exporter_flag(
         "0",
         env={"SITS_TOKEN": "abc"},
     )
-    assert code == 2 and "window" in output, output
+    assert code == 2 and "invalid exporter settings: --exporter-window-s: " in output, output
