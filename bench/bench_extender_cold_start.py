@@ -1,0 +1,195 @@
+"""Cold start: from `sits-observe serve` started to its first correct extender answer.
+
+The SITS documents ask for the first scheduling answer within 850 ms on 1,024 nodes. Here a
+`serve` child process starts on a DuckDB file holding a cluster of N nodes x 8 GPUs
+(``bench_extender.fill_store``: inventory, pods, one sample per GPU), and the client sends
+``POST /scheduler/prioritize`` (every node's name, the pod of ``bench_extender.POD``) from
+the moment the process is spawned, every 5 ms until the port answers, then until the answer
+is the correct one: the host priorities the same handler code gives in this process on a
+view built from the same file. Timed from the spawn, per run:
+
+- **listening**: the first answer of any kind (the interpreter, the imports, the store open,
+  the app up);
+- **first correct answer**: the first prioritize answer equal to the expected one (the view
+  is built on the first call, or at start-up when ``serve`` warms it);
+- the peer in the same script: a bare ``python -c "import sits_observe.surfaces.cli.main"``
+  (the import floor every CLI start pays) and the view build alone in this process.
+
+Run: ``.venv/bin/python bench/bench_extender_cold_start.py [--nodes 1024 5000] [--runs 5]
+[--record]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from bench_extender import POD, TOKEN, fill_store, free_port
+
+from sits_observe.control.extender_scoring import ScoringSettings, prioritize
+from sits_observe.control.extender_view import ViewSettings, build_view
+from sits_observe.control.extender_wire import host_priority_json, parse_extender_args
+from sits_observe.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN = "<!-- extender-cold-start-bench:begin -->"
+END = "<!-- extender-cold-start-bench:end -->"
+HEADING = "## Extender cold start: `serve` started to its first correct answer"
+TARGET_MS = 850.0
+
+
+def expected_answer(db: Path, now: datetime) -> tuple[bytes, list[dict[str, object]], float]:
+    """The request body, the answer the handler gives on a view of ``db``, and the build's s."""
+    with Store.open(db, read_only=True) as store:
+        started = time.perf_counter()
+        view = build_view(store, now, ViewSettings())
+        build_s = time.perf_counter() - started
+    body = json.dumps({"Pod": POD, "Nodes": None, "NodeNames": list(view.node_names)}).encode()
+    call = parse_extender_args(body)
+    result = prioritize(call.pod, view, call.nodes, ScoringSettings())
+    return body, json.loads(host_priority_json(result.hosts, result.scores.tolist())), build_s
+
+
+def cold_start(db: Path, body: bytes, expected: list[dict[str, object]]) -> tuple[float, float]:
+    """(listening, first correct answer) in ms from the spawn of one `serve` process."""
+    port = free_port()
+    serve = [
+        str(Path(sys.executable).with_name("sits-observe")), "serve", "--db", str(db),
+        "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+    headers = {"Content-Type": "application/json"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        serve,
+        env={**os.environ, "SITS_TOKEN": TOKEN},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    listening: float | None = None
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = started + 120
+            while time.perf_counter() < deadline:
+                try:
+                    response = client.post("/scheduler/prioritize", content=body, headers=headers)
+                except httpx.TransportError:
+                    time.sleep(0.005)
+                    continue
+                now = time.perf_counter()
+                listening = listening if listening is not None else now
+                if response.status_code == 200 and response.json() == expected:
+                    return (listening - started) * 1000, (now - started) * 1000
+                time.sleep(0.005)
+            raise RuntimeError("no correct extender answer in 120 s")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def import_floor_ms() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import sits_observe.surfaces.cli.main"], check=True)
+    return (time.perf_counter() - started) * 1000
+
+
+def measure(nodes: int, runs: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "cold.duckdb"
+        now = datetime.now(UTC)
+        with Store.open(db) as store:
+            pods = fill_store(store, nodes, now)
+        body, expected, build_s = expected_answer(db, now)
+        listen, answer, imports = [], [], []
+        for run in range(runs):
+            first, correct = cold_start(db, body, expected)
+            listen.append(first)
+            answer.append(correct)
+            imports.append(import_floor_ms())
+            print(
+                f"{nodes:,} nodes, run {run + 1}: listening {first:.0f} ms, first correct "
+                f"answer {correct:.0f} ms, import floor {imports[-1]:.0f} ms",
+                flush=True,
+            )
+    return {
+        "nodes": nodes,
+        "pods": pods,
+        "listening_ms": listen,
+        "answer_ms": answer,
+        "import_ms": imports,
+        "build_ms": build_s * 1000,
+    }
+
+
+def render(results: list[dict[str, object]], runs: int) -> str:
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        f"Date {datetime.now(UTC):%Y-%m-%d}; machine: {os.cpu_count()} cores, "
+        f"{platform.system()} {platform.machine()}, Python {platform.python_version()}; load "
+        f"average {load} at the end (other jobs share the cores); median of {runs} runs, each a "
+        "fresh `serve` process on the same file.",
+        "",
+        "| nodes x 8 GPUs | pods | listening ms | first correct answer ms | import floor ms "
+        "| view build ms (in process) | answer - import floor |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    verdicts = []
+    for r in results:
+        listen = statistics.median(r["listening_ms"])  # type: ignore[arg-type]
+        answer = statistics.median(r["answer_ms"])  # type: ignore[arg-type]
+        floor = statistics.median(r["import_ms"])  # type: ignore[arg-type]
+        lines.append(
+            f"| {r['nodes']:,} | {r['pods']:,} | {listen:.0f} | {answer:.0f} | {floor:.0f} | "
+            f"{r['build_ms']:.0f} | {answer - floor:.0f} |"
+        )
+        if r["nodes"] == 1024:
+            verdicts.append(
+                f"At 1,024 nodes the first correct answer comes {answer:.0f} ms after the spawn "
+                f"(target {TARGET_MS:.0f} ms: {'met' if answer < TARGET_MS else 'NOT met'}); "
+                f"{floor:.0f} ms of it is the interpreter and the imports alone."
+            )
+    lines += ["", *verdicts, ""]
+    lines.append(
+        "Command: `.venv/bin/python bench/bench_extender_cold_start.py --nodes "
+        + " ".join(str(r["nodes"]) for r in results)
+        + f" --runs {runs} --record`."
+    )
+    return "\n".join(lines)
+
+
+def record(text: str) -> None:
+    block = f"{BEGIN}\n{text}\n{END}"
+    doc = DOCS.read_text()
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        doc = head + block + rest.split(END, 1)[1]
+    else:
+        doc = doc.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
+    DOCS.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1024, 5000])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
+    args = parser.parse_args()
+    results = [measure(n, args.runs) for n in args.nodes]
+    text = render(results, args.runs)
+    print(text)
+    if args.record:
+        record(text)
+
+
+if __name__ == "__main__":
+    main()
