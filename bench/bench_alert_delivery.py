@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from _docs import write_block
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -226,14 +227,7 @@ def report(
 
 
 def record(text: str) -> None:
-    doc = DOCS.read_text(encoding="utf-8")
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + block + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Alert delivery: condition to webhook\n\n" + block + "\n"
-    DOCS.write_text(doc, encoding="utf-8")
+    write_block(DOCS, BEGIN, END, text, "## Alert delivery: condition to webhook")
 
 
 def main() -> None:

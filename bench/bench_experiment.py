@@ -28,6 +28,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _docs import write_block
+
 from sits_observe.analytics.experiment_measures import MEASURES
 from sits_observe.surfaces.experiment import ExperimentResult, assemble, run_job
 from sits_observe.surfaces.experiment_png import render_chart
@@ -153,13 +155,7 @@ def _verdict(frag: bool, waiting: bool, p95: bool) -> str:
 
 def record(body: str, path: Path) -> None:
     """Replace the text between the markers in ``path``, or append the section."""
-    text = path.read_text()
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        path.write_text(head + block + rest.split(END, 1)[1])
-    else:
-        path.write_text(text.rstrip("\n") + f"\n\n{SECTION}\n\n{block}\n")
+    write_block(path, BEGIN, END, body, SECTION)
 
 
 def main() -> None:

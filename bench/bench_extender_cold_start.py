@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from _docs import write_block
 from bench_extender import POD, TOKEN, fill_store, free_port
 
 from sits_observe.control.extender_scoring import ScoringSettings, prioritize
@@ -168,14 +169,7 @@ def render(results: list[dict[str, object]], runs: int) -> str:
 
 
 def record(text: str) -> None:
-    block = f"{BEGIN}\n{text}\n{END}"
-    doc = DOCS.read_text()
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + block + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
-    DOCS.write_text(doc)
+    write_block(DOCS, BEGIN, END, text, HEADING)
 
 
 def main() -> None:

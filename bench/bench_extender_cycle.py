@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from _docs import write_block
 from bench_extender import GIB, PRODUCTS, TOKEN, fill_store, free_port, summary
 
 from sits_observe.analytics.kube_nodes import NodeInfos, SchedPod
@@ -271,13 +272,7 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if args.record:
-        text = DOCS.read_text()
-        block = f"{BEGIN}\n{body}\n{END}"
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            DOCS.write_text(head + block + rest.split(END, 1)[1])
-        else:
-            DOCS.write_text(text.rstrip("\n") + f"\n\n{SECTION}\n\n{block}\n")
+        write_block(DOCS, BEGIN, END, body, SECTION)
 
 
 if __name__ == "__main__":

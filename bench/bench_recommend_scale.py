@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _docs import write_block
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -274,14 +275,7 @@ def _machine() -> str:
 
 
 def record(text: str) -> None:
-    doc = DOCS.read_text()
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + block + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
-    DOCS.write_text(doc)
+    write_block(DOCS, BEGIN, END, text, HEADING)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
+from _docs import write_block
 
 from sits_observe.analytics.idle_gpus import IdleSettings, holdings
 from sits_observe.analytics.rightsizing import RightsizingSettings
@@ -145,13 +146,13 @@ def matched(data: Split | Sequence[Split], rows: Sequence[BacktestRow]) -> tuple
         ("krr's rule", krr_rule.above_ratio),
         ("sits' defaults", sits_rule.above_ratio),
     ):
-        best = {}
+        found_by_rule = []
         for name, curve in (
             ("krr: max x (1 + m)", krr),
             ("sits: P95 of 15 min peaks x (1 + m)", sits),
         ):
             found = least_waste(curve, risk)
-            best[name[:4]] = found
+            found_by_rule.append(found)
             if found is None:
                 out.append(f"| {label} ({risk:.3%}) | {name} | none | | |")
                 continue
@@ -160,7 +161,7 @@ def matched(data: Split | Sequence[Split], rows: Sequence[BacktestRow]) -> tuple
                 f"| {label} ({risk:.3%}) | {name} | {m:.0%} | {r.above_ratio:.3%} | "
                 f"{r.unused_bytes_mean / GIB:.2f} |"
             )
-        k, t = best["krr:"], best["sits"]
+        k, t = found_by_rule
         if k is not None and t is not None:
             change = t[1].unused_bytes_mean / k[1].unused_bytes_mean - 1
             said.append(f"{change:+.1%} at the risk of {label} ({risk:.3%})")
@@ -300,15 +301,8 @@ def target(rows: Sequence[BacktestRow]) -> list[str]:
 
 
 def record(text: str) -> None:
-    block = f"{BEGIN}\n{text}\n{END}"
     for path in DOCS:
-        doc = path.read_text()
-        if BEGIN in doc and END in doc:
-            head, rest = doc.split(BEGIN, 1)
-            doc = head + block + rest.split(END, 1)[1]
-        else:
-            doc = doc.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
-        path.write_text(doc)
+        write_block(path, BEGIN, END, text, HEADING)
 
 
 def main() -> None:

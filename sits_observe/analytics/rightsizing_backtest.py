@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import polars as pl
 
@@ -171,31 +172,40 @@ def backtest(
     return tuple(rows)
 
 
+class _Checked(NamedTuple):
+    """One strategy on one split: fits, minutes and bytes, to be summed over splits."""
+
+    workloads: int
+    no_answer: int
+    minutes: int
+    above: int
+    unused_bytes: float
+
+
 def _evaluate(
     splits: Sequence[Split], strategy: Strategy, gpu_memory_bytes: int, by: Sequence[str]
 ) -> BacktestRow:
-    """The strategy's rows over the splits: fits (``workloads``), minutes and bytes summed."""
+    """The strategy's row over the splits: fits (``workloads``), minutes and bytes summed."""
     parts = [_evaluate_one(data, strategy, gpu_memory_bytes, by) for data in splits]
-    minutes = sum(p[2] for p in parts)
-    above = sum(p[3] for p in parts)
+    minutes = sum(p.minutes for p in parts)
+    above = sum(p.above for p in parts)
     return BacktestRow(
         strategy=strategy.name,
         gpu_memory_bytes=gpu_memory_bytes,
-        workloads=sum(p[0] for p in parts),
-        no_answer=sum(p[1] for p in parts),
+        workloads=sum(p.workloads for p in parts),
+        no_answer=sum(p.no_answer for p in parts),
         minutes=minutes,
         minutes_above=above,
         above_ratio=above / minutes if minutes else 0.0,
-        unused_bytes_mean=sum(p[4] for p in parts) / minutes if minutes else 0.0,
+        unused_bytes_mean=sum(p.unused_bytes for p in parts) / minutes if minutes else 0.0,
         unused_vs_whole_ratio=0.0,
     )
 
 
 def _evaluate_one(
     data: Split, strategy: Strategy, gpu_memory_bytes: int, by: Sequence[str]
-) -> tuple[int, int, int, int, float]:
-    """(workloads fitted, of them without an answer, minutes checked, minutes above, bytes
-    unused summed over the checked minutes)."""
+) -> _Checked:
+    """The strategy fitted on ``data.fit`` and checked on ``data.check``."""
     cap = float(gpu_memory_bytes)
     answers = strategy.fit(data.fit, by)
     missing = pl.col("reserved_bytes").is_nan() | pl.col("reserved_bytes").is_null()
@@ -218,7 +228,7 @@ def _evaluate_one(
         (pl.col(USED) > pl.col("reserved_bytes")).sum().alias("above"),
         (pl.col("reserved_bytes") - pl.col(USED)).clip(lower_bound=0).sum().alias("unused"),
     ).row(0, named=True)
-    return (
+    return _Checked(
         answers.height,
         no_answer.height,
         int(summary["minutes"]),

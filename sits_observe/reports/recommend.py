@@ -5,7 +5,7 @@ object, then action; cluster-scoped objects such as nodes first):
 
 - the controller's standing plan as of the window's end (:mod:`.recommend_plan`: memory-class
   and fragmentation labels, time slices, QoS quotas, priority classes, namespace quotas held
-  under the cluster's allocatable capacity);
+  under the largest daily peak x 2 and the cluster's allocatable capacity);
 - the analytics' findings over the window (:mod:`.recommend_findings`): idle, oversized and
   stranded GPUs with the GPU-hours they waste, GPU memory per workload in the form its stack
   takes, and replicas at the P95 SLO per served model.
