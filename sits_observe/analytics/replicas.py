@@ -56,7 +56,13 @@ class ReplicaSettings(BaseModel):
     )
     min_replicas: int = Field(1, ge=0, le=100_000, description="fewest replicas proposed")
     heatmap: HeatmapSettings = Field(
-        default_factory=HeatmapSettings, description="heatmap windows and bins (SLO replaced)"
+        default_factory=HeatmapSettings,
+        description="heatmap windows and bins (SLO replaced)",
+        json_schema_extra={
+            "nested_flags": True,
+            "nested_skip": ["slo_ms"],
+            "nested_names": {"window_s": "bin_s"},  # the heatmap report's name for it
+        },
     )
 
     def slo_of(self, model: str) -> float:

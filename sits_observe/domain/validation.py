@@ -1,6 +1,10 @@
 """Settings from user values, with one-line errors: the validator every flag and query
 parameter goes through (CLI commands, ``GET /api/v1/reports/{name}``).
 
+A value for a field of a nested settings model is keyed by the path of field names joined
+with ``__`` (or ``.``): ``heatmap__window_s=2`` (the flag ``--heatmap-window-s``,
+:mod:`sits_observe.surfaces.cli.flags`) sets ``window_s`` of the ``heatmap`` field.
+
 Pure pydantic, so the node agent's slim install can use it too.
 """
 
@@ -17,6 +21,9 @@ from sits_observe.errors import ConfigError
 
 S = TypeVar("S", bound=BaseModel)
 
+#: Joins the field names of a nested setting's key (``heatmap__window_s``).
+NEST = "__"
+
 
 def validate_settings(
     model: type[S],
@@ -29,11 +36,7 @@ def validate_settings(
     :class:`ConfigError` line naming each flag (``flag(field)``, else ``--field-name``) and
     what is allowed. A single string for a list field (one ``?key=value`` of a query) is a
     list of one."""
-    given = {k: v for k, v in values.items() if v is not None}
-    for name, value in given.items():
-        field = model.model_fields.get(name)
-        if field is not None and isinstance(value, str) and _is_collection(field.annotation):
-            given[name] = [value]
+    given = _given(model, values)
     try:
         return model.model_validate(given)
     except ValidationError as exc:
@@ -41,12 +44,46 @@ def validate_settings(
         raise ConfigError(f"invalid {what} settings: {problems}") from exc
 
 
+def _given(model: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values given (None dropped) as ``model_validate`` takes them: nested keys
+    (``heatmap__window_s``) as a mapping under their field, one string for a list field as
+    a list of one."""
+    given: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        head, sep, rest = key.replace(".", NEST).partition(NEST)
+        field = model.model_fields.get(head)
+        if sep and field is not None and model_of(field.annotation) is not None:
+            nested.setdefault(head, {})[rest] = value
+            continue
+        listed = field is not None and isinstance(value, str) and _is_collection(field.annotation)
+        given[key] = [value] if listed else value
+    for head, inner in nested.items():
+        sub = model_of(model.model_fields[head].annotation)
+        assert sub is not None
+        whole = given.get(head)
+        given[head] = {**(whole if isinstance(whole, Mapping) else {}), **_given(sub, inner)}
+    return given
+
+
+def model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings model a field holds (``X | None`` unwrapped), else None."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return model_of(args[0]) if len(args) == 1 else None
+    return (
+        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    )
+
+
 def _problem(loc: tuple[int | str, ...], msg: str, flag: Callable[[str], str] | None) -> str:
     """``--flag: message``; a rule across fields (no location) is the message alone."""
     if not loc:
         return msg
     if flag is not None and isinstance(loc[0], str):
-        return f"{'.'.join([flag(loc[0]), *(str(p) for p in loc[1:])])}: {msg}"
+        return f"{flag(NEST.join(str(p) for p in loc))}: {msg}"
     return f"--{'-'.join(str(p) for p in loc).replace('_', '-')}: {msg}"
 
 

@@ -126,7 +126,8 @@ DEMO_EXPORTER = ExporterSettings(
 DEMO_IDLE_NOTEBOOKS = 1
 #: ``recommend``'s settings for a demo database: the right-sizing rule's history floors scaled
 #: to a run of minutes (its defaults, 100 points over an hour, answer "not enough data" for a
-#: 6-minute run by design) and the demo's SLO for the replica rule.
+#: 6-minute run by design), the demo's SLO for the replica rule and its heatmap bins (with the
+#: default 1 s x 10 rps bins the lowest bin already breaks the 60 s SLO: no proposal).
 DEMO_RECOMMEND_ARGS = (
     "--until",
     "newest",
@@ -136,6 +137,12 @@ DEMO_RECOMMEND_ARGS = (
     "20",
     "--slo-ms",
     f"{DEMO_SLO_S * 1000:g}",
+    "--heatmap-bin-s",
+    f"{DEMO_HEATMAP.window_s:g}",
+    "--heatmap-throughput-bin-rps",
+    f"{DEMO_HEATMAP.throughput_bin_rps:g}",
+    "--heatmap-min-bin-requests",
+    str(DEMO_HEATMAP.min_bin_requests),
 )
 
 

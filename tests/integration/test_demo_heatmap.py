@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 from sits_observe.collectors.kube_pods import pod_row
 from sits_observe.reports import heatmap as heatmap_report
-from sits_observe.reports import recommend as recommend_report
-from sits_observe.reports.recommend import RecommendAction, RecommendQuery
 from sits_observe.reports.window import Window
 from sits_observe.simulator.cluster import SimulatedCluster
 from sits_observe.simulator.kube_publish import pod_body
 from sits_observe.simulator.workload import LoadProfile
 from sits_observe.store import Store
+from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
 
 pytestmark = pytest.mark.slow
@@ -93,25 +93,18 @@ def test_one_load_cycle_shows_a_knee_and_a_safe_maximum(tmp_path: Path, seed: in
 def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     tmp_path: Path,
 ) -> None:
-    """``recommend`` with the settings the demo prints (DEMO_RECOMMEND_ARGS) and the demo's
-    heatmap bins for the replica rule, over one load cycle of its servers: the replicas row has
-    a proposal, max(1, ceil(peak / safe maximum)), with its evidence. The bins are the
-    report's ``heatmap`` setting, which has no ``recommend`` flag yet: with the default bins
-    (1 s windows, 10 rps) the lowest bin already breaks the 60 s SLO here (no proposal)."""
+    """``recommend`` with the flags the demo prints (DEMO_RECOMMEND_ARGS: its SLO and its
+    heatmap bins for the replica rule), over one load cycle of its servers: the replicas row
+    has a proposal, max(1, ceil(peak / safe maximum)), with its evidence. With the default
+    bins (1 s windows, 10 rps) the lowest bin already breaks the 60 s SLO here (no proposal)."""
     requests, pods = one_cycle(7)
-    args = dict(zip(DEMO_RECOMMEND_ARGS[::2], DEMO_RECOMMEND_ARGS[1::2], strict=True))
-    query = RecommendQuery(
-        min_history_s=float(args["--min-history-s"]),
-        min_points=int(args["--min-points"]),
-        slo_ms=float(args["--slo-ms"]),
-        heatmap=DEMO_HEATMAP,
-        action=RecommendAction.REPLICAS,
-    )
-    end = START.replace(tzinfo=None) + timedelta(seconds=LoadProfile().period_s + 60)
-    with Store.open(tmp_path / "sits.duckdb") as store:
+    db = tmp_path / "sits.duckdb"
+    with Store.open(db) as store:
         store.append_batch({"requests": requests, "pods": pods})
-        report = recommend_report.build(store, Window(None, end, "given"), query)
-    (row,) = report.table("recommendations").records()
+    args = ["recommend", "--db", str(db), *DEMO_RECOMMEND_ARGS, "--action", "replicas"]
+    outcome = CliRunner().invoke(app, [*args, "-o", "json"])
+    assert outcome.exit_code == 0, outcome.output
+    (row,) = json.loads(outcome.stdout)["rows"]
     evidence = json.loads(row["evidence"])
     assert (row["namespace"], row["name"], row["current_value"]) == ("inference", "llama2-70b", 2)
     assert sorted(evidence["pods"]) == sorted(pods.column("pod").to_pylist())
@@ -121,3 +114,10 @@ def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     assert row["proposed_value"] == max(1, math.ceil(peak / safe - 1e-9))
     assert evidence["proposed_gpus"] == 4 * row["proposed_value"]
     assert row["confidence"] in ("high", "medium")
+    # The same without the heatmap flags: the default bins find no safe maximum.
+    heatmap_flags = [i for i, a in enumerate(args) if a.startswith("--heatmap-")]
+    plain = [a for i, a in enumerate(args) if i not in heatmap_flags and i - 1 not in heatmap_flags]
+    outcome = CliRunner().invoke(app, [*plain, "-o", "json"])
+    assert outcome.exit_code == 0, outcome.output
+    (row,) = json.loads(outcome.stdout)["rows"]
+    assert row["proposed"] is None and row["reason"].startswith("not enough data"), row

@@ -10,8 +10,14 @@ default, bounds and unit in brackets (``[default 2.0; > 0; <= 3600; seconds]``);
 option defaults to None, so a flag not given leaves the model's default in force: no
 default is copied into a command signature. The model validates the values
 (:func:`sits_observe.domain.validation.validate_settings`), and a bad value is one line
-naming the flag, as krr does. Fields that cannot be a flag (mappings, nested models,
-secrets) come from a file or their own flags.
+naming the flag, as krr does. Fields that cannot be a flag (mappings, secrets) come from a
+file or their own flags. A nested settings model gives flags only when its field asks with
+``json_schema_extra={"nested_flags": True}`` (``"nested_skip": [...]`` leaves some out,
+``"nested_names": {...}`` renames some): ``recommend``'s ``heatmap`` field gives
+``--heatmap-bin-s``, whose keyword argument is ``heatmap__window_s``
+(:data:`~sits_observe.domain.validation.NEST`), which the validator puts back under
+``heatmap``. Most nested models stay without: ``serve`` gives their flags under a prefix
+of their own (``--ingest-group-*``) or reads them from a file.
 
 A command declares which models give it flags with :class:`SettingFlags` and
 :func:`with_flags`; its own flags (a file to read, ``--db``, actions such as ``--act``)
@@ -35,7 +41,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from typer.core import TyperCommand
 
-from sits_observe.domain.validation import validate_settings
+from sits_observe.domain.validation import NEST, model_of, validate_settings
 
 #: Unit of a field by the suffix of its name (longest first: ``_bytes_per_s`` is a rate, not
 #: seconds). ``_ratio`` is labelled by its bounds (:func:`_unit`).
@@ -82,6 +88,34 @@ def flag_type(field: FieldInfo) -> tuple[Any, bool] | None:
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+
+
+def nested_model(name: str, field: FieldInfo) -> type[BaseModel] | None:
+    """The model whose fields give flags too, for a field marked ``nested_flags``."""
+    if not _extra(field).get("nested_flags"):
+        return None
+    model = model_of(field.annotation)
+    if model is None:
+        raise ValueError(f"settings field {name!r} has nested_flags but holds no settings model")
+    return model
+
+
+def _resolve(model: type[BaseModel], key: str, prefix: str) -> tuple[str, FieldInfo, str, str]:
+    """``(name, field, flag prefix, rest)`` of a nested key (``view__refresh_interval_s``):
+    the deepest field that has a flag (or the top one), and the key's parts below it."""
+    return _resolve_in(model, key, prefix, {})
+
+
+def _resolve_in(
+    model: type[BaseModel], key: str, prefix: str, stems: Mapping[str, str]
+) -> tuple[str, FieldInfo, str, str]:
+    head, _, rest = key.partition(NEST)
+    field = model.model_fields[head]
+    sub = nested_model(head, field)
+    if rest and sub is not None and rest.partition(NEST)[0] in sub.model_fields:
+        inner = _extra(field).get("nested_names", {})
+        return _resolve_in(sub, rest, f"{prefix}_{head}".strip("_"), inner)
+    return stems.get(head, head), field, prefix, rest
 
 
 def _bounds(field: FieldInfo) -> list[tuple[str, str, float]]:
@@ -164,6 +198,12 @@ def param_name(name: str, prefix: str = "") -> str:
     return f"{prefix}_{name}" if prefix else name
 
 
+def _param(name: str, under: str) -> str:
+    """``name`` under ``under``: a prefix (``extender`` -> ``extender_enabled``) or a nested
+    field's path, which ends in :data:`NEST` (``extender_view__`` -> ``extender_view__x``)."""
+    return f"{under}{name}" if under.endswith(NEST) else param_name(name, under)
+
+
 def _scaled_parser(name: str, field: FieldInfo) -> Callable[[str], float]:
     """Reads a flag given in its own unit (``--slo-ms 400``) as the field's (0.4), checking
     the field's bounds in the flag's unit so the message speaks the unit typed."""
@@ -201,20 +241,59 @@ def setting_options(
     ``model`` (those in ``only``, when given) but those in ``skip``, named
     ``prefix_field``; a field named like a ``reserved`` parameter of the command is a
     programming error. ``panel`` groups the options under a heading in ``--help``."""
+    return _options(
+        model, skip=skip, reserved=reserved, prefix=prefix, under=prefix, only=only, panel=panel
+    )
+
+
+def _options(
+    model: type[BaseModel],
+    *,
+    skip: Collection[str],
+    reserved: Collection[str],
+    prefix: str,
+    under: str,
+    only: Collection[str] | None,
+    panel: str | None,
+    stems: Mapping[str, str] | None = None,
+) -> list[inspect.Parameter]:
+    """:func:`setting_options` with flags under ``prefix`` and keyword arguments under
+    ``under`` (``extender_view__`` for the fields of a nested ``view``); ``stems``
+    renames a nested model's flags to the name its peers use (the heatmap's ``window_s`` is
+    ``--heatmap-bin-s``, as ``heatmap --bin-s``)."""
     params = []
+    stems = stems or {}
     for name, field in model.model_fields.items():
-        kind = flag_type(field)
-        if kind is None or name in skip or (only is not None and name not in only):
+        if name in skip or (only is not None and name not in only):
             continue
-        param = param_name(name, prefix)
+        sub = nested_model(name, field)
+        if sub is not None:
+            inner_skip = [*_extra(field).get("nested_skip", ())]
+            inner_skip += [k.partition(NEST)[2] for k in skip if k.startswith(name + NEST)]
+            params += _options(
+                sub,
+                skip=inner_skip,
+                reserved=reserved,
+                prefix=f"{prefix}_{name}".strip("_"),
+                under=f"{_param(name, under)}{NEST}",
+                only=None,
+                panel=panel,
+                stems=_extra(field).get("nested_names", {}),
+            )
+            continue
+        kind = flag_type(field)
+        if kind is None:
+            continue
+        param = _param(name, under)
         if param in reserved:
             raise ValueError(f"settings field {name!r} of {model.__name__} shadows a common flag")
         inner, many = kind
-        flag = flag_name(name, field, prefix)
+        stem = stems.get(name, name)
+        flag = flag_name(stem, field, prefix)
         names = (
             [f"{flag}/--no-{flag[2:]}"]
             if inner is bool and not many
-            else flag_names(name, field, prefix)
+            else flag_names(stem, field, prefix)
         )
         extra: dict[str, Any] = {"rich_help_panel": panel} if panel else {}
         if _scale(field) != 1:
@@ -262,8 +341,10 @@ class SettingFlags(Generic[M]):
         return [p.name[start:] for p in self.options()]
 
     def flag(self, name: str) -> str:
-        """The flag of field ``name`` (also for a field given by the command itself)."""
-        return flag_name(name, self.model.model_fields[name], self.prefix)
+        """The flag of field ``name`` (also for a field given by the command itself), or of
+        a nested one (``view__refresh_interval_s``)."""
+        field_name, field, prefix, _ = _resolve(self.model, name, self.prefix)
+        return flag_name(field_name, field, prefix)
 
     def values(self, flags: Mapping[str, Any]) -> dict[str, Any]:
         """The fields' values among a command's keyword arguments (None: not given)."""
@@ -275,9 +356,14 @@ class SettingFlags(Generic[M]):
         values = {**self.values(flags), **fixed}
         return validate_settings(self.model, values, what=what, flag=self._known_flag)
 
-    def _known_flag(self, name: str) -> str:
-        field = self.model.model_fields.get(name)
-        return "--" + name.replace("_", "-") if field is None else self.flag(name)
+    def _known_flag(self, key: str) -> str:
+        """The flag a validation error's location names (``view__x`` -> ``--extender-view-x``,
+        ``links__0__name`` -> ``--links.0.name``)."""
+        if key.partition(NEST)[0] not in self.model.model_fields:
+            return "--" + key.replace(NEST, ".").replace("_", "-")
+        name, field, prefix, rest = _resolve(self.model, key, self.prefix)
+        flag = flag_name(name, field, prefix)
+        return f"{flag}.{rest.replace(NEST, '.')}" if rest else flag
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -27,6 +27,7 @@ from sits_observe.surfaces.cli.common import run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.process_settings import LogSettings
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.extender import ExtenderSettings
 from sits_observe.surfaces.service.limits import HttpLimits
 from sits_observe.surfaces.service.settings import ServiceSettings
 from sits_observe.surfaces.tracing import OTLP_ENDPOINT_HELP, SERVE_SERVICE_NAME, configure_tracing
@@ -49,6 +50,8 @@ EXPORTER = SettingFlags(ExporterSettings, prefix="exporter", panel="Derived sign
 ALERTING = SettingFlags(AlertingSettings, prefix="alert", panel="Alerting")
 NOTIFY = SettingFlags(NotifySettings, prefix="alert", skip=("external_url",), panel="Alerting")
 CONTROLLER = SettingFlags(ControllerSettings, prefix="controller", only=("mode",))
+#: The extender's switches, view and scoring (``--extender-view-*``, ``--extender-scoring-*``).
+EXTENDER = SettingFlags(ExtenderSettings, prefix="extender", panel="Scheduler extender")
 LOG = SettingFlags(LogSettings)
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ def register(app: typer.Typer) -> None:
     app.command("serve", cls=SectionedCommand)(serve)
 
 
-@with_flags(SERVICE, LIMITS, GROUP, EXPORTER, ALERTING, NOTIFY, CONTROLLER, LOG)
+@with_flags(SERVICE, LIMITS, GROUP, EXPORTER, ALERTING, NOTIFY, CONTROLLER, EXTENDER, LOG)
 def serve(
     *,
     db: Path = typer.Option(..., "--db", help=ServiceSettings.model_fields["db_path"].description),
@@ -123,6 +126,7 @@ def serve(
                 flags, external_url=f"http://{settings.host}:{settings.port}"
             ),
             exporter=EXPORTER.validate(flags, what="exporter"),  # docs/metrics.md
+            extender=EXTENDER.validate(flags, what="extender"),  # docs/extender.md
         )
 
     run_cli(go)
@@ -150,6 +154,7 @@ def run_service(
     alerting: AlertingSettings | None = None,
     exporter: ExporterSettings | None = None,
     exporter_signals: Sequence[Signal] | None = None,
+    extender: ExtenderSettings | None = None,
 ) -> None:
     """Bind the port(s), open the store, serve until a signal, then close the store.
 
@@ -215,6 +220,7 @@ def run_service(
             alerting=alerting,
             exporter=exporter,
             exporter_signals=exporter_signals,
+            extender=extender,
             extender_pods=extender_pods,
         )
         listeners = [Listener(app, sockets[0], settings.http, "the API")]

@@ -99,7 +99,11 @@ class ExtenderSettings(BaseModel):
         description="bodies up to this many bytes are handled on the event loop, larger ones "
         "in the thread pool",
     )
-    view: ViewSettings = Field(default_factory=ViewSettings, description="the cluster view")
+    view: ViewSettings = Field(
+        default_factory=ViewSettings,
+        description="the cluster view",
+        json_schema_extra={"nested_flags": True},
+    )
     gpu_hint: bool = Field(
         True,
         description="bind verb: name the GPU the score was computed for (FGD's) in a shared "
@@ -114,7 +118,9 @@ class ExtenderSettings(BaseModel):
         "inventory snapshot shows it bound",
     )
     scoring: ScoringSettings = Field(
-        default_factory=ScoringSettings, description="the sits policy's weights and constants"
+        default_factory=ScoringSettings,
+        description="the sits policy's weights and constants",
+        json_schema_extra={"nested_flags": True},
     )
 
 

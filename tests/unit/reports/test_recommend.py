@@ -243,3 +243,25 @@ def test_every_controller_action_is_a_recommend_action_of_the_same_name() -> Non
 
     shared = [(a.name, a.value) for a in RecommendAction][: len(Action)]
     assert shared == [(a.name, a.value) for a in Action]
+
+
+def test_the_replica_rules_heatmap_takes_flags_of_its_own(store: Store, tmp_path: Path) -> None:
+    """``--heatmap-*`` set the nested heatmap settings of the replica rule: when no
+    throughput bin holds enough requests to count, there is no safe maximum to size from."""
+    same = by_key(report(store, heatmap__min_bin_requests=20))[("serving/llm", "replicas")]
+    assert same["proposed_value"] == 2  # 20 is the default
+    llm = by_key(report(store, heatmap__min_bin_requests=1_000_000))[("serving/llm", "replicas")]
+    assert llm["proposed"] is None and llm["reason"].startswith("not enough data: no safe")
+    db = tmp_path / "h.duckdb"
+    with Store.open(db) as s:
+        fill(s)
+    args = ["recommend", "--db", str(db), "--until", "newest", "-o", "json", "-n", "serving"]
+    args += ["--action", "replicas"]
+    outcome = CliRunner().invoke(app, [*args, "--heatmap-min-bin-requests", "1000000"])
+    assert outcome.exit_code == 0, outcome.output
+    assert [r["proposed"] for r in json.loads(outcome.stdout)["rows"]] == [None]
+    outcome = CliRunner().invoke(app, [*args, "--heatmap-bin-s", "0.0000001"])
+    assert outcome.exit_code == 2 and "not a whole number of microseconds" in outcome.output
+    # The SLO is the rule's own (--slo-ms): the heatmap's is no flag here.
+    outcome = CliRunner().invoke(app, [*args, "--heatmap-slo-ms", "5"])
+    assert outcome.exit_code == 2 and "No such option: --heatmap-slo-ms" in outcome.output

@@ -37,6 +37,7 @@ GROUPS: dict[str, tuple[SettingFlags[Any], ...]] = {
         serve.ALERTING,
         serve.NOTIFY,
         serve.CONTROLLER,
+        serve.EXTENDER,
         serve.LOG,
     ),
     "agent": (agent.AGENT, agent.METRICS, agent.LOG),
@@ -276,3 +277,79 @@ def test_ui_passes_the_page_flags_to_the_app(
     ]
     outcome = CliRunner().invoke(app, ["ui", "--db", str(db), "--port", "0"])
     assert outcome.exit_code == 2 and "--port: " in outcome.output
+
+
+class Outer(BaseModel):
+    level: int = Field(1, ge=0, description="a level")
+    knobs: Knobs = Field(
+        default_factory=Knobs,
+        description="nested knobs",
+        json_schema_extra={"nested_flags": True, "nested_skip": ["tie"]},
+    )
+    plain: Knobs = Field(default_factory=Knobs, description="nested, from a file only")
+
+
+def test_a_nested_model_gives_flags_under_its_field_when_asked() -> None:
+    flags = SettingFlags(Outer, prefix="o")
+    params = {p.name: p for p in flags.options()}
+    assert "o_knobs__share_ratio" in params and "o_level" in params
+    assert params["o_knobs__share_ratio"].default.param_decls == ("--o-knobs-share-ratio",)
+    assert "o_knobs__tie" not in params  # nested_skip
+    assert not any(name.startswith("o_plain") for name in params)  # not asked for
+    assert flags.flag("knobs__share_ratio") == "--o-knobs-share-ratio"
+    seen: list[Outer] = []
+
+    @with_flags(flags)
+    def command(**given: Any) -> None:
+        try:
+            seen.append(flags.validate(given, what="outer"))
+        except ConfigError as exc:
+            typer.echo(str(exc))
+            raise typer.Exit(2) from exc
+
+    tiny = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    tiny.command()(command)
+    outcome = CliRunner().invoke(tiny, ["--o-knobs-share-ratio", "0.25", "--o-level", "3"])
+    assert outcome.exit_code == 0, outcome.output
+    assert seen[0].level == 3 and seen[0].knobs.share_ratio == 0.25
+    assert seen[0].knobs.load_ratio == 1.3  # the rest of the nested model keeps its defaults
+    outcome = CliRunner().invoke(tiny, ["--o-knobs-share-ratio", "2"])
+    assert outcome.exit_code == 2
+    assert "invalid outer settings: --o-knobs-share-ratio: " in outcome.output
+
+
+def test_nested_values_come_keyed_by_their_path_from_a_query_too() -> None:
+    from sits_observe.domain.validation import validate_settings
+
+    outer = validate_settings(
+        Outer, {"knobs.share_ratio": "0.5", "knobs__tie": "random", "level": None}, what="q"
+    )
+    assert outer.knobs.share_ratio == 0.5 and outer.knobs.tie == "random" and outer.level == 1
+    with pytest.raises(ConfigError, match=r"--knobs-share-ratio: "):
+        validate_settings(Outer, {"knobs__share_ratio": 5}, what="q")
+
+
+def test_serve_passes_the_extender_flags_to_the_extender(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    captured: dict[str, Any] = {}
+    monkeypatch.setattr(serve, "run_service", lambda settings, **kw: captured.update(kw))
+    args = ["serve", "--db", str(tmp_path / "s.duckdb"), "--no-extender-gpu-hint"]
+    args += ["--extender-view-refresh-interval-s", "1.5"]
+    args += [
+        "--extender-scoring-unknown-nodes",
+        "fail",
+        "--extender-scoring-nvlink-distance",
+        "0.2",
+    ]
+    outcome = CliRunner().invoke(app, args, env={"SITS_TOKEN": "abc"})
+    assert outcome.exit_code == 0, outcome.output
+    extender = captured["extender"]
+    assert not extender.gpu_hint and extender.view.refresh_interval_s == 1.5
+    assert extender.scoring.unknown_nodes == "fail" and extender.scoring.nvlink_distance == 0.2
+    assert extender.scoring.fragmentation_weight == 0.5  # untouched: the model's default
+    outcome = CliRunner().invoke(
+        app, [*args[:3], "--extender-scoring-fragmentation-weight", "3"], env={"SITS_TOKEN": "a"}
+    )
+    assert outcome.exit_code == 2
+    assert "--extender-scoring-fragmentation-weight: " in outcome.output
