@@ -10,10 +10,12 @@ view built from the same file. Timed from the spawn, per run:
 
 - **listening**: the first answer of any kind (the interpreter, the imports, the store open,
   the app up);
-- **first correct answer**: the first prioritize answer equal to the expected one (the view
-  is built on the first call, or at start-up when ``serve`` warms it);
-- the peer in the same script: a bare ``python -c "import sits_observe.surfaces.cli.main"``
-  (the import floor every CLI start pays) and the view build alone in this process.
+- **first correct answer**: the first prioritize answer equal to the expected one, with the
+  view built on the first call (the default) and with ``--extender-warm-view`` (built when
+  the service starts, while the port comes up);
+- the peer in the same script: the imports ``sits-observe serve`` pays before it runs
+  (``build_app("serve")`` in a bare interpreter, the import floor) and the view build alone
+  in this process.
 
 Run: ``.venv/bin/python bench/bench_extender_cold_start.py [--nodes 1024 5000] [--runs 5]
 [--record]``.
@@ -62,12 +64,15 @@ def expected_answer(db: Path, now: datetime) -> tuple[bytes, list[dict[str, obje
     return body, json.loads(host_priority_json(result.hosts, result.scores.tolist())), build_s
 
 
-def cold_start(db: Path, body: bytes, expected: list[dict[str, object]]) -> tuple[float, float]:
+def cold_start(
+    db: Path, body: bytes, expected: list[dict[str, object]], *, warm: bool = False
+) -> tuple[float, float]:
     """(listening, first correct answer) in ms from the spawn of one `serve` process."""
     port = free_port()
     serve = [
         str(Path(sys.executable).with_name("sits-observe")), "serve", "--db", str(db),
         "--port", str(port), "--log-level", "warning",
+        *(["--extender-warm-view"] if warm else []),
     ]  # fmt: skip
     headers = {"Content-Type": "application/json"}
     started = time.perf_counter()
@@ -100,7 +105,8 @@ def cold_start(db: Path, body: bytes, expected: list[dict[str, object]]) -> tupl
 
 def import_floor_ms() -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import sits_observe.surfaces.cli.main"], check=True)
+    code = "from sits_observe.surfaces.cli.main import build_app; build_app('serve')"
+    subprocess.run([sys.executable, "-c", code], check=True)
     return (time.perf_counter() - started) * 1000
 
 
@@ -111,15 +117,17 @@ def measure(nodes: int, runs: int) -> dict[str, object]:
         with Store.open(db) as store:
             pods = fill_store(store, nodes, now)
         body, expected, build_s = expected_answer(db, now)
-        listen, answer, imports = [], [], []
+        listen, answer, warmed, imports = [], [], [], []
         for run in range(runs):
             first, correct = cold_start(db, body, expected)
             listen.append(first)
             answer.append(correct)
+            warmed.append(cold_start(db, body, expected, warm=True)[1])
             imports.append(import_floor_ms())
             print(
                 f"{nodes:,} nodes, run {run + 1}: listening {first:.0f} ms, first correct "
-                f"answer {correct:.0f} ms, import floor {imports[-1]:.0f} ms",
+                f"answer {correct:.0f} ms ({warmed[-1]:.0f} ms with --extender-warm-view), "
+                f"import floor {imports[-1]:.0f} ms",
                 flush=True,
             )
     return {
@@ -127,6 +135,7 @@ def measure(nodes: int, runs: int) -> dict[str, object]:
         "pods": pods,
         "listening_ms": listen,
         "answer_ms": answer,
+        "warm_ms": warmed,
         "import_ms": imports,
         "build_ms": build_s * 1000,
     }
@@ -140,24 +149,27 @@ def render(results: list[dict[str, object]], runs: int) -> str:
         f"average {load} at the end (other jobs share the cores); median of {runs} runs, each a "
         "fresh `serve` process on the same file.",
         "",
-        "| nodes x 8 GPUs | pods | listening ms | first correct answer ms | import floor ms "
-        "| view build ms (in process) | answer - import floor |",
+        "| nodes x 8 GPUs | pods | listening ms | first correct answer ms | with "
+        "--extender-warm-view ms | import floor ms | view build ms (in process) |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts = []
     for r in results:
         listen = statistics.median(r["listening_ms"])  # type: ignore[arg-type]
         answer = statistics.median(r["answer_ms"])  # type: ignore[arg-type]
+        warm = statistics.median(r["warm_ms"])  # type: ignore[arg-type]
         floor = statistics.median(r["import_ms"])  # type: ignore[arg-type]
         lines.append(
-            f"| {r['nodes']:,} | {r['pods']:,} | {listen:.0f} | {answer:.0f} | {floor:.0f} | "
-            f"{r['build_ms']:.0f} | {answer - floor:.0f} |"
+            f"| {r['nodes']:,} | {r['pods']:,} | {listen:.0f} | {answer:.0f} | {warm:.0f} | "
+            f"{floor:.0f} | {r['build_ms']:.0f} |"
         )
         if r["nodes"] == 1024:
+            best = min(answer, warm)
             verdicts.append(
                 f"At 1,024 nodes the first correct answer comes {answer:.0f} ms after the spawn "
-                f"(target {TARGET_MS:.0f} ms: {'met' if answer < TARGET_MS else 'NOT met'}); "
-                f"{floor:.0f} ms of it is the interpreter and the imports alone."
+                f"({warm:.0f} ms with --extender-warm-view; target {TARGET_MS:.0f} ms: "
+                f"{'met' if best < TARGET_MS else 'NOT met'}); {floor:.0f} ms of it is the "
+                "interpreter and the imports `serve` needs."
             )
     lines += ["", *verdicts, ""]
     lines.append(

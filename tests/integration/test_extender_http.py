@@ -169,6 +169,27 @@ def test_no_token_on_extender_but_reads_still_need_one(client: httpx.Client) -> 
     assert 'sits_extender_view_builds_total{result="ok"}' in metrics
 
 
+def test_a_warm_view_is_built_before_the_first_call(store: Store) -> None:
+    """With ``warm_view`` the view is built when the app is created, before any call; without,
+    nothing reads the store until the first call."""
+    from sits_observe.surfaces.service.extender import ExtenderSettings
+
+    settings = ServiceSettings(token=TOKEN, retention_interval_s=0)  # type: ignore[arg-type]
+    built = 'sits_extender_view_builds_total{result="ok"} 1.0'
+    for warm in (True, False):
+        app = create_app(
+            settings, store, clock=lambda: NOW, extender=ExtenderSettings(warm_view=warm)
+        )
+        with ServedApp(app) as c:
+            deadline = time.monotonic() + 20
+            while warm and built not in c.get("/metrics").text:
+                assert time.monotonic() < deadline, "no view built at start-up"
+                time.sleep(0.02)
+            time.sleep(0.2)
+            assert (built in c.get("/metrics").text) is warm
+            assert post(c, FILTER, args_by_name(POD_1GPU_JSON)).status_code == 200
+
+
 def test_fail_open_without_inventory(tmp_path: Path) -> None:
     with Store.open(tmp_path / "empty.duckdb") as empty, serve(empty) as c:
         result = post(c, FILTER, args_by_name(POD_4GPU_JSON)).json()

@@ -9,65 +9,80 @@ the commands' own output follows)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 
-from sits_observe.surfaces.cli import (
-    agent,
-    controller,
-    demo,
-    experiment,
-    grafana,
-    ingest,
-    report_commands,
-    serve,
-    simulate,
-    store_cmds,
-    ui,
+#: The command modules, each with ``register(app)``, in the order ``--help`` lists them.
+_MODULES = (
+    "serve",
+    "agent",
+    "demo",
+    "store_cmds",
+    "report_commands",
+    "controller",
+    "simulate",
+    "experiment",
+    "grafana",
+    "ui",
 )
+#: Long-running commands started on their own (a Deployment's or DaemonSet's entry): ``main``
+#: imports only their module, so a restarted ``serve`` answers sooner (the extender's cold
+#: start, docs/extender.md) and imports nothing of the other commands.
+_ALONE = ("serve", "agent", "controller")
+_HELP = "Observability and capacity analytics for AI GPU clusters on Kubernetes."
 
-app = typer.Typer(
-    name="sits-observe",
-    help="Observability and capacity analytics for AI GPU clusters on Kubernetes.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-ingest_app = typer.Typer(
-    help="Load samples into a DuckDB store once (files, URLs, trees).", rich_markup_mode=None
-)
-app.add_typer(ingest_app, name="ingest")
 
-ingest.register(ingest_app)
-serve.register(app)
-agent.register(app)
-demo.register(app)
-store_cmds.register(app)
-report_commands.register(app)
-controller.register(app)
-simulate.register(app)
-experiment.register(app)
-grafana.register(app)
-ui.register(app)
+def _typer(**extra: object) -> typer.Typer:
+    return typer.Typer(pretty_exceptions_enable=False, rich_markup_mode=None, **extra)  # type: ignore[arg-type]
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The ``sits-observe`` app: every command, or only the long-running one ``only``."""
+    root = _typer(name="sits-observe", help=_HELP, no_args_is_help=True)
+    if only is not None:
+
+        @root.callback()
+        def _one() -> None:
+            """Observability and capacity analytics for AI GPU clusters on Kubernetes."""
+
+        importlib.import_module(f"sits_observe.surfaces.cli.{only}").register(root)
+        return root
+    ingest_app = _typer(help="Load samples into a DuckDB store once (files, URLs, trees).")
+    root.add_typer(ingest_app, name="ingest")
+    importlib.import_module("sits_observe.surfaces.cli.ingest").register(ingest_app)
+    for name in _MODULES:
+        importlib.import_module(f"sits_observe.surfaces.cli.{name}").register(root)
+    return root
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``, every command (built on first use: tests and docs/cli.md's generator)."""
+    if name != "app":
+        raise AttributeError(name)
+    app = build_app()
+    globals()["app"] = app
+    return app
 
 
 def main() -> None:
     """Entry point of ``sits-observe``."""
-    app()
+    name = sys.argv[1] if len(sys.argv) > 1 else None
+    build_app(name if name in _ALONE else None)()
 
 
 def kubectl_app() -> typer.Typer:
     """The ``kubectl sits`` plug-in: the read commands only (one per report), reading a
     DuckDB file (``--db``) or, in a cluster, the service (``--service URL``)."""
-    plugin = typer.Typer(
+    plugin = _typer(
         name="kubectl sits",
         help="Read sits-observe reports (fleet, latency, recommend, ...) from a DuckDB file "
         "(--db) or a running sits-observe service (--service URL with a read token).",
         no_args_is_help=True,
-        pretty_exceptions_enable=False,
-        rich_markup_mode=None,
     )
+    from sits_observe.surfaces.cli import report_commands
+
     report_commands.register(plugin)
     return plugin
 

@@ -117,6 +117,11 @@ class ExtenderSettings(BaseModel):
         description="seconds a pod bound by the bind verb stays assumed in the view when no "
         "inventory snapshot shows it bound",
     )
+    warm_view: bool = Field(
+        False,
+        description="build the cluster view when the service starts, so the first call after "
+        "a restart does not wait for it (off: built on the first call)",
+    )
     scoring: ScoringSettings = Field(
         default_factory=ScoringSettings,
         description="the sits policy's weights and constants",
@@ -225,9 +230,9 @@ def register_extender(
     """Add the extender routes to ``app`` (unless disabled); returns the endpoints.
 
     ``pods`` (the Kubernetes API, in ``serve`` with ``--kubeconfig`` / ``--in-cluster``)
-    enables the bind verb. Nothing is read from the store until the first call: the view
+    enables the bind verb. Nothing is read from the store until the first call (the view
     cache builds lazily, so an app that never gets an extender call never starts the rebuild
-    thread.
+    thread) unless ``settings.warm_view`` starts the first build now.
     """
     settings = settings or ExtenderSettings()
     if not settings.enabled:
@@ -262,6 +267,8 @@ def register_extender(
         on_view_age=metrics.view_age.set,
     )
     endpoints = ExtenderEndpoints(settings, cache, metrics, handler)
+    if settings.warm_view:
+        cache.get()  # starts the first build in the background
     app.add_api_route(
         FILTER_PATH, endpoints.filter, methods=["POST"], response_model=None, name="extender_filter"
     )
