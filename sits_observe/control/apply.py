@@ -10,7 +10,9 @@ What each mode writes (docs/controller.md has the table):
   (:mod:`.combine`): a Deployment, StatefulSet, DaemonSet, Job or CronJob.
 - ``act``: as ``annotate``, and in the same patch the change itself where the API can carry
   it: the ``sits.io/memory-class`` / ``sits.io/fragmentation`` label, the
-  ``sits.io/qos-*-quota-*`` annotation, the managed ResourceQuota's ``spec.hard`` key; and for
+  ``sits.io/qos-*-quota-*`` annotation, the managed ResourceQuota's ``spec.hard`` key, a Kueue
+  ClusterQueue's or KAI Queue's GPU quota field (:mod:`.kube_queues`: a ClusterQueue is read,
+  then patched with its ``resourceVersion``); and for
   time slices (with a ConfigMap configured) the workload's entry in the ConfigMap's
   ``sits-time-slices.yaml`` key (read, modify, replace with ``resourceVersion``). Outcome
   ``applied``; recommendation-only actions (TopologyManager policy, priority class, quota
@@ -19,8 +21,8 @@ What each mode writes (docs/controller.md has the table):
   a workload's action is its own decision (``owner`` set): the change only, no
   recommendation annotation (that is on the workload).
 
-Safety: skipped decisions write nothing. Every API request sent here (PATCH, ConfigMap GET
-and PUT, Event POST), each retry included, takes one token from the
+Safety: skipped decisions write nothing. Every API request sent here (PATCH, ConfigMap and
+ClusterQueue GET, ConfigMap PUT, Event POST), each retry included, takes one token from the
 :class:`~sits_observe.control.safety.TokenBucket`: the budget bounds what the API server sees,
 not how many decisions were made. A decision starts only when the requests it sends without
 retries (or a full bucket, if it needs more) are available, else it is
@@ -48,7 +50,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import yaml
 
 from sits_observe.collectors.kube_api import MERGE_PATCH, JsonObject, KubeJson, object_path
-from sits_observe.control.kube import api_version_of, path_of, with_retries
+from sits_observe.control.kube import QUEUE_RESOURCES, api_version_of, path_of, with_retries
+from sits_observe.control.kube_queues import FIELDS, queue_patch
 from sits_observe.control.model import (
     ACTIONS,
     Action,
@@ -163,6 +166,8 @@ def writes_for(
         changes.append(
             Change(rec.ref, "quota", spec.key, _quota_quantity(rec.action, rec.proposed))
         )
+    elif spec.actuator == "queue" and rec.action in FIELDS.get(rec.ref.kind, {}):
+        changes.append(Change(rec.ref, "queue", FIELDS[rec.ref.kind][rec.action], rec.proposed))
     elif spec.actuator == "configmap":
         where = settings.time_slicing_ref()
         assert where is not None  # actuable() checked it
@@ -268,8 +273,10 @@ class Applier:
 
     def _affordable(self, by_target: dict[ObjectRef, list[Change]]) -> bool:
         """Whether the requests of one decision without retries (each write, a ConfigMap's
-        GET and PUT, the Event) fit in the bucket now; a full bucket always may start."""
-        return self.limiter.has(1 + sum(2 if t.kind == "ConfigMap" else 1 for t in by_target))
+        GET and PUT, a ClusterQueue's GET and PATCH, the Event) fit in the bucket now; a full
+        bucket always may start."""
+        reads = ("ConfigMap", "ClusterQueue")  # read, then written
+        return self.limiter.has(1 + sum(2 if t.kind in reads else 1 for t in by_target))
 
     def _write_with_retries(self, target: ObjectRef, changes: Sequence[Change]) -> _Written:
         """The object write, retried; ``attempts`` counts the tries that sent a request."""
@@ -327,12 +334,28 @@ class Applier:
         if target.kind == "ConfigMap":
             self._write_configmap(target, changes)
             return
+        if target.kind in QUEUE_RESOURCES:
+            self._write_queue(target, changes)
+            return
         self._send(
             "PATCH",
             path_of(target.kind, target.namespace, target.name),
             body=_merge_patch(changes),
             content_type=MERGE_PATCH,
         )
+
+    def _write_queue(self, target: ObjectRef, changes: Sequence[Change]) -> None:
+        """One merge patch: the annotations and the queue's GPU quota fields (a ClusterQueue
+        is read first: its quotas sit in lists, sent back whole, :func:`.queue_patch`)."""
+        path = path_of(target.kind, target.namespace, target.name)
+        body = _merge_patch(changes)
+        fields = {c.key: str(c.value) for c in changes if c.field == "queue"}
+        if fields:
+            read = self._send("GET", path) if target.kind == "ClusterQueue" else {}
+            patch = queue_patch(target.kind, read, fields)
+            body["metadata"].update(patch.get("metadata") or {})
+            body["spec"] = patch["spec"]
+        self._send("PATCH", path, body=body, content_type=MERGE_PATCH)
 
     def _write_configmap(self, target: ObjectRef, changes: Sequence[Change]) -> None:
         """Read, set our entries in our data key, replace with the read resourceVersion."""

@@ -1,10 +1,13 @@
 """The three inputs of :func:`~sits_observe.control.plan.plan`, as typed Polars frames.
 
 - :class:`Signals`: what was measured (from the store, by :mod:`.store_signals`, or
-  synthetic in tests and the benchmark), one frame per subject: nodes, pods, namespaces.
+  synthetic in tests and the benchmark), one frame per subject: nodes, pods, namespaces,
+  and scheduler queues (:mod:`.store_queues`, from the queue membership the cluster holds).
 - :class:`CurrentState`: what the cluster holds now (read by :mod:`.state`): which objects
   exist and are opted out (and, for namespaces, their selection label), the current value of
-  each action, the latest recommendation annotation, and the workload that owns each pod.
+  each action, the latest recommendation annotation, and the workload that owns each pod;
+  the Kueue / KAI queues' facts and which namespaces and pods each queue's use comes from
+  (:class:`QueueState`, read by :mod:`.kube_queues`).
 - :class:`History`: the controller's own past decisions (from the ``decisions`` table), for
   cooldowns and, in dry-run mode, to know what was already recommended.
 
@@ -15,7 +18,7 @@ did not measure. A null signal means "not measured": the rule that needs it does
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import polars as pl
@@ -59,6 +62,41 @@ NAMESPACE_SIGNALS: dict[str, pl.DataType] = {
     # The cluster's allocatable of the resource (latest node snapshot), in the same unit;
     # null = unknown (no proposal is then held under it).
     "allocatable": pl.Float64(),
+}
+
+#: One row per scheduler queue with measured use (:mod:`.rules_queues`).
+QUEUE_SIGNALS: dict[str, pl.DataType] = {
+    # ClusterQueue (Kueue) or Queue (KAI); both are cluster-scoped.
+    "kind": pl.String(),
+    "name": pl.String(),
+    # Peak of the GPUs requested by the queue's member pods per day, oldest first (GPUs).
+    "daily_peaks": pl.List(pl.Float64()),
+    # The cluster's allocatable GPUs (latest node snapshot); null = unknown.
+    "allocatable": pl.Float64(),
+}
+
+#: What the cluster says of each queue beyond its quota values (evidence, eligibility).
+QUEUE_FACTS_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "name": pl.String(),
+    # Kueue: the ClusterQueue's cohort (a borrowingLimit needs one); KAI: the parent queue.
+    "cohort": pl.String(),
+    # Kueue: the ResourceFlavor holding the queue's GPU quota; null for KAI.
+    "flavor": pl.String(),
+    # Kueue lendingLimit / KAI lendingLimit of the GPU quota (GPUs); null = none set.
+    "lending_limit": pl.Float64(),
+    # KAI overQuotaWeight of the GPU resource; null for Kueue.
+    "over_quota_weight": pl.Float64(),
+    # Namespaces whose pods count as the queue's use.
+    "member_namespaces": pl.Int64(),
+}
+
+#: Which pods' use counts as a queue's: a whole namespace (``pod`` null) or one pod.
+QUEUE_MEMBERS_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "queue": pl.String(),
+    "namespace": pl.String(),
+    "pod": pl.String(),
 }
 
 OBJECTS_SCHEMA: dict[str, pl.DataType] = {
@@ -136,6 +174,7 @@ class Signals:
     nodes: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NODE_SIGNALS))
     pods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=POD_SIGNALS))
     namespaces: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NAMESPACE_SIGNALS))
+    queues: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=QUEUE_SIGNALS))
 
     @classmethod
     def of(
@@ -145,6 +184,7 @@ class Signals:
         nodes: pl.DataFrame | None = None,
         pods: pl.DataFrame | None = None,
         namespaces: pl.DataFrame | None = None,
+        queues: pl.DataFrame | None = None,
     ) -> Signals:
         """Signals with each frame conformed (missing columns null)."""
         return cls(
@@ -152,6 +192,43 @@ class Signals:
             conform(nodes, NODE_SIGNALS),
             conform(pods, POD_SIGNALS),
             conform(namespaces, NAMESPACE_SIGNALS),
+            conform(queues, QUEUE_SIGNALS),
+        )
+
+    def with_queues(self, queues: pl.DataFrame | None) -> Signals:
+        """These signals with the queue frame replaced (conformed)."""
+        return replace(self, queues=conform(queues, QUEUE_SIGNALS))
+
+
+@dataclass(frozen=True, eq=False)
+class QueueState:
+    """The scheduler queues the cluster holds (:mod:`.kube_queues`): the queue objects and
+    their quota values in :data:`OBJECTS_SCHEMA` / :data:`VALUES_SCHEMA` form, their facts,
+    their members, and the sources that could not be read (each counted as an error)."""
+
+    objects: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OBJECTS_SCHEMA))
+    values: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=VALUES_SCHEMA))
+    facts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=QUEUE_FACTS_SCHEMA))
+    members: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=QUEUE_MEMBERS_SCHEMA))
+    errors: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        objects: pl.DataFrame | None = None,
+        values: pl.DataFrame | None = None,
+        facts: pl.DataFrame | None = None,
+        members: pl.DataFrame | None = None,
+        errors: tuple[str, ...] = (),
+    ) -> QueueState:
+        """A queue state with each frame conformed."""
+        return cls(
+            conform(objects, OBJECTS_SCHEMA),
+            conform(values, VALUES_SCHEMA),
+            conform(facts, QUEUE_FACTS_SCHEMA),
+            conform(members, QUEUE_MEMBERS_SCHEMA),
+            errors,
         )
 
 
@@ -170,6 +247,8 @@ class CurrentState:
     complete: bool = True
     #: Pod -> owning workload (:data:`OWNERS_SCHEMA`); empty offline.
     owners: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OWNERS_SCHEMA))
+    #: The scheduler queues (their objects and values are in ``objects`` / ``values`` too).
+    queues: QueueState = field(default_factory=QueueState.of)
 
     @classmethod
     def of(
@@ -188,6 +267,15 @@ class CurrentState:
             dict(time_slices or {}),
             complete,
             conform(owners, OWNERS_SCHEMA),
+        )
+
+    def with_queues(self, queues: QueueState) -> CurrentState:
+        """This state with ``queues``' objects and values added (the queues replaced)."""
+        return replace(
+            self,
+            objects=pl.concat([self.objects, queues.objects]),
+            values=pl.concat([self.values, queues.values]),
+            queues=queues,
         )
 
 

@@ -7,8 +7,9 @@ retries 409 / 429 / 5xx / unreachable with exponential backoff for a bounded num
 404 and other client errors are never retried.
 
 :data:`WORKLOAD_RESOURCES` are the owner workloads recommendation annotations of pod-level
-actions go on; :func:`path_of` is :func:`object_path` extended to them (the collectors never
-write workloads, so their paths live with the controller).
+actions go on, :data:`QUEUE_RESOURCES` the Kueue / KAI queues whose GPU quota is advised;
+:func:`path_of` is :func:`object_path` extended to them (the collectors never write
+workloads or queues, so their paths live with the controller).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sits_observe.errors import KubeApiError
 
 __all__ = [
     "MERGE_PATCH",
+    "QUEUE_RESOURCES",
     "WORKLOAD_RESOURCES",
     "JsonObject",
     "KubeJson",
@@ -46,6 +48,13 @@ WORKLOAD_RESOURCES: dict[str, tuple[str, str]] = {
 }
 
 
+#: Scheduler queue kind -> (apiVersion, plural); both cluster-scoped (:mod:`.kube_queues`).
+QUEUE_RESOURCES: dict[str, tuple[str, str]] = {
+    "ClusterQueue": ("kueue.x-k8s.io/v1beta1", "clusterqueues"),
+    "Queue": ("scheduling.run.ai/v2", "queues"),
+}
+
+
 def list_path(kind: str) -> str:
     """Cluster-wide list path of a workload kind (``/apis/apps/v1/deployments``)."""
     api_version, plural = WORKLOAD_RESOURCES[kind]
@@ -53,8 +62,11 @@ def list_path(kind: str) -> str:
 
 
 def path_of(kind: str, namespace: str | None, name: str) -> str:
-    """REST path of one object the controller writes: :func:`object_path`'s kinds and the
-    :data:`WORKLOAD_RESOURCES`."""
+    """REST path of one object the controller writes: :func:`object_path`'s kinds, the
+    :data:`WORKLOAD_RESOURCES` and the (cluster-scoped) :data:`QUEUE_RESOURCES`."""
+    if kind in QUEUE_RESOURCES:
+        api_version, plural = QUEUE_RESOURCES[kind]
+        return f"/apis/{api_version}/{plural}/{quote(name, safe='')}"
     if kind not in WORKLOAD_RESOURCES:
         return object_path(kind, namespace, name)
     if not namespace:
@@ -66,7 +78,8 @@ def path_of(kind: str, namespace: str | None, name: str) -> str:
 
 def api_version_of(kind: str) -> str:
     """The ``apiVersion`` of a kind the controller writes (an Event's ``involvedObject``)."""
-    return WORKLOAD_RESOURCES[kind][0] if kind in WORKLOAD_RESOURCES else "v1"
+    known = {**WORKLOAD_RESOURCES, **QUEUE_RESOURCES}
+    return known[kind][0] if kind in known else "v1"
 
 
 T = TypeVar("T")

@@ -5,7 +5,10 @@ pass that failed, a replica that restarted or a leader that changed simply conve
 next pass. One pass:
 
 1. renew (or try to take) the Lease; a replica that is not the leader does nothing else;
-2. read the latest signals (from the store) and the cluster's current state;
+2. read the latest signals (from the store) and the cluster's current state, then the use of
+   the Kueue / KAI queues it holds (``read_queue_signals``: their members' measured peaks);
+   a queue source the API could not list is counted
+   (``sits_controller_errors_total{where="queues"}``) and left out of the pass;
 3. ``plan()`` (timed into ``sits_controller_plan_seconds``);
 4. ``apply()`` while still the leader (each write re-checks it), record every outcome.
 
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import polars as pl
 from polars.exceptions import PanicException
 
 from sits_observe.control.apply import Applier
@@ -74,6 +78,7 @@ class ControllerLoop:
         store: Store | None = None,
         elector: LeaderElector | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        read_queue_signals: Callable[[datetime, pl.DataFrame], pl.DataFrame] | None = None,
     ) -> None:
         self.settings = settings
         self.read_signals = read_signals
@@ -84,6 +89,7 @@ class ControllerLoop:
         self.store = store
         self.elector = elector
         self.clock = clock
+        self.read_queue_signals = read_queue_signals
         self.last_plan: Plan | None = None
 
     def _is_leader(self) -> bool:
@@ -100,6 +106,11 @@ class ControllerLoop:
         try:
             signals = self.read_signals(at)
             state = self.read_state()
+            for _ in state.queues.errors:
+                self.recorder.count_error("queues")
+            if self.read_queue_signals is not None and state.queues.members.height:
+                members = state.queues.members
+                signals = signals.with_queues(self.read_queue_signals(at, members))
             history = (
                 load_history(self.store, at - HISTORY_WINDOW)
                 if self.store is not None

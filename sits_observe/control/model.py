@@ -2,8 +2,9 @@
 
 - :class:`Action` names each decision the spec asks for; :data:`ACTIONS` says, per action,
   which object it concerns, whether its value is numeric (and in which unit), and what
-  ``act`` mode changes for it (a label, an annotation, a ResourceQuota key, the time-slicing
-  ConfigMap entry, or nothing: recommendation only).
+  ``act`` mode changes for it (a label, an annotation, a ResourceQuota key, a Kueue / KAI
+  queue's GPU quota field, the time-slicing ConfigMap entry, or nothing: recommendation
+  only).
 - :class:`Recommendation` is one proposed change on one object, with its reason and evidence
   (for a pod-level action, the object is the pod's owner workload where one was resolved:
   :mod:`.combine`);
@@ -55,9 +56,12 @@ class Action(StrEnum):
     QUOTA_GPU = "quota-gpu"
     QUOTA_CPU = "quota-cpu"
     QUOTA_MEMORY = "quota-memory"
+    QUEUE_GPU_QUOTA = "queue-gpu-quota"
+    QUEUE_GPU_BORROWING_LIMIT = "queue-gpu-borrowing-limit"
+    QUEUE_GPU_LIMIT = "queue-gpu-limit"
 
 
-Actuator = Literal["label", "annotation", "quota", "configmap", "none"]
+Actuator = Literal["label", "annotation", "quota", "queue", "configmap", "none"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ class ActionSpec:
     numeric: bool
     unit: str
     #: What ``act`` mode changes: a label or annotation ``key``, a ResourceQuota ``spec.hard``
-    #: ``key``, the time-slicing ConfigMap entry (only when one is configured), or nothing.
+    #: ``key``, a queue's GPU quota field (per queue kind: :data:`.kube_queues.FIELDS`), the
+    #: time-slicing ConfigMap entry (only when one is configured), or nothing.
     actuator: Actuator
     key: str | None
     doc: str
@@ -171,8 +176,45 @@ ACTIONS: dict[Action, ActionSpec] = {
             QUOTA_MEMORY,
             "namespace memory quota from measured peaks",
         ),
+        # Queue quotas (:mod:`.rules_queues`): the rule's kind is ClusterQueue (Kueue) or Queue
+        # (KAI), both cluster-scoped.
+        ActionSpec(
+            Action.QUEUE_GPU_QUOTA,
+            "ClusterQueue",
+            True,
+            "GPUs",
+            "queue",
+            None,
+            "queue GPU quota from measured peaks: Kueue nominalQuota, KAI quota",
+        ),
+        ActionSpec(
+            Action.QUEUE_GPU_BORROWING_LIMIT,
+            "ClusterQueue",
+            True,
+            "GPUs",
+            "queue",
+            None,
+            "Kueue ClusterQueue GPU borrowingLimit (in a cohort): the peak cap above nominal",
+        ),
+        ActionSpec(
+            Action.QUEUE_GPU_LIMIT,
+            "Queue",
+            True,
+            "GPUs",
+            "queue",
+            None,
+            "KAI queue GPU limit: the peak cap",
+        ),
     )
 }
+
+#: Queue actions (:mod:`.rules_queues`) and the kinds of queue they concern.
+QUEUE_ACTIONS: tuple[Action, ...] = (
+    Action.QUEUE_GPU_QUOTA,
+    Action.QUEUE_GPU_BORROWING_LIMIT,
+    Action.QUEUE_GPU_LIMIT,
+)
+QUEUE_KINDS: tuple[str, ...] = ("ClusterQueue", "Queue")
 
 #: ResourceQuota ``spec.hard`` key -> the action that sizes it.
 QUOTA_ACTIONS: dict[str, Action] = {
@@ -185,6 +227,25 @@ QUOTA_ACTIONS: dict[str, Action] = {
 def recommendation_annotation(action: Action | str) -> str:
     """The annotation holding the latest recommendation for ``action`` (JSON)."""
     return f"{PREFIX}recommendation.{action}"
+
+
+_RECOMMENDATION_PREFIX = recommendation_annotation("")
+
+
+def recommended_values(annotations: Mapping[str, str]) -> dict[str, str]:
+    """action -> ``proposed`` of each recommendation annotation (malformed ones ignored)."""
+    found: dict[str, str] = {}
+    for key, value in annotations.items():
+        if not key.startswith(_RECOMMENDATION_PREFIX):
+            continue
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            continue
+        proposed = doc.get("proposed") if isinstance(doc, dict) else None
+        if isinstance(proposed, str):
+            found[key[len(_RECOMMENDATION_PREFIX) :]] = proposed
+    return found
 
 
 @dataclass(frozen=True)
@@ -242,7 +303,7 @@ class Change:
     """One write: set (or, with ``value`` None, remove) ``key`` of ``field`` on ``target``."""
 
     target: ObjectRef
-    field: Literal["label", "annotation", "quota", "configmap"]
+    field: Literal["label", "annotation", "quota", "queue", "configmap"]
     key: str
     value: str | None
 

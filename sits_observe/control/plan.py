@@ -11,7 +11,7 @@ Pipeline (every step vectorised over all objects at once):
    one proposal per (workload, action) (:mod:`.combine`): recommendations go on the owner
    workload.
 2. Numeric proposals are limited to ``max_step_ratio`` from the current value, clamped to the
-   hard bounds and rounded to the unit they are written in.
+   hard bounds (queue quotas: the GPU quota's) and rounded to the unit they are written in.
 3. Proposals that would change nothing are dropped and counted in :attr:`Plan.suppressed`:
    ``unchanged`` (equal to the value in effect), ``below-threshold`` (numeric change smaller
    than ``change_threshold_ratio``), ``already-recommended`` (a recommendation that cannot be
@@ -31,13 +31,21 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from sits_observe.control import rules, rules_quotas
+from sits_observe.control import rules, rules_queues, rules_quotas
 from sits_observe.control.combine import POD_ACTIONS, to_workloads, with_owner_recommendations
 from sits_observe.control.inputs import CurrentState, History, Signals
 from sits_observe.control.kube import WORKLOAD_RESOURCES
-from sits_observe.control.model import ACTIONS, ENGINE, PLAN_SCHEMA, QUOTA_ACTIONS, Action, Plan
+from sits_observe.control.model import (
+    ACTIONS,
+    ENGINE,
+    PLAN_SCHEMA,
+    QUEUE_KINDS,
+    QUOTA_ACTIONS,
+    Action,
+    Plan,
+)
 from sits_observe.control.safety import below_threshold, clamp, limit_step
-from sits_observe.control.settings import ControllerSettings, Mode, NamespaceSelection
+from sits_observe.control.settings import QUOTA_GPU, ControllerSettings, Mode, NamespaceSelection
 from sits_observe.domain.times import utc_naive
 from sits_observe.tracing import note_queue_depth, traced
 
@@ -69,6 +77,8 @@ def actuable(action: Action, kind: str, settings: ControllerSettings) -> bool:
         return False
     if spec.actuator == "quota":
         return kind == "ResourceQuota"
+    if spec.actuator == "queue":
+        return kind in QUEUE_KINDS
     if spec.actuator == "configmap":
         return settings.time_slicing_configmap is not None
     # A label or annotation the runtime reads on the object the rule is about (never the
@@ -196,6 +206,26 @@ def _quota_targets(
     )
 
 
+def _queue_targets(signals: Signals, current: CurrentState, values: pl.DataFrame) -> pl.DataFrame:
+    """Queue signals with the queue's facts (queues the cluster does not hold, or holds in a
+    form not advised, drop out) and each queue action's current / recommended value."""
+    frame = signals.queues.lazy().join(
+        current.queues.facts.lazy().unique(["kind", "name"], keep="last"),
+        on=["kind", "name"],
+        how="inner",
+    )
+    known = values.lazy().filter(pl.col("kind").is_in(QUEUE_KINDS))
+    for action, prefix in rules_queues.PREFIXES.items():
+        part = known.filter(pl.col("action") == str(action)).select(
+            "kind",
+            "name",
+            pl.col("current").alias(f"{prefix}_current"),
+            pl.col("recommended").alias(f"{prefix}_recommended"),
+        )
+        frame = frame.join(part.unique(["kind", "name"]), on=["kind", "name"], how="left")
+    return frame.collect(engine=ENGINE)
+
+
 def propose(
     signals: Signals, current: CurrentState, settings: ControllerSettings, history: History
 ) -> pl.DataFrame:
@@ -252,6 +282,7 @@ def propose(
             settings,
         ),
         rules_quotas.namespace_quotas(_quota_targets(signals, current, values, settings), settings),
+        rules_queues.queue_quotas(_queue_targets(signals, current, values), settings),
     ]
     joined = pl.concat(parts)
     if slices is not None:
@@ -293,6 +324,11 @@ def _numeric(frame: pl.DataFrame, settings: ControllerSettings) -> pl.DataFrame:
         if ACTIONS[act].actuator == "quota":
             bound = settings.quota.bounds[str(ACTIONS[act].key)]
             low[rows], high[rows] = bound.min_value, bound.max_value
+        elif ACTIONS[act].actuator == "queue":
+            # The GPU quota bounds; a borrowing limit of 0 (no borrowing) is a valid value.
+            bound = settings.quota.bounds[QUOTA_GPU]
+            floor = 0.0 if act is Action.QUEUE_GPU_BORROWING_LIMIT else bound.min_value
+            low[rows], high[rows] = floor, bound.max_value
         else:
             low[rows], high[rows] = _QOS_BOUNDS.get(act, (0.0, np.inf))
         final[rows] = rules_quotas.round_values(act, final[rows])
@@ -336,9 +372,18 @@ def plan(
     at = at or signals.at
     history = history or History.of()
     frame = _numeric(propose(signals, current, settings, history), settings)
+    if settings.rules_off:  # switched off (ablation): no recommendation, no write
+        frame = frame.filter(~pl.col("action").is_in(list(settings.rules_off)))
     is_actuable = pl.lit(False)
     for action in Action:
-        for kind in ("Pod", "Node", "ResourceQuota", "Namespace", *WORKLOAD_RESOURCES):
+        for kind in (
+            "Pod",
+            "Node",
+            "ResourceQuota",
+            "Namespace",
+            *WORKLOAD_RESOURCES,
+            *QUEUE_KINDS,
+        ):
             if actuable(action, kind, settings):
                 is_actuable = is_actuable | (
                     (pl.col("action") == str(action)) & (pl.col("kind") == kind)

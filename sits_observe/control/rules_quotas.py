@@ -12,7 +12,9 @@ ResourceQuotas sized VPA-style (see :mod:`.rules` for the conventions they share
 - Namespace quota per resource: quantile of daily peaks x (1 + margin) x VPA's confidence
   factor (1 + multiplier / days) ** exponent, never above the largest daily peak x
   ``peak_factor_max`` nor the cluster's allocatable, rounded up to whole GPUs, milli-CPU and
-  MiB (the allocatable rounded down to them, so the rounding never passes it).
+  MiB (the allocatable rounded down to them, so the rounding never passes it). The sizing
+  itself (:func:`peak_sizing`, :func:`sizing_reason`, :func:`sizing_evidence`) is shared with
+  the Kueue / KAI queue quotas of :mod:`.rules_queues`.
 """
 
 from __future__ import annotations
@@ -182,20 +184,20 @@ def confidence_factor(days: float, settings: ControllerSettings) -> float:
     return float((1.0 + q.confidence_multiplier / max(days, 1.0)) ** q.confidence_exponent)
 
 
-def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
-    """ResourceQuota proposals per (namespace, resource) from daily peaks.
+def peak_sizing(frame: pl.LazyFrame, settings: ControllerSettings, held: pl.Expr) -> pl.LazyFrame:
+    """The quota rule on ``frame``'s ``daily_peaks`` (rows without any are dropped), shared
+    by the namespace and the queue quotas (:mod:`.rules_queues`).
 
-    ``namespaces`` carries ``quota_kind`` / ``quota_name`` (where the advice goes) and the
-    ``current`` / ``recommended`` value of each row's resource there.
+    Adds ``_quantile`` (the ``percentile_ratio`` quantile of the peaks), ``_days``,
+    ``_latest``, ``_confidence`` (:func:`confidence_factor`), ``_raw`` (quantile x (1 +
+    margin) x confidence), ``_peak_cap`` (the largest peak x ``peak_factor_max``), ``_held``
+    (``held``: what the cluster holds, in the unit the value is written in; null = no limit),
+    ``_value`` (the smallest of the three) and ``_capped_by`` (which cap ``_value`` is held
+    at; null when none).
     """
     q = settings.quota
-    if "allocatable" not in namespaces.columns:
-        namespaces = namespaces.with_columns(pl.lit(None, pl.Float64()).alias("allocatable"))
-    frame = (
-        namespaces.lazy()
-        .filter(
-            pl.col("resource").is_in(list(QUOTA_ACTIONS)) & (pl.col("daily_peaks").list.len() > 0)
-        )
+    return (
+        frame.filter(pl.col("daily_peaks").list.len() > 0)
         .with_columns(
             pl.col("daily_peaks")
             .list.eval(pl.element().quantile(q.percentile_ratio, "linear"))
@@ -214,17 +216,10 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
         .with_columns(
             (pl.col("_quantile") * (1.0 + q.margin_ratio) * pl.col("_confidence")).alias("_raw"),
             (pl.col("daily_peaks").list.max() * q.peak_factor_max).alias("_peak_cap"),
+            held.alias("_held"),
         )
         # Never above the measured peak x a bounded factor, nor above what the cluster holds
         # (a quota above the allocatable can never be used up); nulls are no limit.
-        # (the allocatable rounded down to the unit the quota is written in: MiB, whole GPUs,
-        # milli-CPU, so rounding the proposal up never passes it).
-        .with_columns(
-            pl.when(pl.col("resource") == QUOTA_MEMORY)
-            .then((pl.col("allocatable") / _MIB).floor() * _MIB)
-            .otherwise(pl.col("allocatable").floor())
-            .alias("_held")
-        )
         .with_columns(pl.min_horizontal("_raw", "_peak_cap", "_held").alias("_value"))
         .with_columns(
             pl.when(pl.col("_value") >= pl.col("_raw"))
@@ -234,6 +229,62 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
             .otherwise(pl.format("the largest daily peak x {}", pl.lit(f"{q.peak_factor_max:g}")))
             .alias("_capped_by"),
         )
+    )
+
+
+def sizing_reason(action: Action, settings: ControllerSettings) -> pl.Expr:
+    """The reason of a :func:`peak_sizing` row, in ``action``'s unit."""
+    q = settings.quota
+    unit = ACTIONS[action].unit
+    return pl.concat_str(
+        pl.format(
+            "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} ({} day(s) of history)",
+            pl.lit(f"{q.percentile_ratio * 100:g}"),
+            pl.col("_days").cast(pl.Int64),
+            fmt(pl.col("_quantile"), 1),
+            pl.lit(unit),
+            pl.lit(f"{q.margin_ratio:g}"),
+            fmt(pl.col("_confidence"), 3),
+            pl.col("_days").cast(pl.Int64),
+        ),
+        pl.format(
+            "; {} {}, held at {}", fmt(pl.col("_raw"), 1), pl.lit(unit), pl.col("_capped_by")
+        ).fill_null(""),
+    )
+
+
+def sizing_evidence() -> list[pl.Expr]:
+    """The evidence of a :func:`peak_sizing` row (``recommend`` reads ``history_days``,
+    ``peak_quantile``, ``confidence_factor``, ``uncapped`` and ``capped_by``)."""
+    return [
+        pl.col("_quantile").alias("peak_quantile"),
+        pl.col("_days").alias("history_days"),
+        pl.col("_latest").alias("latest_daily_peak"),
+        pl.col("_confidence").alias("confidence_factor"),
+        pl.col("_raw").alias("uncapped"),
+        pl.col("_peak_cap").alias("peak_cap"),
+        pl.col("allocatable"),
+        pl.col("_capped_by").alias("capped_by"),
+    ]
+
+
+def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
+    """ResourceQuota proposals per (namespace, resource) from daily peaks.
+
+    ``namespaces`` carries ``quota_kind`` / ``quota_name`` (where the advice goes) and the
+    ``current`` / ``recommended`` value of each row's resource there.
+    """
+    if "allocatable" not in namespaces.columns:
+        namespaces = namespaces.with_columns(pl.lit(None, pl.Float64()).alias("allocatable"))
+    # The allocatable rounded down to the unit the quota is written in (MiB, whole GPUs,
+    # milli-CPU), so rounding the proposal up never passes it.
+    held = (
+        pl.when(pl.col("resource") == QUOTA_MEMORY)
+        .then((pl.col("allocatable") / _MIB).floor() * _MIB)
+        .otherwise(pl.col("allocatable").floor())
+    )
+    frame = peak_sizing(
+        namespaces.lazy().filter(pl.col("resource").is_in(list(QUOTA_ACTIONS))), settings, held
     )
 
     # A Namespace is cluster-scoped: advice annotated on it has no namespace.
@@ -251,36 +302,8 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
             namespace=namespace,
             proposed=pl.col("_value").ceil().cast(pl.Int64).cast(pl.String),
             value=pl.col("_value"),
-            reason=pl.concat_str(
-                pl.format(
-                    "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} "
-                    "({} day(s) of history)",
-                    pl.lit(f"{q.percentile_ratio * 100:g}"),
-                    pl.col("_days").cast(pl.Int64),
-                    fmt(pl.col("_quantile"), 1),
-                    pl.lit(ACTIONS[action].unit),
-                    pl.lit(f"{q.margin_ratio:g}"),
-                    fmt(pl.col("_confidence"), 3),
-                    pl.col("_days").cast(pl.Int64),
-                ),
-                pl.format(
-                    "; {} {}, held at {}",
-                    fmt(pl.col("_raw"), 1),
-                    pl.lit(ACTIONS[action].unit),
-                    pl.col("_capped_by"),
-                ).fill_null(""),
-            ),
-            evidence=[
-                pl.col("resource"),
-                pl.col("_quantile").alias("peak_quantile"),
-                pl.col("_days").alias("history_days"),
-                pl.col("_latest").alias("latest_daily_peak"),
-                pl.col("_confidence").alias("confidence_factor"),
-                pl.col("_raw").alias("uncapped"),
-                pl.col("_peak_cap").alias("peak_cap"),
-                pl.col("allocatable"),
-                pl.col("_capped_by").alias("capped_by"),
-            ],
+            reason=sizing_reason(action, settings),
+            evidence=[pl.col("resource"), *sizing_evidence()],
         )
         for resource, action in QUOTA_ACTIONS.items()
     ]
@@ -289,9 +312,10 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
 
 def round_values(action: Action, values: FloatArray) -> FloatArray:
     """Values in the unit the action is written in: whole GPUs, milli-CPU, MiB of quota
-    memory, whole bytes and bytes/s (quotas round up, QoS values down)."""
+    memory, whole GPUs of queue quotas, whole bytes and bytes/s (quotas round up, QoS values
+    down)."""
     if action is Action.QUOTA_MEMORY:
         return np.asarray(np.ceil(values / _MIB) * _MIB, dtype=np.float64)
-    if action in (Action.QUOTA_GPU, Action.QUOTA_CPU):
+    if action in (Action.QUOTA_GPU, Action.QUOTA_CPU) or ACTIONS[action].actuator == "queue":
         return np.asarray(np.ceil(values), dtype=np.float64)
     return np.asarray(np.floor(values), dtype=np.float64)

@@ -262,6 +262,11 @@ class ControllerSettings(BaseModel):
         le=7 * 86_400,
         description="seconds an object's value is left alone after the controller changed it",
     )
+    rules_off: tuple[str, ...] = Field(
+        (),
+        description="actions switched off: neither recommended nor applied (ablation; "
+        "repeat or comma-separate, e.g. time-slice,quota-gpu)",
+    )
     writes_per_minute: float = Field(
         60.0,
         gt=0,
@@ -330,6 +335,25 @@ class ControllerSettings(BaseModel):
         prefix, _, name = value.rpartition("/")
         if not name or len(name) > 63 or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
             raise ValueError(f"{value!r} is not a valid label or annotation key")
+        return value
+
+    @field_validator("rules_off", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        return tuple(a.strip() for item in items for a in str(item).split(",") if a.strip())
+
+    @field_validator("rules_off")
+    @classmethod
+    def _known_actions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from sits_observe.control.model import Action  # the model imports these settings
+
+        known = [str(a) for a in Action]
+        for name in value:
+            if name not in known:
+                raise ValueError(f"unknown action {name!r}; valid actions: {', '.join(known)}")
         return value
 
     @field_validator("lease_name", "lease_namespace", "event_namespace")

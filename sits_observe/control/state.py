@@ -1,21 +1,20 @@
 """Read what the cluster holds now into a :class:`~sits_observe.control.inputs.CurrentState`.
 
-One paged list each of nodes, the owner workloads (Deployments, StatefulSets, DaemonSets,
-Jobs, CronJobs: :data:`~.kube.WORKLOAD_RESOURCES`), pods, namespaces and the managed
-ResourceQuotas (field selector on the name), plus a GET of the time-slicing ConfigMap when one
-is configured. A workload kind the API server does not serve (404) is read as none. From each
-object: whether it opted out (the opt-out annotation; for a namespace also its selection
-label, ``namespace_label``), the value in effect of each action (our labels, QoS annotations,
-the pod's priority class, the quota's ``spec.hard``), and the ``proposed`` of each
-``sits.io/recommendation.<action>`` annotation; for each pod, the workload that owns it
-(:mod:`.state_owners`).
+One paged list each of nodes, the owner workloads (Deployments, StatefulSets, DaemonSets, Jobs,
+CronJobs: :data:`~.kube.WORKLOAD_RESOURCES`), pods, namespaces and the managed ResourceQuotas
+(field selector on the name), plus a GET of the time-slicing ConfigMap when one is configured,
+and the Kueue / KAI queues (:mod:`.kube_queues`). A workload kind the API server does not serve
+(404) is read as none. From each object: whether it opted out (the opt-out annotation; for a
+namespace also its selection label, ``namespace_label``), the value in effect of each action
+(our labels, QoS annotations, the pod's priority class, the quota's ``spec.hard``), and the
+``proposed`` of each ``sits.io/recommendation.<action>`` annotation; for each pod, the workload
+that owns it (:mod:`.state_owners`).
 
 Vendor JSON stays here: past this module only the frames of :mod:`.inputs` travel.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,13 +24,12 @@ import yaml
 from sits_observe.collectors.kube_api import KubeJson, object_path
 from sits_observe.control.inputs import CurrentState
 from sits_observe.control.kube import WORKLOAD_RESOURCES, list_path
-from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommendation_annotation
+from sits_observe.control.kube_queues import read_queues
+from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommended_values
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.state_owners import Workloads
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.errors import KubeApiError, ParseError
-
-_RECOMMENDATION_PREFIX = recommendation_annotation("")
 
 #: Actions whose value in effect is a label or annotation of the object, by kind.
 _MARKED = {
@@ -56,22 +54,6 @@ def _meta(item: Mapping[str, Any]) -> tuple[str | None, str, dict[str, str], dic
         {str(k): str(v) for k, v in (labels or {}).items()},
         {str(k): str(v) for k, v in (annotations or {}).items()},
     )
-
-
-def recommended_values(annotations: Mapping[str, str]) -> dict[str, str]:
-    """action -> ``proposed`` of each recommendation annotation (malformed ones ignored)."""
-    found: dict[str, str] = {}
-    for key, value in annotations.items():
-        if not key.startswith(_RECOMMENDATION_PREFIX):
-            continue
-        try:
-            doc = json.loads(value)
-        except ValueError:
-            continue
-        proposed = doc.get("proposed") if isinstance(doc, dict) else None
-        if isinstance(proposed, str):
-            found[key[len(_RECOMMENDATION_PREFIX) :]] = proposed
-    return found
 
 
 def selection(labels: Mapping[str, str], key: str) -> bool | None:
@@ -239,7 +221,7 @@ def read_state(kube: KubeJson, settings: ControllerSettings) -> CurrentState:
         query={"fieldSelector": f"metadata.name={settings.quota.quota_name}"},
     )
     _quotas(rows, quotas, settings)
-    return rows.state(_time_slices(kube, settings))
+    return rows.state(_time_slices(kube, settings)).with_queues(read_queues(kube, settings))
 
 
 def _quotas(rows: _Rows, quotas: Iterable[Mapping[str, Any]], settings: ControllerSettings) -> None:

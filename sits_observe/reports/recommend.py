@@ -5,7 +5,9 @@ object, then action; cluster-scoped objects such as nodes first):
 
 - the controller's standing plan as of the window's end (:mod:`.recommend_plan`: memory-class
   and fragmentation labels, time slices, QoS quotas, priority classes, namespace quotas held
-  under the largest daily peak x 2 and the cluster's allocatable capacity);
+  under the largest daily peak x 2 and the cluster's allocatable capacity, and, given the
+  cluster's Kueue / KAI queues (``queues``, read by the controller's adapter), their GPU
+  quota, borrowing limit and limit under the same rule);
 - the analytics' findings over the window (:mod:`.recommend_findings`): idle, oversized and
   stranded GPUs with the GPU-hours they waste, GPU memory per workload in the form its stack
   takes, and replicas at the P95 SLO per served model.
@@ -32,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits_observe.analytics.idle_gpus import IdleSettings
 from sits_observe.analytics.replicas import ReplicaSettings
 from sits_observe.analytics.rightsizing import RightsizingSettings
+from sits_observe.control.inputs import QueueState
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
@@ -66,6 +69,9 @@ class RecommendAction(StrEnum):
     QUOTA_GPU = "quota-gpu"
     QUOTA_CPU = "quota-cpu"
     QUOTA_MEMORY = "quota-memory"
+    QUEUE_GPU_QUOTA = "queue-gpu-quota"
+    QUEUE_GPU_BORROWING_LIMIT = "queue-gpu-borrowing-limit"
+    QUEUE_GPU_LIMIT = "queue-gpu-limit"
     IDLE_GPU = "idle-gpu"
     OVERSIZED_GPU = "oversized-gpu"
     STRANDED_GPU = "stranded-gpu"
@@ -118,14 +124,17 @@ def _settings(model: type[Any], query: RecommendQuery) -> Any:
     return model.model_validate(query.model_dump(include=set(model.model_fields)))
 
 
-def build(store: Store, window: Window, query: RecommendQuery) -> Report:
-    """The ``recommend`` report over ``window`` (the plan as of its last instant)."""
+def build(
+    store: Store, window: Window, query: RecommendQuery, *, queues: QueueState | None = None
+) -> Report:
+    """The ``recommend`` report over ``window`` (the plan as of its last instant); with
+    ``queues`` (:func:`sits_observe.control.kube_queues.read_queues`), their quota rows too."""
     _require_any(store, window)
     # The store's look-backs end at ``at`` inclusive; one microsecond (the TIMESTAMP
     # resolution) before ``until`` keeps to ``ts < until``.
     at = window.until - timedelta(microseconds=1)
     since = window.since or DAWN
-    rows, notes, plan, capacity = plan_rows(store, window, at, ControllerSettings())
+    rows, notes, plan, capacity = plan_rows(store, window, at, ControllerSettings(), queues=queues)
     idle, idle_notes = findings.waste(
         store, since, window.until, window.seconds, _settings(IdleSettings, query)
     )
@@ -153,7 +162,7 @@ def build(store: Store, window: Window, query: RecommendQuery) -> Report:
     facts = {
         "at": at,
         "current_from": "the store's latest inventory (node labels, pod priority classes, "
-        "GPU requests and shares)",
+        "GPU requests and shares)" + ("" if queues is None else " and the cluster's queues"),
         "suppressed": dict(plan.suppressed),
         "namespace": query.namespace,
         "action": None if query.action is None else str(query.action),

@@ -9,8 +9,8 @@ writes, the report adds:
 - ``confidence``: ``rule`` for the label, annotation and time-slice actions (a threshold rule
   over the latest measurement: the proposal follows from the measured value and the
   thresholds in the evidence, there is no statistical spread to report); for the namespace
-  quotas, the days of daily peaks behind them, on the scale every day-based row uses
-  (:func:`days_confidence`);
+  quotas and the Kueue / KAI queue quotas, the days of daily peaks behind them, on the scale
+  every day-based row uses (:func:`days_confidence`);
 - **held under a cap**: the controller's quota rule never proposes more than the largest
   daily peak x ``quota.peak_factor_max`` nor the cluster's allocatable
   (:func:`sits_observe.control.rules_quotas.namespace_quotas`, the same value ``act`` mode
@@ -27,10 +27,11 @@ from typing import Any
 import polars as pl
 
 from sits_observe.analytics.cluster_allocatable import ClusterAllocatable, cluster_allocatable
-from sits_observe.control.inputs import History
+from sits_observe.control.inputs import History, QueueState
 from sits_observe.control.model import ACTIONS, Action, Plan
 from sits_observe.control.plan import plan as make_plan
 from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.store_queues import queue_signals
 from sits_observe.control.store_signals import signals_from_store, state_from_store
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.domain.units import Unit, human
@@ -47,7 +48,13 @@ QUANTITY = {
     Action.QUOTA_MEMORY: Unit.quantity_bytes,
     Action.QUOTA_CPU: Unit.quantity_cpu,
     Action.QUOTA_GPU: Unit.integer,
+    Action.QUEUE_GPU_QUOTA: Unit.integer,
+    Action.QUEUE_GPU_BORROWING_LIMIT: Unit.integer,
+    Action.QUEUE_GPU_LIMIT: Unit.integer,
 }
+
+#: Queue rows whose value is the ceiling (the peak cap), not the sized quota.
+_CEILINGS = (Action.QUEUE_GPU_BORROWING_LIMIT, Action.QUEUE_GPU_LIMIT)
 
 #: A reason longer than this is cut at its first ``": "`` or ``" ("`` for the table.
 _SHORT_REASON = 36
@@ -79,21 +86,36 @@ def change_ratio(current: float | None, proposed: float | None) -> float | None:
 
 
 def standing_plan(
-    store: Store, settings: ControllerSettings, at: datetime, *, since: datetime | None = None
+    store: Store,
+    settings: ControllerSettings,
+    at: datetime,
+    *,
+    since: datetime | None = None,
+    queues: QueueState | None = None,
 ) -> Plan:
     """The controller's plan as of ``at`` from ``store`` (no row before ``since``), current
-    values from the store's inventory, every standing recommendation kept."""
+    values from the store's inventory (and the ``queues`` the cluster holds, when given),
+    every standing recommendation kept."""
     signals = signals_from_store(store, at, settings, since=since)
     current = state_from_store(store, at, since)
+    if queues is not None:
+        current = current.with_queues(queues)
+        members = queue_signals(store, at, settings, queues.members, since=since)
+        signals = signals.with_queues(members)
     return make_plan(signals, current, settings, History.of(), at=at, keep_recommended=True)
 
 
 def plan_rows(
-    store: Store, window: Window, at: datetime, settings: ControllerSettings
+    store: Store,
+    window: Window,
+    at: datetime,
+    settings: ControllerSettings,
+    *,
+    queues: QueueState | None = None,
 ) -> tuple[list[dict[str, Any]], list[str], Plan, ClusterAllocatable | None]:
     """The rows of the plan as of ``at`` (every row read in ``window``), the notes of quotas
     held under a cap, the plan, and the cluster's allocatable in the window."""
-    plan = standing_plan(store, settings, at.replace(tzinfo=UTC), since=window.since)
+    plan = standing_plan(store, settings, at.replace(tzinfo=UTC), since=window.since, queues=queues)
     capacity = cluster_allocatable(store, window.since or DAWN, window.until)
     rows, notes = [], []
     for r in plan.frame.filter(pl.col("skip").is_null()).iter_rows(named=True):
@@ -136,7 +158,12 @@ def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
 
 
 #: What a quota action's value counts, in a note.
-_COUNTS = {Action.QUOTA_GPU: " GPUs", Action.QUOTA_CPU: " CPU", Action.QUOTA_MEMORY: ""}
+_COUNTS = {
+    Action.QUOTA_GPU: " GPUs",
+    Action.QUOTA_CPU: " CPU",
+    Action.QUOTA_MEMORY: "",
+    Action.QUEUE_GPU_QUOTA: " GPUs",
+}
 
 
 def _cap_note(row: dict[str, Any]) -> str | None:
@@ -162,6 +189,10 @@ def short_reason(
     grows from and the factor applied; otherwise the reason up to its first detail."""
     unit = QUANTITY.get(action)
     peak, days = evidence.get("peak_quantile"), evidence.get("history_days")
+    ceiling = evidence.get("ceiling")
+    if action in _CEILINGS and isinstance(ceiling, int | float):
+        minus = " minus the quota" if action is Action.QUEUE_GPU_BORROWING_LIMIT else ""
+        return f"peak cap {ceiling:g} GPUs{minus}"
     if unit is not None and isinstance(peak, int | float) and isinstance(days, int | float):
         q = settings.quota
         factor = (1.0 + q.margin_ratio) * float(evidence.get("confidence_factor") or 1.0)

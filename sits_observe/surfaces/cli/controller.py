@@ -36,6 +36,7 @@ from sits_observe.control.loop import HISTORY_WINDOW, ControllerLoop
 from sits_observe.control.record import ControllerMetrics, StoreRecorder, load_history
 from sits_observe.control.settings import ControllerSettings, Mode
 from sits_observe.control.state import read_state
+from sits_observe.control.store_queues import queue_signals
 from sits_observe.control.store_signals import SignalMetrics, signals_from_store
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
@@ -89,6 +90,7 @@ def build_loop(
         settings=settings,
         read_signals=lambda at: signals_from_store(store, at, settings, metrics=signal_metrics),
         read_state=lambda: read_state(kube, settings),
+        read_queue_signals=lambda at, members: queue_signals(store, at, settings, members),
         applier=applier,
         recorder=recorder,
         metrics=metrics,

@@ -40,6 +40,7 @@ from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop
 from tests.integration.control.conftest import FakeClock, seed, seed_workloads
 from tests.integration.control.signals import cluster_signals, workload_signals
+from tests.unit.control.queue_objects import cluster_queue, kai_pod, kai_queue, local_queue
 
 pytestmark = pytest.mark.k8s
 
@@ -60,7 +61,8 @@ MODELS = {
     "RoleBinding": "V1RoleBinding",
 }
 _PATH = re.compile(
-    r"^/apis?/(?:(?P<group>[^/]+)/)?v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)"
+    r"^/apis?/(?:(?P<group>[^/]+)/)?v[0-9]+(?:(?:alpha|beta)[0-9]+)?"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)"
     r"(?:/(?P<name>[^/?]+))?$"
 )
 Request = tuple[str, str, str, str | None, str | None]  # verb, group, resource, namespace, name
@@ -90,6 +92,19 @@ class Recording(KubeJson):
                 "POST": "create", "DELETE": "delete"}[method]  # fmt: skip
         self.seen.add((verb, group or "", match["resource"], match["ns"], name))
         return super().request(method, path, **kw)
+
+
+def install_queues(kube: KubeJson) -> None:
+    """A Kueue ClusterQueue with a LocalQueue and a KAI Queue with a labelled pod."""
+    kueue = "/apis/kueue.x-k8s.io/v1beta1"
+    kube.request("POST", f"{kueue}/clusterqueues", body=cluster_queue("team-a"))
+    kube.request(
+        "POST",
+        f"{kueue}/namespaces/team/localqueues",
+        body=local_queue("team", "default", "team-a"),
+    )
+    kube.request("POST", "/apis/scheduling.run.ai/v2/queues", body=kai_queue("research"))
+    kube.request("POST", "/api/v1/namespaces/lab/pods", body=kai_pod("lab", "r-0", "research"))
 
 
 def documents(*paths: Path) -> list[dict[str, Any]]:
@@ -179,8 +194,8 @@ def test_dry_run_needs_only_the_dry_run_file_for_serve_and_for_the_controller(
     assert loop.run_once().error is None  # get + update the Lease
     assert loop.elector is not None
     loop.elector.release()
-    # The owner workloads are listed whether any exist or not (the emulator serves no
-    # DaemonSets or CronJobs until one is created: 404, read as none).
+    # The owner workloads and the queues are listed whether any exist or not (the emulator
+    # serves no DaemonSets, CronJobs or queue CRDs until one is created: 404, read as none).
     assert {r[2] for r in recording.seen} == {
         "leases",
         "nodes",
@@ -188,6 +203,7 @@ def test_dry_run_needs_only_the_dry_run_file_for_serve_and_for_the_controller(
         "namespaces",
         "resourcequotas",
         *("deployments", "statefulsets", "daemonsets", "jobs", "cronjobs"),
+        *("clusterqueues", "localqueues", "queues"),
     }
     dry_run = documents(DRY_RUN)
     for account, files in ((SERVICE_ACCOUNT, [SERVICE, DRY_RUN]), (CONTROLLER, [DRY_RUN])):
@@ -208,6 +224,7 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "lab"}})
     # Pods of each workload kind: their recommendations are patched onto the workloads.
     seed_workloads(kube, "apps")
+    install_queues(kube)
     recording = Recording(kube)
     settings = ControllerSettings(
         mode="act", time_slicing_configmap="gpu-operator/time-slicing-config"
@@ -232,6 +249,14 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
             [signals.pods, workload_signals(signals.at, ["apps"]).pods], how="diagonal_relaxed"
         ),
         namespaces=pl.concat([signals.namespaces, extra], how="diagonal"),
+        queues=pl.DataFrame(
+            {
+                "kind": ["ClusterQueue", "Queue"],
+                "name": ["team-a", "research"],
+                "daily_peaks": [[4.0] * 7 + [6.0], [10.0]],
+                "allocatable": [64.0, 64.0],
+            }
+        ),
     )
     decisions = plan(signals, state, settings, at=clock())
     Applier(recording, settings, recorder, limiter=TokenBucket(1000, 1000),
@@ -248,11 +273,26 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
         *(("list", g, r) for g, r in WORKLOADS),
         *(("patch", g, r) for g, r in WORKLOADS),
     }
+    # Both queues' quotas were written: a ClusterQueue read then patched, a KAI Queue patched.
+    queue_requests = {r for r in recording.seen if r[2] in ("clusterqueues", "queues")}
+    assert {r for r in queue_requests if r[0] != "list"} == {
+        ("get", "kueue.x-k8s.io", "clusterqueues", None, "team-a"),
+        ("patch", "kueue.x-k8s.io", "clusterqueues", None, "team-a"),
+        ("patch", "scheduling.run.ai", "queues", None, "research"),
+    }
     # The write file holds exactly the object writes; the time-slicing file that ConfigMap.
     assert granted(documents(WRITE)) == {
         ("patch", r)
-        for r in ("nodes", "pods", "namespaces", "resourcequotas", *(r for _, r in WORKLOADS))
-    } | {("create", "events")}
+        for r in (
+            "nodes",
+            "pods",
+            "namespaces",
+            "resourcequotas",
+            *(r for _, r in WORKLOADS),
+            "clusterqueues",
+            "queues",
+        )
+    } | {("create", "events"), ("get", "clusterqueues")}
     assert granted(documents(TIME_SLICING)) == {("get", "configmaps"), ("update", "configmaps")}
 
 

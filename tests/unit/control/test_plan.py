@@ -301,3 +301,15 @@ def test_quota_actions_cover_every_quota_resource() -> None:
     from sits_observe.control.settings import QUOTA_RESOURCES
 
     assert set(QUOTA_ACTIONS) == set(QUOTA_RESOURCES)
+
+
+def test_a_rule_switched_off_gives_no_decision() -> None:
+    """``rules_off`` (the experiment's ablation arms): the action is neither recommended nor
+    applied, and the other rules are untouched; an unknown name is refused."""
+    signals = Signals.of(AT, nodes=one_node(0.8).nodes, pods=one_pod().pods)
+    current = state([NODE, POD])
+    assert set(actions(plan(signals, current, act()))) == {"fragmentation", "memory-class"}
+    kept = actions(plan(signals, current, act(rules_off="memory-class,time-slice")))
+    assert set(kept) == {"fragmentation"}
+    with pytest.raises(ValueError, match="unknown action 'memry-class'"):
+        act(rules_off=["memry-class"])
