@@ -16,15 +16,14 @@ How each input is measured (docs/analytics/workloads.md has the full story):
   move NVLink traffic), else 0; the input is the mean over the window. A product without
   NVLink (L4, L40S ...) has conflict 0; an unknown product or absent NVLink counters make the
   input missing.
-- NUMA miss ratio: no collector reads it yet (``numa_miss / (numa_hit + numa_miss)`` from
-  ``/sys/devices/system/node/node*/numastat`` would be the source); callers may pass it per
-  node, otherwise it is reported missing.
+- NUMA miss ratio: per node, passed in by the caller; measured from ``numastat`` counters by
+  :mod:`sits_observe.analytics.numa` (delta ``numa_miss`` / delta (``numa_hit`` +
+  ``numa_miss``)), otherwise it is reported missing.
 
 A missing input contributes 0 to the score and is named in ``missing_inputs``; a
 recommendation made on partial data says so. Sync delays are an input series per node (time
-order): nothing measures them today (they would come from the workload's collective /
-synchronisation timings, e.g. NCCL or tracing spans), so the fallback only fires when a caller
-supplies them.
+order), passed in by the caller (measured: the ``sync_delays`` table,
+:func:`sits_observe.analytics.numa.sync_delays_by_node`); without them the fallback cannot fire.
 """
 
 from __future__ import annotations

@@ -87,13 +87,24 @@ class ScoringSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     fragmentation_weight: float = Field(
-        0.5, ge=0, le=1, description="weight of the FGD fragmentation-descent term (0-1)"
+        0.5,
+        ge=0,
+        le=1,
+        description="weight of the FGD fragmentation-descent term (0-1; ranked mode: 0 leaves the "
+        "term out)",
     )
     memory_fit_weight: float = Field(
-        0.3, ge=0, le=1, description="weight of the free-memory / topology term (0-1)"
+        0.3,
+        ge=0,
+        le=1,
+        description="weight of the free-memory / topology term (0-1; ranked mode: 0 leaves the "
+        "term out)",
     )
     interference_weight: float = Field(
-        0.2, ge=0, le=1, description="weight of the low-interference term (0-1)"
+        0.2,
+        ge=0,
+        le=1,
+        description="weight of the low-interference term (0-1; ranked mode: 0 leaves the term out)",
     )
     headroom_cap_ratio: float = Field(
         2.0, ge=1, le=100, description="free memory / need ratio above which fit stops growing"
@@ -398,10 +409,13 @@ def prioritize(
     quiet = 1.0 - interference
     points = np.where(np.isnan(delta), 50, fgd_score(np.nan_to_num(delta))).astype(np.int64)
     if settings.score_mode == "ranked":
+        # The weights do not blend ranked levels; a weight of 0 leaves its term out (ablation).
+        penalty = settings.interference_penalty_points if settings.interference_weight > 0 else 0
+        fgd_points = points if settings.fragmentation_weight > 0 else np.zeros_like(points)
+        fit_levels = settings.fit_levels if settings.memory_fit_weight > 0 else 0
         keys = RankKeys(
-            points=points
-            - np.rint(settings.interference_penalty_points * interference).astype(np.int64),
-            fit=np.rint(fit * settings.fit_levels).astype(np.int64),
+            points=fgd_points - np.rint(penalty * interference).astype(np.int64),
+            fit=np.rint(fit * fit_levels).astype(np.int64),
             in_use=_take(_in_use(view), r, known, False) if settings.keep_idle_nodes else None,
             tie_rank=_take(view.tie_rank, r, known, 0),
         )

@@ -7,7 +7,10 @@ Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recompu
   0.35 NVLink conflict + 0.25 NUMA miss), computed a few nodes at a time so the rebuild
   thread yields the GIL to request handlers between chunks;
 - each workload's measured GPU memory need: the largest per-GPU ``fb_used_bytes`` of its
-  pods in the window (the latest ``pods`` snapshot names the pods' workloads).
+  pods in the window (the latest ``pods`` snapshot names the pods' workloads);
+- the measured inputs behind them: each node's NUMA miss ratio (``numa_samples``,
+  :mod:`sits_observe.analytics.numa`) enters its interference score, and its latest GPU
+  topology read in the window (:mod:`sits_observe.analytics.topology`) the distance term.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
 import polars as pl
 
 from sits_observe.analytics.interference import interference_report, load_gpu_samples
+from sits_observe.analytics.numa import load_numa_samples, numa_miss_ratios
 from sits_observe.analytics.settings import InterferenceSettings
+from sits_observe.analytics.topology import NodeTopology, load_node_topology
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
 
@@ -34,6 +39,7 @@ class SlowSignals:
     at: datetime
     interference_ratio: Mapping[str, float]
     workload_need_bytes: Mapping[tuple[str, str], int]
+    topology: Mapping[str, NodeTopology] = field(default_factory=dict)
 
 
 def slow_signals(
@@ -46,7 +52,8 @@ def slow_signals(
 ) -> SlowSignals:
     """Interference per node and measured memory need per workload over ``window_s``."""
     since = utc_naive(now) - timedelta(seconds=window_s)
-    scores = node_interference(load_gpu_samples(store, since), chunk_nodes, interference)
+    numa = numa_miss_ratios(load_numa_samples(store, since))
+    scores = node_interference(load_gpu_samples(store, since), chunk_nodes, interference, numa)
     pods_at = store.scalar("SELECT max(ts) FROM pods")
     needs: dict[tuple[str, str], int] = {}
     if pods_at is not None:
@@ -58,11 +65,14 @@ def slow_signals(
             [pods_at, since],
         ).to_pylist()
         needs = {(str(r["namespace"]), str(r["workload"])): int(r["need"]) for r in rows}
-    return SlowSignals(now, scores, needs)
+    return SlowSignals(now, scores, needs, load_node_topology(store, since))
 
 
 def node_interference(
-    samples: pl.DataFrame, chunk_nodes: int, interference: InterferenceSettings
+    samples: pl.DataFrame,
+    chunk_nodes: int,
+    interference: InterferenceSettings,
+    numa_miss_ratio: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Node interference scores, computed a few nodes at a time.
 
@@ -79,7 +89,9 @@ def node_interference(
     bounds = [*starts[::chunk_nodes].tolist(), ordered.height]
     scores: dict[str, float] = {}
     for lo, hi in itertools.pairwise(bounds):
-        report = interference_report(ordered.slice(lo, hi - lo), interference)
+        report = interference_report(
+            ordered.slice(lo, hi - lo), interference, numa_miss_ratio=numa_miss_ratio
+        )
         scores.update({n.node: n.score.score for n in report.nodes if n.node is not None})
         time.sleep(0)  # let a waiting request handler take the GIL
     return scores

@@ -18,8 +18,9 @@ What a view holds, per node row (rows in the order of the FGD cluster state):
   their cumulative sums, and the per-GPU total. A node without samples falls back to its
   ``nvidia.com/gpu.memory`` label for its unallocated GPUs, else its memory is unknown;
 - topology: NVLink or PCIe-only (label ``sits.io/gpu-interconnect`` = ``nvlink`` | ``pcie``,
-  else the product's NVLink capacity in the interference settings' link table, unknown
-  products count as PCIe), and GPUs per NUMA node (label ``sits.io/gpus-per-numa``, else half
+  else the node's measured topology, :mod:`sits_observe.analytics.topology`, else the
+  product's NVLink capacity in the interference settings' link table, unknown products count
+  as PCIe), and GPUs per NUMA node (label ``sits.io/gpus-per-numa``, else measured, else half
   the GPUs on nodes with 4 or more, else all);
 - slow signals, recomputed every ``slow_refresh_s`` over ``slow_window_s``: the node
   interference score (:mod:`sits_observe.analytics.interference`) and each workload's measured
@@ -48,6 +49,7 @@ from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
+from sits_observe.analytics.topology import NodeTopology
 from sits_observe.control.extender_nodes import bound_pods, gpu_uuids_by_index, tie_rank
 from sits_observe.control.extender_slow import SlowSignals, slow_signals
 from sits_observe.domain.times import utc_naive
@@ -290,7 +292,7 @@ def build_view(
     interference = np.array(
         [slow.interference_ratio.get(n, np.nan) for n in state.node_names], dtype=np.float64
     )
-    nvlink, per_numa = _topology(inventory, memory.physical, settings.interference)
+    nvlink, per_numa = _topology(inventory, memory.physical, settings.interference, slow.topology)
     return ClusterView(
         built_at=now,
         inventory=inventory,
@@ -461,7 +463,10 @@ def _floats(column: pa.ChunkedArray) -> FloatArray:
 
 
 def _topology(
-    inventory: Inventory, physical: IntArray, interference: InterferenceSettings
+    inventory: Inventory,
+    physical: IntArray,
+    interference: InterferenceSettings,
+    measured: Mapping[str, NodeTopology],
 ) -> tuple[BoolArray, IntArray]:
     state = inventory.state
     model_nvlink = []
@@ -470,6 +475,13 @@ def _topology(
         model_nvlink.append(link is not None and link.nvlink_bytes_per_s > 0)
     nvlink = np.array([*model_nvlink, False], dtype=np.bool_)[state.gpu_model_id]
     per_numa = np.where(physical >= 4, physical // 2, np.maximum(physical, 1)).astype(np.int64)
+    for name, topology in measured.items():  # measured beats the product table, labels beat both
+        if (i := _state_index(state, name)) is None:
+            continue
+        if topology.nvlink is not None:
+            nvlink[i] = topology.nvlink
+        if topology.gpus_per_numa is not None:
+            per_numa[i] = topology.gpus_per_numa
     for name, is_nvlink in inventory.interconnect.items():
         if (i := _state_index(state, name)) is not None:
             nvlink[i] = is_nvlink

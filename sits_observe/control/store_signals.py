@@ -10,8 +10,10 @@ the interference report); the rest is plain SQL over the sample tables:
   over the live cluster (:func:`~sits_observe.analytics.fgd_live.live_cluster`); 0 for a node
   with no idle GPU; null when the store has no inventory to build it from;
 - ``interference_score``: :func:`~sits_observe.analytics.interference.interference_report`
-  over ``window_s`` of ``gpu_samples``; sync delays are not measured yet, so the best-effort
-  fallback never fires from the store;
+  over ``window_s`` of ``gpu_samples``, with the node's measured NUMA miss ratio
+  (``numa_samples``, :mod:`sits_observe.analytics.numa`) where the store has one;
+  ``sync_delay_breached``: the SPEC's consecutive slow syncs among the node's ``sync_delays``
+  of ``window_s`` (null for a node without any);
 - ``peak_gpu_memory_bytes``: the largest ``fb_used_bytes`` of a GPU attributed to the pod over
   ``peak_window_s`` (dcgm-exporter's pod labels), else the largest per-pod sum of
   ``gpu_processes.used_memory_bytes`` (NVML);
@@ -53,7 +55,12 @@ from sits_observe.analytics.elastic import elastic_inputs, load_elastic_samples,
 from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.fgd_workload import typical_pods
-from sits_observe.analytics.interference import interference_report, load_gpu_samples
+from sits_observe.analytics.interference import (
+    interference_report,
+    load_gpu_samples,
+    sync_delay_breached,
+)
+from sits_observe.analytics.numa import measured_inputs
 from sits_observe.control.inputs import CurrentState, Signals
 from sits_observe.control.model import ACTIONS, Action
 from sits_observe.control.settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY, ControllerSettings
@@ -115,6 +122,7 @@ _INTERFERENCE_SCHEMA = {
     "node": pl.String(),
     "interference_score": pl.Float64(),
     "interference_partial": pl.Boolean(),
+    "sync_delay_breached": pl.Boolean(),
 }
 
 
@@ -168,13 +176,27 @@ def _interference(
     window: StoreSignalSettings,
     since: datetime | None = None,
 ) -> pl.DataFrame:
-    samples = load_gpu_samples(store, _start(at, window.window_s, since), at)
-    report = interference_report(samples, settings.interference)
+    start = _start(at, window.window_s, since)
+    samples = load_gpu_samples(store, start, at)
+    measured = measured_inputs(store, start, at)
+    report = interference_report(
+        samples,
+        settings.interference,
+        numa_miss_ratio=measured.numa_miss_ratio,
+        sync_delays_s=measured.sync_delays_s,
+    )
+    scores = {n.node: n.score for n in report.nodes if n.node is not None}
+    delays = measured.sync_delays_s
+    names = sorted(scores.keys() | delays.keys())
     return pl.DataFrame(
         {
-            "node": [n.node for n in report.nodes],
-            "interference_score": [n.score.score for n in report.nodes],
-            "interference_partial": [n.score.partial for n in report.nodes],
+            "node": names,
+            "interference_score": [scores[n].score if n in scores else None for n in names],
+            "interference_partial": [scores[n].partial if n in scores else None for n in names],
+            "sync_delay_breached": [
+                sync_delay_breached(delays[n], settings.interference) if n in delays else None
+                for n in names
+            ],
         },
         schema=_INTERFERENCE_SCHEMA,
     )

@@ -138,6 +138,31 @@ RULES: dict[str, tuple[Bound, ...]] = {
         ),
     ),
     "collector_drops": (_TS, Bound("count", 0.0, _INT64_MAX, required=True)),
+    "numa_samples": (
+        _TS,
+        Bound("numa_node", 0.0, 1023.0),
+        *_nonneg(
+            "numa_hit_pages_total",
+            "numa_miss_pages_total",
+            "numa_foreign_pages_total",
+            "interleave_hit_pages_total",
+            "local_node_pages_total",
+            "other_node_pages_total",
+        ),
+    ),
+    "container_numa_samples": (
+        _TS,
+        Bound("numa_node", 0.0, 1023.0),
+        *_nonneg("anon_bytes", "file_bytes"),
+    ),
+    "gpu_topology": (
+        _TS,
+        Bound("gpu_index", 0.0, 1023.0),
+        Bound("numa_node", 0.0, 1023.0),
+        *_nonneg("nvlink_links_active", "nvlink_links_total"),
+    ),
+    "gpu_links": (_TS,),
+    "sync_delays": (_TS, Bound("delay_s", 0.0, None, required=True)),
 }
 
 

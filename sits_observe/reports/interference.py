@@ -3,16 +3,20 @@ policy each node should get.
 
 score = 0.4 x GPU-bandwidth utilisation + 0.35 x NVLink conflict + 0.25 x NUMA miss ratio,
 each 0-1, over the ``gpu_samples`` of the window; above 0.65 -> ``single-numa-node``, three
-consecutive sync delays above 80 ms -> ``best-effort`` (docs/analytics/workloads.md). Nothing
-collects NUMA misses or sync delays yet: ``numa_miss`` and ``sync_delays`` supply them per node.
+consecutive sync delays above 80 ms -> ``best-effort`` (docs/analytics/workloads.md). The NUMA
+miss ratio and the sync delays are measured from the store's ``numa_samples`` and
+``sync_delays`` (the ``numa`` and ``sync_delay`` collectors, docs/collectors/topology.md);
+``numa_miss`` and ``sync_delays`` give a node's value by hand, and win over the measured one.
 
-The samples come from the store or, with ``--promql-url``, from a Prometheus-compatible store
-(docs/scaling.md); both give the same rows, so both give the same answer.
+The GPU samples come from the store or, with ``--promql-url``, from a Prometheus-compatible
+store (docs/scaling.md); both give the same rows, so both give the same answer. A PromQL store
+holds no NUMA counters or sync delays, so there only the hand-given values count.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -32,6 +36,7 @@ from sits_observe.analytics.interference import (
     interference_report,
     load_gpu_samples,
 )
+from sits_observe.analytics.numa import MeasuredInputs, measured_inputs
 from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
@@ -74,12 +79,13 @@ class InterferenceQuery(InterferenceSettings):
 
     node: str | None = Field(None, description="one node only")
     numa_miss: tuple[str, ...] = Field(
-        (), description="NODE=RATIO: a node's NUMA miss ratio (0-1); nothing collects it yet"
+        (),
+        description="NODE=RATIO: a node's NUMA miss ratio (0-1), instead of the measured one",
     )
     sync_delays: tuple[str, ...] = Field(
         (),
-        description="NODE=MS,MS,...: a node's sync delays in time order, milliseconds; "
-        "nothing measures them yet",
+        description="NODE=MS,MS,...: a node's sync delays in time order, milliseconds, "
+        "instead of the measured ones",
     )
     level: InterferenceLevel = Field(
         InterferenceLevel.node,
@@ -131,6 +137,9 @@ _NODE = (
     col("hottest_gpu", "hottest GPU", wide=True),
     col("hottest_gpu_uuid", "hottest UUID", wide=True),
     col("sync_delays_seen", "syncs", Unit.integer, wide=True),
+    col("numa_miss_from", "NUMA miss from", wide=True),
+    col("numa_local_share_ratio", "NUMA-local memory", Unit.ratio, wide=True),
+    col("sync_delays_from", "syncs from", wide=True),
     col("missing_inputs", "missing", wide=True),
     col("reason", "reason", wide=True),
 )
@@ -154,7 +163,8 @@ def build(store: Store, window: Window, query: InterferenceQuery) -> Report:
     """The ``interference`` report over ``window`` of the store's ``gpu_samples``."""
     require_rows(store, window, "gpu_samples", FILLED_BY)
     samples = load_gpu_samples(store, window.since, window.until, node=query.node)
-    return _report(window, samples, gpu_labels(store, window), query)
+    measured = measured_inputs(store, window.since, window.until, node=query.node)
+    return _report(window, samples, gpu_labels(store, window), query, measured)
 
 
 def build_promql(reader: PromQLReader, window: Window, query: InterferenceQuery) -> Report:
@@ -171,7 +181,7 @@ def build_promql(reader: PromQLReader, window: Window, query: InterferenceQuery)
     frame = pl.DataFrame(table.select(list(SAMPLE_COLUMNS)))
     if query.node is not None:
         frame = frame.filter(pl.col("node") == query.node)
-    return _report(window, frame, _labels_of(table), query)
+    return _report(window, frame, _labels_of(table), query, MeasuredInputs({}, {}))
 
 
 def _labels_of(table: pa.Table) -> Mapping[str, str]:
@@ -190,22 +200,34 @@ def _labels_of(table: pa.Table) -> Mapping[str, str]:
 
 
 def _report(
-    window: Window, samples: pl.DataFrame, labels: Mapping[str, str], query: InterferenceQuery
+    window: Window,
+    samples: pl.DataFrame,
+    labels: Mapping[str, str],
+    query: InterferenceQuery,
+    measured: MeasuredInputs,
 ) -> Report:
     if samples.height == 0:
         raise NoDataError(
             f"no gpu_samples rows of node {query.node} in the window {window.describe()}"
         )
+    given_numa, given_delays = query.numa_miss_ratio(), query.sync_delays_s()
+    sources = _Sources(
+        numa={n: "given" for n in given_numa}
+        | {n: "measured" for n in measured.numa_miss_ratio.keys() - given_numa.keys()},
+        delays={n: "given" for n in given_delays}
+        | {n: "measured" for n in measured.sync_delays_s.keys() - given_delays.keys()},
+        local_share=measured.local_share_ratio,
+    )
     result = interference_report(
         samples,
         query,
-        numa_miss_ratio=query.numa_miss_ratio(),
-        sync_delays_s=query.sync_delays_s(),
+        numa_miss_ratio={**measured.numa_miss_ratio, **given_numa},
+        sync_delays_s={**measured.sync_delays_s, **given_delays},
     )
     nodes = table_of(
         "nodes",
         "interference per node",
-        [_node_row(n, labels) for n in result.nodes],
+        [_node_row(n, labels, sources) for n in result.nodes],
         _NODE,
     )
     gpus = table_of(
@@ -222,7 +244,18 @@ def _report(
         "nvlink_conflict_scope": query.nvlink_conflict_scope.value,
         "node": query.node,
     }
-    return Report("interference", window, main, (other,), tuple(_notes(result, query)), facts)
+    notes = tuple(_notes(result, sources))
+    return Report("interference", window, main, (other,), notes, facts)
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """Per node, where its NUMA miss ratio and sync delays came from (measured or given), and
+    the measured mean share of its containers' memory on their fullest NUMA node."""
+
+    numa: dict[str, str]
+    delays: dict[str, str]
+    local_share: dict[str, float]
 
 
 def _score_fields(score: InterferenceScore) -> dict[str, Any]:
@@ -235,7 +268,8 @@ def _score_fields(score: InterferenceScore) -> dict[str, Any]:
     }
 
 
-def _node_row(n: NodeInterference, labels: Mapping[str, str]) -> dict[str, Any]:
+def _node_row(n: NodeInterference, labels: Mapping[str, str], sources: _Sources) -> dict[str, Any]:
+    key = n.node or ""
     return {
         "node": n.node,
         "gpus": n.gpus,
@@ -244,6 +278,9 @@ def _node_row(n: NodeInterference, labels: Mapping[str, str]) -> dict[str, Any]:
         "hottest_gpu": labels.get(n.hottest_gpu_uuid, n.hottest_gpu_uuid),
         "hottest_gpu_uuid": n.hottest_gpu_uuid,
         "sync_delays_seen": n.sync_delays_seen,
+        "numa_miss_from": sources.numa.get(key),
+        "numa_local_share_ratio": sources.local_share.get(key),
+        "sync_delays_from": sources.delays.get(key),
         "recommendation": n.recommendation.policy,
         "advice": n.recommendation.policy or "no change",
         "partial_data": n.recommendation.partial_data,
@@ -267,7 +304,7 @@ def _gpu_row(g: GpuInterference, labels: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _notes(result: InterferenceReport, query: InterferenceQuery) -> list[str]:
+def _notes(result: InterferenceReport, sources: _Sources) -> list[str]:
     notes: list[str] = []
     for name in (BANDWIDTH, NVLINK, NUMA):
         nodes = sum(name in n.score.missing_inputs for n in result.nodes)
@@ -276,8 +313,11 @@ def _notes(result: InterferenceReport, query: InterferenceQuery) -> list[str]:
                 f"{name} not measured on {nodes} of {len(result.nodes)} node(s): counted as 0, "
                 "so their scores are lower bounds (the reason column, -o wide)"
             )
-    if not query.sync_delays:
-        notes.append("no sync delays given (--sync-delays): the best-effort fallback cannot fire")
+    if not sources.delays:
+        notes.append(
+            "no sync delays measured (sync_delays, the sync_delay collector) or given "
+            "(--sync-delays): the best-effort fallback cannot fire"
+        )
     return notes
 
 

@@ -26,6 +26,7 @@ from types import FrameType, ModuleType
 from typing import Any, cast
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.collectors.agent.settings import AgentSettings
 from sits_observe.domain.collect import Collector
@@ -41,10 +42,35 @@ TOKEN_ENV = "SITS_TOKEN"
 NODE_ENV = "NODE_NAME"
 DEFAULT_SPOOL_DIR = Path("/var/lib/sits-observe/spool")
 
+
+class TopologyFlags(BaseModel):
+    """The topology and NUMA collectors' settings (docs/collectors/topology.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sys_root: Path | None = Field(
+        None,
+        description="host /sys to read NUMA counters from (with --cgroup-root also each "
+        "container's memory.numa_stat), e.g. /sys",
+    )
+    topology: bool = Field(False, description="read the GPU topology through NVML every 300 s")
+    sync_delay_url: str | None = Field(
+        None, description="/metrics URL of the series holding collective sync delays"
+    )
+    sync_delay_metric: str | None = Field(
+        None,
+        description="name of that series: a gauge (one delay a sample) or a histogram / summary",
+    )
+    sync_delay_scale_s: float = Field(
+        1.0, gt=0, le=3600, description="seconds per unit of the series (0.001 for ms)"
+    )
+
+
 #: The agent's settings flags (defaults, bounds and help from the models).
 AGENT = SettingFlags(AgentSettings, panel="Collection, delivery and spool")
 METRICS = SettingFlags(MetricsEndpointSettings, panel="Process")
 LOG = SettingFlags(LogSettings, panel="Process")
+TOPOLOGY = SettingFlags(TopologyFlags, panel="Topology, NUMA and sync delays")
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +78,7 @@ def register(app: typer.Typer) -> None:
     app.command("agent", cls=SectionedCommand)(agent)
 
 
-@with_flags(AGENT, METRICS, LOG)
+@with_flags(AGENT, METRICS, TOPOLOGY, LOG)
 def agent(
     *,
     service: str = typer.Option(..., "--service", help="service base URL, e.g. http://sits:8080"),
@@ -98,6 +124,7 @@ def agent(
                 nvml,
                 vllm_url,
                 cgroup_slow_every=settings.cgroup_slow_every,
+                topology=TOPOLOGY.validate(flags, what="agent"),
             ),
             spool_dir=spool_dir,
             metrics=endpoint,
@@ -244,6 +271,7 @@ def collector_factories(
     vllm_urls: list[str],
     *,
     cgroup_slow_every: int = 1,
+    topology: TopologyFlags | None = None,
 ) -> list[Callable[[Any], Collector]]:
     """One factory per collector the flags ask for; each takes the shared scrape client.
 
@@ -271,9 +299,42 @@ def collector_factories(
     for url in vllm_urls:
         vllm = _collector_class("sits_observe.collectors.vllm", "VllmCollector")
         factories.append(_factory(vllm, url, node=node, with_client=True))
+    if topology is not None:
+        factories += _topology_factories(node, cgroup_root, topology)
     if not factories:
         raise ConfigError(
-            "no collectors: give --dcgm-url, --cgroup-root, --nvml or --vllm-url at least once"
+            "no collectors: give --dcgm-url, --cgroup-root, --nvml, --vllm-url, --sys-root, "
+            "--topology or --sync-delay-url at least once"
+        )
+    return factories
+
+
+def _topology_factories(
+    node: str, cgroup_root: Path | None, flags: TopologyFlags
+) -> list[Callable[[Any], Collector]]:
+    factories: list[Callable[[Any], Collector]] = []
+    if flags.sys_root is not None:
+        numa = _collector_class("sits_observe.collectors.numa", "NumaCollector")
+        factories.append(
+            _factory(numa, node=node, sys_root=flags.sys_root, cgroup_root=cgroup_root)
+        )
+    if flags.topology:
+        topology = _collector_class("sits_observe.collectors.topology", "TopologyCollector")
+        sys_root = flags.sys_root if flags.sys_root is not None else Path("/sys")
+        factories.append(_factory(topology, node=node, sys_root=sys_root))
+    if (flags.sync_delay_url is None) != (flags.sync_delay_metric is None):
+        raise ConfigError("--sync-delay-url and --sync-delay-metric go together: give both")
+    if flags.sync_delay_url is not None:
+        sync = _collector_class("sits_observe.collectors.sync_delay", "SyncDelayCollector")
+        factories.append(
+            _factory(
+                sync,
+                flags.sync_delay_url,
+                flags.sync_delay_metric,
+                node=node,
+                with_client=True,
+                scale_s=flags.sync_delay_scale_s,
+            )
         )
     return factories
 

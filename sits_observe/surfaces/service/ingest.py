@@ -62,6 +62,12 @@ AGENT_TABLES = (
     "requests",
     "server_windows",
     "collector_drops",
+    # topology and NUMA collectors (docs/collectors/topology.md)
+    "numa_samples",
+    "container_numa_samples",
+    "gpu_topology",
+    "gpu_links",
+    "sync_delays",
 )
 
 #: Media types accepted for the wire format (the generic one for hand-made clients).

@@ -251,3 +251,31 @@ def test_scores_are_integers_0_to_10_and_per_node(
     rejected = filter_nodes(request, view, names, DEFAULT)
     for name in set(rejected.failed) | set(rejected.unresolvable):
         assert alone[name] == 0
+
+
+def test_a_zero_weight_leaves_its_term_out_of_the_ranked_order(
+    view: ClusterView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranked mode (the default) does not blend the weights, but 0 switches a term off (the
+    experiment's ablation arms). Interference: a's 0.2 costs it 2 of its 59 FGD points, so b
+    (57) ranks above it; without the term a (59) does. Fragmentation: with FGD points that make
+    the idle gpu-a the best node it wins; without the term the next levels decide."""
+    ranked = ScoringSettings()
+    one = gpu_pod(1)
+    scores = prioritize(one, view, ["gpu-a", "gpu-b"], ranked).as_dict()
+    assert scores["gpu-b"] > scores["gpu-a"]
+    no_interference = ScoringSettings(interference_weight=0)
+    scores = prioritize(one, view, ["gpu-a", "gpu-b"], no_interference).as_dict()
+    assert scores["gpu-a"] > scores["gpu-b"]
+    import sits_observe.control.extender_scoring as scoring
+
+    def favour_a(delta: np.ndarray) -> np.ndarray:
+        return np.where(np.isclose(delta, -400.0), 100, 0).astype(np.int64)  # gpu-a's delta
+
+    monkeypatch.setattr(scoring, "fgd_score", favour_a)
+    with_fgd = prioritize(one, view, ["gpu-a", "gpu-b", "gpu-c"], ranked).as_dict()
+    assert max(with_fgd, key=with_fgd.__getitem__) == "gpu-a"
+    without = prioritize(
+        one, view, ["gpu-a", "gpu-b", "gpu-c"], ScoringSettings(fragmentation_weight=0)
+    )
+    assert max(without.as_dict(), key=without.as_dict().__getitem__) != "gpu-a"

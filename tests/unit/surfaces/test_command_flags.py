@@ -40,7 +40,7 @@ GROUPS: dict[str, tuple[SettingFlags[Any], ...]] = {
         serve.EXTENDER,
         serve.LOG,
     ),
-    "agent": (agent.AGENT, agent.METRICS, agent.LOG),
+    "agent": (agent.AGENT, agent.METRICS, agent.TOPOLOGY, agent.LOG),
     "controller": (controller.CONTROLLER, controller.METRICS, controller.LOG),
     "simulate": (simulate.REPLAY, simulate.RUN),
     "experiment": (experiment.EXPERIMENT,),
