@@ -285,6 +285,27 @@ def spread(runs: Sequence[RunMeasures]) -> dict[str, Spread]:
     return out
 
 
+def differences(full: Sequence[RunMeasures], without: Sequence[RunMeasures]) -> dict[str, Spread]:
+    """What a module is worth, per measure: ``full`` minus ``without`` seed by seed (the two
+    lists in the same seed order), then the mean and min-max of those differences (a seed
+    where either side has no value is left out). Positive: the module raises the measure."""
+    if len(full) != len(without):
+        raise ValueError("differences need one run per seed on both sides")
+    out: dict[str, Spread] = {}
+    for name in MEASURES:
+        d = np.array(
+            [f.values()[name] - w.values()[name] for f, w in zip(full, without, strict=True)],
+            dtype=np.float64,
+        )
+        d = d[~np.isnan(d)]
+        out[name] = (
+            Spread(float(d.mean()), float(d.min()), float(d.max()))
+            if d.size
+            else Spread(NAN, NAN, NAN)
+        )
+    return out
+
+
 def check_target(seed: int, default: RunMeasures, sits: RunMeasures) -> TargetCheck:
     """Does ``sits`` lower time-weighted fragmentation and waiting plus unscheduled GPU pods
     against ``default``, with a P95 latency no worse (NaN compares as not met)?"""

@@ -7,7 +7,8 @@ independent and the result does not depend on ``jobs``), and assembles the
 :class:`ExperimentResult`: per arm the mean and min-max over seeds of every measure
 (:mod:`sits_observe.analytics.experiment_measures`), per seed issue 10's target for each sits
 arm against ``kube-default``, the allocation and fragmentation over time (mean over seeds) for
-the PNG, and whether every arm of a seed got the same arrivals.
+the PNG, whether every arm of a seed got the same arrivals, and, with ``kube-sits`` and
+ablation arms (``kube-sits-no-*``, one module off each), what each module is worth.
 
 The result is deterministic for the settings: no wall time, path or random id is in it (the
 wall time of each run goes to the progress output and :attr:`ExperimentResult.wall_s`).
@@ -36,6 +37,7 @@ from sits_observe.analytics.experiment_measures import (
     Spread,
     TargetCheck,
     check_target,
+    differences,
     finite_or_none,
     run_measures,
     series,
@@ -44,7 +46,12 @@ from sits_observe.analytics.experiment_measures import (
 )
 from sits_observe.surfaces.experiment_parts import find_arm
 from sits_observe.surfaces.experiment_run import Progress, RunResult, run_one
-from sits_observe.surfaces.experiment_settings import BASELINE, ExperimentSettings
+from sits_observe.surfaces.experiment_settings import (
+    ABLATIONS,
+    BASELINE,
+    FULL,
+    ExperimentSettings,
+)
 
 #: Where scratch folders go when none is given: tmpfs when there is one (the simulated nodes'
 #: cgroup trees are rewritten at every collection: an atomic replace costs about 3 ms on this
@@ -73,6 +80,16 @@ class ArmResult:
 
 
 @dataclass(frozen=True)
+class ModuleWorth:
+    """Ablation: what one module is worth, per measure ``kube-sits`` minus the arm without it,
+    seed by seed (mean and min-max of the differences)."""
+
+    arm: str
+    module: str
+    worth: dict[str, Spread]
+
+
+@dataclass(frozen=True)
 class ExperimentResult:
     """Everything ``experiment`` prints (see the module docstring)."""
 
@@ -81,6 +98,7 @@ class ExperimentResult:
     targets: tuple[tuple[str, TargetCheck], ...]
     same_workload: bool
     wall_s: tuple[tuple[str, int, float], ...]
+    ablation: tuple[ModuleWorth, ...] = ()
 
 
 #: Called after each run: (arm, seed, wall seconds).
@@ -190,7 +208,14 @@ def assemble(
     wall = tuple(
         (arm, seed, results[(arm, seed)].wall_s) for seed in seeds for arm in settings.arms
     )
-    return ExperimentResult(settings, tuple(arms), tuple(targets), same, wall)
+    ablation: list[ModuleWorth] = []
+    if FULL in settings.arms:
+        full = [measures[(FULL, s)] for s in seeds]
+        for arm in settings.arms:
+            if arm in ABLATIONS:
+                without = [measures[(arm, s)] for s in seeds]
+                ablation.append(ModuleWorth(arm, ABLATIONS[arm], differences(full, without)))
+    return ExperimentResult(settings, tuple(arms), tuple(targets), same, wall, tuple(ablation))
 
 
 def _mean_series(curves: Sequence[Series]) -> Series:
@@ -257,5 +282,21 @@ def result_document(result: ExperimentResult) -> dict[str, Any]:
                 "met": check.met,
             }
             for arm, check in result.targets
+        ],
+        "ablation": [
+            {
+                "arm": m.arm,
+                "module": m.module,
+                "against": FULL,
+                "worth": {
+                    name: {
+                        "mean": finite_or_none(v.mean),
+                        "min": finite_or_none(v.low),
+                        "max": finite_or_none(v.high),
+                    }
+                    for name, v in m.worth.items()
+                },
+            }
+            for m in result.ablation
         ],
     }

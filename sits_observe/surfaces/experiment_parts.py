@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -55,6 +55,7 @@ from sits_observe.control.extender_cache import ViewCache
 from sits_observe.control.extender_handler import ExtenderHandler
 from sits_observe.control.extender_kube import KubePodApi
 from sits_observe.control.extender_overlay import AssumedPods
+from sits_observe.control.extender_scoring import ScoringSettings
 from sits_observe.control.extender_view import ClusterView, build_view
 from sits_observe.control.kube import KubeJson
 from sits_observe.control.loop import HISTORY_WINDOW, ControllerLoop
@@ -79,7 +80,7 @@ from sits_observe.simulator.sim_clock import SimClock
 from sits_observe.store import Store
 from sits_observe.surfaces.demo import node_collectors
 from sits_observe.surfaces.demo_loop import TIME_SLICING, TIME_SLICING_KEY, seed_cluster
-from sits_observe.surfaces.experiment_settings import ARM_DOCS, Cadence
+from sits_observe.surfaces.experiment_settings import ARM_DOCS, RULES_OFF, Cadence
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.extender import ExtenderSettings
 from sits_observe.surfaces.service.loopback import LoopbackService
@@ -96,18 +97,48 @@ class Arm:
     controller: bool
     configure: Callable[[SchedulerConfig], SchedulerConfig]
     doc: str
+    #: The extender service's settings (an ablation arm switches one module off here).
+    extender_settings: ExtenderSettings = field(default_factory=ExtenderSettings)
+    #: Controller actions switched off (a rule ablation arm).
+    rules_off: tuple[str, ...] = ()
 
 
-#: How each arm configures the scheduler and whether its controller acts.
+def _same(config: SchedulerConfig) -> SchedulerConfig:
+    return config
+
+
+def _scoring_without(**weights: float) -> ExtenderSettings:
+    return ExtenderSettings(scoring=ScoringSettings(**weights))
+
+
+#: How each arm configures the scheduler, whether its controller acts, and its extender.
 _ARM_PARTS: dict[str, tuple[bool, bool, Callable[[SchedulerConfig], SchedulerConfig]]] = {
     "kube-default": (False, False, lambda c: c.without_extenders()),
-    "kube-sits": (True, True, lambda c: c),
+    "kube-sits": (True, True, _same),
     "kube-sits-gpuhint": (True, True, with_gpu_hint),
     "kube-sits-nobind": (True, True, without_bind),
+    "kube-sits-no-fragmentation": (True, True, _same),
+    "kube-sits-no-memory-fit": (True, True, _same),
+    "kube-sits-no-interference": (True, True, _same),
+    "kube-sits-no-gpuhint": (True, True, _same),
+    "kube-sits-no-controller": (True, False, _same),
+    **{arm: (True, True, _same) for arm in RULES_OFF},
 }
-ARMS: dict[str, Arm] = {
-    name: Arm(name, *_ARM_PARTS[name], doc=doc) for name, doc in ARM_DOCS.items()
+_ARM_EXTENDER: dict[str, ExtenderSettings] = {
+    "kube-sits-no-fragmentation": _scoring_without(fragmentation_weight=0),
+    "kube-sits-no-memory-fit": _scoring_without(memory_fit_weight=0),
+    "kube-sits-no-interference": _scoring_without(interference_weight=0),
+    "kube-sits-no-gpuhint": ExtenderSettings(gpu_hint=False),
 }
+
+
+def _arm(name: str, doc: str) -> Arm:
+    extender = _ARM_EXTENDER.get(name) or ExtenderSettings()
+    rules_off = RULES_OFF.get(name, ())
+    return Arm(name, *_ARM_PARTS[name], doc=doc, extender_settings=extender, rules_off=rules_off)
+
+
+ARMS: dict[str, Arm] = {name: _arm(name, doc) for name, doc in ARM_DOCS.items()}
 
 
 def find_arm(name: str) -> Arm:
@@ -274,7 +305,7 @@ class RunParts:
 
     def _extender_transport(self, store: Store) -> HandlerTransport:
         """The service's extender handling in process, over a view of this run's store."""
-        settings = ExtenderSettings()
+        settings = self.arm.extender_settings
         clock = self.clock
 
         def build(previous: ClusterView | None) -> ClusterView:
@@ -310,6 +341,7 @@ class RunParts:
             mode=Mode.ACT,
             interval_s=self.cadence.controller_every_s,
             time_slicing_configmap="/".join(TIME_SLICING),
+            rules_off=self.arm.rules_off,
         )
         kube = KubeJson(self.emulator.api_client())
         registry = CollectorRegistry()

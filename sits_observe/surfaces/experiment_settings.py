@@ -30,8 +30,38 @@ ARM_DOCS: dict[str, str] = {
     "has none (the shipped one binds already)",
     "kube-sits-nobind": "kube-sits without the bind verb: HAMi's device plugin picks the GPU",
 }
+#: Ablation (SPEC "Baselines": one module disabled at a time): each arm is ``kube-sits`` with
+#: the one module named here switched off, so ``kube-sits`` minus the arm is what the module
+#: is worth. The extender's terms are switched off by a weight of 0 (ranked mode leaves the
+#: term out, :mod:`sits_observe.control.extender_scoring`).
+ABLATIONS: dict[str, str] = {
+    "kube-sits-no-fragmentation": "the extender's FGD fragmentation term",
+    "kube-sits-no-memory-fit": "the extender's free-memory / topology term",
+    "kube-sits-no-interference": "the extender's interference penalty",
+    "kube-sits-no-gpuhint": "the bind verb's GPU hint (the device plugin picks a share's GPU)",
+    "kube-sits-nobind": "the bind verb (kube-scheduler binds; the device plugin picks)",
+    "kube-sits-no-controller": "the controller (the extender alone)",
+    "kube-sits-no-memory-class": "the controller's memory-class rule",
+    "kube-sits-no-fragmentation-rule": "the controller's node fragmentation rule",
+    "kube-sits-no-time-slice": "the controller's time-slice rule",
+    "kube-sits-no-qos-quota": "the controller's QoS memory and bandwidth quota rule",
+    "kube-sits-no-namespace-quota": "the controller's namespace quota rule",
+}
+#: The controller actions each rule ablation arm switches off (``ControllerSettings.rules_off``).
+RULES_OFF: dict[str, tuple[str, ...]] = {
+    "kube-sits-no-memory-class": ("memory-class",),
+    "kube-sits-no-fragmentation-rule": ("fragmentation",),
+    "kube-sits-no-time-slice": ("time-slice",),
+    "kube-sits-no-qos-quota": ("qos-memory-quota", "qos-bandwidth-quota"),
+    "kube-sits-no-namespace-quota": ("quota-gpu", "quota-cpu", "quota-memory"),
+}
+ARM_DOCS.update(
+    {arm: f"kube-sits without {module}" for arm, module in ABLATIONS.items() if arm not in ARM_DOCS}
+)
 #: The arm every sits arm is compared against.
 BASELINE = "kube-default"
+#: The arm the ablation arms take one module from.
+FULL = "kube-sits"
 
 
 @dataclass(frozen=True)

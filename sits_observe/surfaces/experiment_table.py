@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the experiment imports the emulator, the service and the agents: lazily
     from sits_observe.analytics.experiment_measures import Spread
-    from sits_observe.surfaces.experiment import ArmResult, ExperimentResult
+    from sits_observe.surfaces.experiment import ArmResult, ExperimentResult, ModuleWorth
 
 #: (measure, label, how to print a value) in table order.
 MEASURE_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -69,5 +69,42 @@ def measure_rows(result: ExperimentResult) -> list[dict[str, str]]:
             value = arm.spread[name]
             one = result.settings.seeds == 1
             row[arm.arm] = format_cell(value.mean, kind) if one else spread_cell(value, kind)
+        rows.append(row)
+    return rows
+
+
+#: The measures the ablation table shows (by :data:`MEASURE_ROWS` name) and their headers.
+ABLATION_MEASURES = {
+    "gpu_allocation_ratio": "GPU allocation",
+    "gpu_utilisation_ratio": "GPU utilisation",
+    "frag_ratio": "FGD fragmentation",
+    "gpu_pods_waited": "pods that waited",
+    "wait_p95_s": "wait P95, s",
+    "latency_p95_s": "latency P95, s",
+    "controller_applied": "decisions applied",
+}
+
+
+def _signed(value: float, kind: str) -> str:
+    text = format_cell(value, kind)
+    if kind == "pct" and math.isfinite(value):  # a difference of ratios: percentage points
+        text = f"{value * 100:.1f} pp"
+    return f"+{text}" if math.isfinite(value) and value > 0 else text
+
+
+def ablation_rows(worth: tuple[ModuleWorth, ...], seeds: int) -> list[dict[str, str]]:
+    """One row per module switched off: ``kube-sits`` minus the arm without it, per measure
+    (mean, and the min-max over seeds when there are several)."""
+    kinds = {name: kind for name, _, kind in MEASURE_ROWS}
+    rows = []
+    for m in worth:
+        row = {"module switched off": m.module, "arm": m.arm}
+        for name, label in ABLATION_MEASURES.items():
+            kind = kinds[name]
+            value = m.worth[name]
+            cell = _signed(value.mean, kind)
+            if seeds > 1:
+                cell += f" ({_signed(value.low, kind)} to {_signed(value.high, kind)})"
+            row[label] = cell
         rows.append(row)
     return rows

@@ -76,6 +76,28 @@ def test_both_arms_ran_the_same_workload_through_the_production_path(
     )
 
 
+def test_an_ablation_arm_says_what_its_module_is_worth() -> None:
+    """kube-sits against kube-sits without its controller, on the same workload: the
+    controller's worth in decisions applied is every decision kube-sits applied."""
+    arms = "kube-sits,kube-sits-no-controller"
+    code, stdout, stderr = invoke(
+        "--arms", arms, *TINY[:2], "--hours", "0.03", *TINY[4:], "--format", "json"
+    )
+    assert code == 0, stdout + stderr
+    doc: Any = json.loads(stdout)
+    (entry,) = doc["ablation"]
+    assert (entry["arm"], entry["against"]) == ("kube-sits-no-controller", "kube-sits")
+    assert entry["module"] == "the controller (the extender alone)"
+    sits, alone = (doc["arms"][a]["runs"][0] for a in arms.split(","))
+    assert alone["controller_applied"] == 0 and alone["extender_calls"]["prioritize_scored"] > 0
+    assert entry["worth"]["controller_applied"]["mean"] == sits["controller_applied"] > 0
+    assert entry["worth"]["frag_ratio"]["mean"] == pytest.approx(
+        sits["frag_ratio"] - alone["frag_ratio"]
+    )
+    code, stdout, _ = invoke("--arms", arms, *TINY[:2], "--hours", "0.03", *TINY[4:])
+    assert code == 0 and "what each module is worth" in stdout
+
+
 def test_png_draws_both_arms_in_both_panels(tmp_path: Path) -> None:
     path = tmp_path / "experiment.png"
     args = ("--arms", "kube-default,kube-sits", *TINY, "--format", "png", "--out", str(path))

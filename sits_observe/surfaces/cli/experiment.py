@@ -26,7 +26,7 @@ from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
 from sits_observe.surfaces.cli.flags import SettingFlags, with_flags
 from sits_observe.surfaces.experiment_settings import ExperimentSettings
-from sits_observe.surfaces.experiment_table import headline, measure_rows
+from sits_observe.surfaces.experiment_table import ablation_rows, headline, measure_rows
 
 if TYPE_CHECKING:  # the runner imports the emulator, the service and the agents: lazily
     from sits_observe.surfaces.experiment import ExperimentResult
@@ -135,6 +135,19 @@ def print_tables(result: ExperimentResult) -> None:
             f"lower {_yes(check.waiting_lower)}, P95 latency no worse {_yes(check.p95_no_worse)}"
         )
         out.print(f"target, {arm_name} vs kube-default, seed {check.seed}: {marks}")
+    if result.ablation:
+        worth = data_table(
+            title="what each module is worth: kube-sits minus kube-sits without it"
+            + ("" if s.seeds == 1 else ", mean (min to max) over seeds"),
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        rows = ablation_rows(result.ablation, s.seeds)
+        for i, name in enumerate(rows[0]):
+            worth.add_column(name, justify="left" if i < 2 else "right")
+        for row in rows:
+            worth.add_row(*row.values())
+        out.print(worth)
     if not result.same_workload:
         out.print("warning: the arms of a seed did not get the same arrivals")
     for arm in result.arms:

@@ -12,7 +12,7 @@ from sits_observe.domain.validation import validate_settings
 from sits_observe.errors import ConfigError, UnknownNameError
 from sits_observe.reports.registry import REPORTS, find_report
 from sits_observe.reports.result import col, table_of
-from sits_observe.surfaces.cli.flags import field_help, setting_options
+from sits_observe.surfaces.cli.flags import field_help, option_names, setting_options
 from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.cli.report_output import Output, pick_columns
 
@@ -65,7 +65,8 @@ def test_every_report_has_a_command_whose_help_lists_its_settings() -> None:
         for flag in ("--db", "--service", "--since", "--until", "--output", "--columns"):
             assert flag in outcome.output, (name, flag)
         for param in setting_options(spec.settings):
-            assert "--" + param.name.replace("_", "-") in outcome.output, (name, param.name)
+            for flag in option_names(param):  # a nested field's: --heatmap-bin-s
+                assert flag in outcome.output, (name, param.name, flag)
 
 
 def test_unknown_report_and_column_names_list_what_exists() -> None:
