@@ -24,6 +24,7 @@ from datetime import datetime
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from sits_observe.analytics.settings import BaselineSettings
 from sits_observe.domain.tables import find_table
@@ -239,6 +240,32 @@ def pa_is_numeric(dtype: object) -> bool:
     return bool(pat.is_integer(dtype) or pat.is_floating(dtype))
 
 
+def _check_names(table: str, metric: str, key_columns: Sequence[str]) -> None:
+    spec = find_table(table)
+    valid = numeric_columns(table)
+    if metric not in valid:
+        raise UnknownNameError(
+            f"{table} has no numeric column {metric!r}; valid: {', '.join(valid)}"
+        )
+    for key in key_columns:
+        if spec.schema.get_field_index(key) < 0 or key == metric:
+            raise UnknownNameError(
+                f"{table} has no key column {key!r}; valid: {', '.join(spec.schema.names)}"
+            )
+
+
+def metric_from_rows(
+    rows: pa.Table, table: str, metric: str, key_columns: Sequence[str]
+) -> pl.DataFrame:
+    """:func:`load_metric`'s frame from rows already read in ``table``'s schema (a source's,
+    e.g. a PromQL store's): ``ts``, the keys and ``metric``, names checked the same way."""
+    _check_names(table, metric, key_columns)
+    ts = find_table(table).time_column
+    frame = pl.from_arrow(rows.select([ts, *dict.fromkeys(key_columns), metric]))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
 def load_metric(
     store: Store,
     table: str,
@@ -254,17 +281,8 @@ def load_metric(
     ``requests``, failed requests (``ok = false``) are left out: their latency is not service.
     Raises :class:`UnknownNameError` listing the valid names on a bad table, metric or key.
     """
+    _check_names(table, metric, key_columns)
     spec = find_table(table)
-    valid = numeric_columns(table)
-    if metric not in valid:
-        raise UnknownNameError(
-            f"{table} has no numeric column {metric!r}; valid: {', '.join(valid)}"
-        )
-    for key in key_columns:
-        if spec.schema.get_field_index(key) < 0 or key == metric:
-            raise UnknownNameError(
-                f"{table} has no key column {key!r}; valid: {', '.join(spec.schema.names)}"
-            )
     ts = spec.time_column
     cols = ", ".join([ts, *dict.fromkeys(key_columns), metric])
     ok = " AND ok IS NOT FALSE" if table == "requests" else ""

@@ -252,8 +252,21 @@ def elastic_rows(
     holds); the bandwidth maximum is the product's link capacity, else the tier's quota (no
     increase on an unknown product). An unknown tier is an ``UnknownNameError``.
     """
+    samples = load_elastic_samples(store, since, until, settings)
+    return elastic_rows_from(samples, settings, tier=tier, links=links)
+
+
+def elastic_rows_from(
+    samples: pl.DataFrame,
+    settings: ClassSettings,
+    *,
+    tier: str = "silver",
+    links: tuple[LinkCapacity, ...] = DEFAULT_LINKS,
+) -> pa.Table:
+    """:func:`elastic_rows` on :data:`SAMPLE_COLUMNS` rows already read (e.g. from a PromQL
+    store); each GPU is still judged on the last ``elastic_window_s`` of its rows."""
     quota = rules.tier_quota(tier, settings)
-    inputs = elastic_inputs(load_elastic_samples(store, since, until, settings), settings, links)
+    inputs = elastic_inputs(samples, settings, links)
     memory = pl.lit(quota.memory_bytes, pl.Int64)
     bandwidth = pl.lit(quota.bandwidth_bytes_per_s, pl.Float64)
     fires = rules.elastic_contended(

@@ -27,11 +27,14 @@ counted, never interpolated or guessed. The aligned timestamp ``ts`` is the cgro
 its NVML rows are ignored, so ``fb_*`` come from DCGM whenever DCGM measured them.
 
 Everything here is a pure function over Arrow tables (a private in-memory DuckDB runs the
-SQL); :func:`read_smf_inputs` is the one function that reads a :class:`Store`.
+SQL); :func:`read_smf_inputs` is the one function that reads a :class:`Store`, and
+:func:`read_smf_sources` reads the same columns through the source Protocols (a PromQL store:
+there are no ``gpu_processes`` rows there, so containers link by DCGM pod labels only).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
+from sits_observe.analytics.source import ContainerSeriesSource, GpuSeriesSource
 from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_PROCESSES, GPU_SAMPLES
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
@@ -212,6 +216,37 @@ def read_smf_inputs(
         gpu_samples=read(GPU_SAMPLES.name, GPU_COLUMNS, gpu_bound),
         container_samples=read(CONTAINER_SAMPLES.name, CONTAINER_COLUMNS, bound),
         gpu_processes=read(GPU_PROCESSES.name, PROCESS_COLUMNS, bound),
+    )
+
+
+def read_smf_sources(
+    gpus: GpuSeriesSource,
+    containers: ContainerSeriesSource,
+    *,
+    since: datetime,
+    until: datetime,
+    settings: SmfSettings | None = None,
+    step_s: float | None = None,
+) -> SmfInputs:
+    """:func:`read_smf_inputs` through sources: GPU samples from ``max_skew_s`` before
+    ``since`` (the same rule), cgroup samples in ``[since, until)``, no ``gpu_processes``.
+
+    With ``step_s`` both are read on one grid (the GPU read starts a whole number of steps
+    earlier), so a cgroup point meets the GPU point of the same grid time: a GPU grid offset
+    from the cgroup one would pair each cgroup sample with the previous step's GPU sample.
+    """
+    settings = settings or SmfSettings()
+    back_s = settings.max_skew_s
+    if step_s is not None:
+        back_s = math.ceil(back_s / step_s) * step_s
+    gpu_since = since - timedelta(seconds=back_s)
+    gpu_columns = [c for c in GPU_COLUMNS if c not in ("ts", "source")]
+    return SmfInputs(
+        gpu_samples=gpus.gpu_samples(gpu_since, until, step_s=step_s, columns=gpu_columns),
+        container_samples=containers.container_samples(
+            since, until, step_s=step_s, columns=["memory_current_bytes"]
+        ),
+        gpu_processes=GPU_PROCESSES.schema.empty_table(),
     )
 
 

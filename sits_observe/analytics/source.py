@@ -1,10 +1,14 @@
-"""Where the analytics read GPU samples and server latency windows: DuckDB or a PromQL store.
+"""Where the analytics read GPU, container and latency series: DuckDB or a PromQL store.
 
-Two small Protocols let an analysis run on either store (docs/scaling.md):
+Small Protocols let an analysis run on either store (docs/scaling.md):
 
 - :class:`GpuSeriesSource`: ``gpu_samples(since, until, step_s=, columns=)`` -> an Arrow table
   in the ``gpu_samples`` schema. :class:`DuckGpuSource` reads the store's table;
   ``sits_observe.store.promql_source.PromQLGpuSource`` reads dcgm-exporter series.
+- :class:`ContainerSeriesSource`: ``container_samples(...)`` alike, in the
+  ``container_samples`` schema. :class:`DuckContainerSource` reads the store's table;
+  ``sits_observe.store.promql_source.PromQLContainerSource`` reads the node agent's cgroup
+  families (cAdvisor's names).
 - :class:`ServerWindowSource`: ``server_windows(since, until)`` -> the ``server_windows``
   schema. :class:`DuckServerWindows` reads the store's table; :class:`SnapshotServerWindows`
   builds the same rows from cumulative histogram snapshots (:class:`HistogramSnapshotSource`,
@@ -36,7 +40,7 @@ from sits_observe.analytics.trends_series import (
     series_from_arrow,
 )
 from sits_observe.collectors import histogram as hist
-from sits_observe.domain.tables import GPU_SAMPLES, SERVER_WINDOWS, conform
+from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_SAMPLES, SERVER_WINDOWS, conform
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, UnknownNameError
 from sits_observe.store.duck import Store
@@ -56,6 +60,23 @@ class GpuSeriesSource(Protocol):
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """Rows with ``since <= ts < until`` (naive = UTC) in the ``gpu_samples`` schema."""
+        ...
+
+
+class ContainerSeriesSource(Protocol):
+    """Anything that yields ``container_samples`` rows for a time range."""
+
+    name: str
+
+    def container_samples(
+        self,
+        since: datetime,
+        until: datetime,
+        *,
+        step_s: float | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Rows with ``since <= ts < until`` (naive = UTC) in the ``container_samples`` schema."""
         ...
 
 
@@ -109,6 +130,38 @@ class DuckGpuSource:
         )
         rows = self._store.query(sql, [utc_naive(since), utc_naive(until)])
         return conform("gpu_samples", rows)
+
+
+class DuckContainerSource:
+    """``container_samples`` from the DuckDB store (raw rows; ``step_s`` is ignored)."""
+
+    name = "duckdb"
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def container_samples(
+        self,
+        since: datetime,
+        until: datetime,
+        *,
+        step_s: float | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Rows in ``[since, until)``; ``columns`` None = all (the rest come back NULL)."""
+        names = list(CONTAINER_SAMPLES.schema.names if columns is None else columns)
+        bad = [c for c in names if CONTAINER_SAMPLES.schema.get_field_index(c) < 0]
+        if bad:
+            raise UnknownNameError(f"unknown container_samples column(s) {bad}")
+        identity = ["ts", "node", "pod_uid", "container_id", "runtime", "qos_class"]
+        identity += ["namespace", "pod", "container"]
+        chosen = list(dict.fromkeys([*identity, *names]))
+        sql = (
+            f"SELECT {', '.join(chosen)} FROM container_samples WHERE ts >= ? AND ts < ? "
+            "ORDER BY ts, node, container_id"
+        )
+        rows = self._store.query(sql, [utc_naive(since), utc_naive(until)])
+        return conform("container_samples", rows)
 
 
 class DuckServerWindows:

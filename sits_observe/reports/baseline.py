@@ -6,16 +6,19 @@ sliding window is noise: excluded from the baseline and counted (docs/analytics/
 ``compare`` names runs as time ranges (``[LABEL=]START..END``); each run's baselines come side
 by side, and every run after the first carries its mean's change against the first run's.
 Runs are read within the report's window (``--since`` / ``--until``), like every report.
+With ``--promql-url`` the series come from a Prometheus-compatible store (docs/scaling.md):
+every table but ``requests``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 from pydantic import Field, field_validator
 
 from sits_observe.analytics.baselines import (
@@ -24,15 +27,22 @@ from sits_observe.analytics.baselines import (
     compare_runs,
     exclusion_reason,
     load_metric,
+    metric_from_rows,
 )
 from sits_observe.analytics.settings import BaselineSettings
+from sits_observe.analytics.source import SnapshotServerWindows
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
-from sits_observe.reports.names import gpu_labels
+from sits_observe.reports.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Column, Report, col, table_of
-from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, parse_time
 from sits_observe.store import Store
+from sits_observe.store.promql_source import (
+    PromQLContainerSource,
+    PromQLGpuSource,
+    PromQLServerSource,
+)
 
 
 class BaselineTable(StrEnum):
@@ -108,24 +118,81 @@ def build(store: Store, window: Window, query: BaselineQuery) -> Report:
     """The ``baseline`` report over ``window``."""
     table, keys = query.table.value, query.keys()
     require_rows(store, window, table, FILLED_BY[query.table])
+
+    def load(since: datetime | None, until: datetime) -> pl.DataFrame:
+        return load_metric(store, table, query.metric, keys, since=since, until=until)
+
+    labels = gpu_labels(store, window) if "gpu_uuid" in keys else {}
+    return _report(window, query, load, lambda: labels)
+
+
+def build_promql(reader: PromQLReader, window: Window, query: BaselineQuery) -> Report:
+    """The ``baseline`` report over ``window`` of a PromQL store's series: ``gpu_samples``
+    (dcgm-exporter families), ``container_samples`` (the agent's cgroup families) or
+    ``server_windows`` (rebuilt from vLLM histograms); ``requests`` are DuckDB's only."""
+    table, keys, metric = query.table.value, query.keys(), query.metric
+    if query.table is BaselineTable.requests:
+        raise ConfigError(
+            "baseline --table requests needs --db or --service: exact per-request latencies "
+            "are not in a PromQL store (use --table server_windows for histogram estimates)"
+        )
+    read = _promql_reader(reader, query.table, metric)
+    seen: list[pa.Table] = []
+
+    def load(since: datetime | None, until: datetime) -> pl.DataFrame:
+        assert since is not None  # run_promql_report requires --since
+        rows = read(since, until)
+        seen.append(rows)
+        return metric_from_rows(rows, table, metric, keys)
+
+    def labels() -> Mapping[str, str]:
+        gpu_rows = [t for t in seen if "gpu_index" in t.column_names]
+        return gpu_labels_of(pa.concat_tables(gpu_rows)) if gpu_rows else {}
+
+    return _report(window, query, load, labels)
+
+
+def _promql_reader(
+    reader: PromQLReader, table: BaselineTable, metric: str
+) -> Callable[[datetime, datetime], pa.Table]:
+    """``(since, until) -> rows`` of ``table`` from the PromQL store (every column of the
+    table's schema; ``metric`` NULL where the store has no series for it)."""
+    client, matchers, step_s = reader.client, reader.matchers, reader.step_s
+    if table is BaselineTable.gpu_samples:
+        gpus = PromQLGpuSource(client, matchers=matchers)
+        return lambda lo, hi: gpus.gpu_samples(lo, hi, step_s=step_s, columns=[metric])
+    if table is BaselineTable.container_samples:
+        cgroups = PromQLContainerSource(client, matchers=matchers)
+        return lambda lo, hi: cgroups.container_samples(lo, hi, step_s=step_s, columns=[metric])
+    windows = SnapshotServerWindows(PromQLServerSource(client, matchers=matchers), step_s=step_s)
+    return windows.server_windows
+
+
+def _report(
+    window: Window,
+    query: BaselineQuery,
+    load: Callable[[datetime | None, datetime], pl.DataFrame],
+    labels_of: Callable[[], Mapping[str, str]],
+) -> Report:
+    table, keys = query.table.value, query.keys()
     notes: list[str] = []
     frames: list[tuple[str, pl.DataFrame]] = []
     try:
         if not query.compare:
-            frames.append(("all", _load(store, query, window.since, window.until)))
+            frames.append(("all", load(window.since, window.until)))
         for label, lo, hi in query.runs():
             since = lo if window.since is None else max(lo, window.since)
             until = min(hi, window.until)
             if (since, until) != (lo, hi):
                 notes.append(f"run {label} is cut to the window {window.describe()}")
-            frames.append((label, _load(store, query, since, until)))
+            frames.append((label, load(since, until)))
     except KeyError as exc:
         raise UnknownNameError(str(exc.args[0])) from exc
     if all(f.height == 0 for _, f in frames):
         where = f"the run(s) {', '.join(query.compare)}" if query.compare else "the window"
         raise NoDataError(f"no {table} rows to baseline in {where} ({window.describe()})")
     result = compare_runs(frames, query.metric, keys, query)
-    labels: Mapping[str, str] = gpu_labels(store, window) if "gpu_uuid" in keys else {}
+    labels: Mapping[str, str] = labels_of() if "gpu_uuid" in keys else {}
     rows = [_row(b, labels) for b in result]
     unit = _unit(query.metric)
     main = table_of("baselines", f"baseline of {table}.{query.metric}", rows, _columns(query, unit))
@@ -140,13 +207,6 @@ def build(store: Store, window: Window, query: BaselineQuery) -> Report:
         "min_window_samples": query.min_window_samples,
     }
     return Report("baseline", window, main, (), tuple(notes), facts)
-
-
-def _load(
-    store: Store, query: BaselineQuery, since: datetime | None, until: datetime
-) -> pl.DataFrame:
-    table, metric = query.table.value, query.metric
-    return load_metric(store, table, metric, query.keys(), since=since, until=until)
 
 
 def _unit(metric: str) -> Unit:
@@ -219,4 +279,5 @@ SPEC = ReportSpec(
     settings=BaselineQuery,
     reads=("gpu_samples", "container_samples", "requests", "server_windows"),
     build=build,
+    promql=build_promql,
 )

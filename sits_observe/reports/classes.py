@@ -7,26 +7,32 @@ preemption policy) each pod or workload should have. ``view=elastic``: the elast
 QoS tier's quotas, per GPU over the last 5 s of its samples in the window (the one computation
 the controller uses too, :mod:`sits_observe.analytics.elastic`). docs/analytics/workloads.md
 gives every rule with its source.
+
+With ``--promql-url`` only ``view=elastic`` runs (its inputs are GPU series); ``view=classes``
+needs the pods inventory (QoS class, priority, GPU requests), which is DuckDB's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 from pydantic import Field
 
 from sits_observe.analytics.classes import WorkloadClass, class_report, load_class_inputs
-from sits_observe.analytics.elastic import elastic_rows
+from sits_observe.analytics.elastic import SAMPLE_COLUMNS, elastic_rows, elastic_rows_from
 from sits_observe.analytics.settings import ClassSettings
 from sits_observe.domain.units import Unit
-from sits_observe.errors import NoDataError
-from sits_observe.reports.names import gpu_labels
+from sits_observe.errors import ConfigError, NoDataError
+from sits_observe.reports.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Report, col, table_of
-from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.promql_source import PromQLGpuSource
 
 PODS_FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
 GPUS_FILLED_BY = "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`"
@@ -148,10 +154,38 @@ def build(store: Store, window: Window, query: ClassQuery) -> Report:
     return Report("classes", window, main, (), tuple(notes), {"by": query.by.value})
 
 
+def build_promql(reader: PromQLReader, window: Window, query: ClassQuery) -> Report:
+    """``view=elastic`` over ``window`` of a PromQL store's GPU series."""
+    if query.view is not ClassView.elastic:
+        raise ConfigError(
+            "classes --view classes needs --db or --service: it reads the pods inventory "
+            "(QoS class, priority, GPU requests); with --promql-url use --view elastic"
+        )
+    assert window.since is not None  # run_promql_report requires --since
+    table = PromQLGpuSource(reader.client, matchers=reader.matchers).gpu_samples(
+        window.since, window.until, step_s=reader.step_s, columns=list(SAMPLE_COLUMNS[1:])
+    )
+    if table.num_rows == 0:
+        raise NoDataError(
+            f"no dcgm-exporter series in {window.describe()} at the PromQL store; check "
+            "--promql-url, --promql-matchers and --since"
+        )
+    samples = pl.DataFrame(table.select(list(SAMPLE_COLUMNS))).filter(
+        pl.col("gpu_uuid").is_not_null()
+    )
+    rows = elastic_rows_from(samples, query, tier=query.tier)
+    return _elastic_report(window, query, rows, gpu_labels_of(table))
+
+
 def _elastic(store: Store, window: Window, query: ClassQuery) -> Report:
     require_rows(store, window, "gpu_samples", GPUS_FILLED_BY)
     rows = elastic_rows(store, window.since, window.until, query, tier=query.tier)
-    labels = gpu_labels(store, window)
+    return _elastic_report(window, query, rows, gpu_labels(store, window))
+
+
+def _elastic_report(
+    window: Window, query: ClassQuery, rows: pa.Table, labels: Mapping[str, str]
+) -> Report:
     uuids = rows.column("gpu_uuid").to_pylist()
     rows = rows.append_column("gpu", pa.array([labels.get(u, u) for u in uuids], type=pa.string()))
     title = (
@@ -204,4 +238,5 @@ SPEC = ReportSpec(
     settings=ClassQuery,
     reads=("gpu_samples", "pods"),
     build=build,
+    promql=build_promql,
 )

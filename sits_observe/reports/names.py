@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import polars as pl
 import pyarrow as pa
 
 from sits_observe.reports.window import Window
@@ -53,6 +54,27 @@ def gpu_labels(store: Store, window: Window) -> Mapping[str, str]:
     """``{gpu_uuid: label}`` for every GPU sampled in ``window`` (latest node, index, model)."""
     rows = gpu_identities(store, window).to_pylist()
     return {r["gpu_uuid"]: gpu_label(r["node"], r["gpu_index"], r["model_name"]) for r in rows}
+
+
+def gpu_labels_of(samples: pa.Table) -> Mapping[str, str]:
+    """:func:`gpu_labels` of ``gpu_samples`` rows already read (a PromQL store's): the newest
+    node, and the newest known index and model name, of each GPU in ``samples``."""
+    frame = pl.from_arrow(samples.select(["ts", "gpu_uuid", "node", "gpu_index", "model_name"]))
+    assert isinstance(frame, pl.DataFrame)
+    latest = (
+        frame.filter(pl.col("gpu_uuid").is_not_null())
+        .sort("ts")
+        .group_by("gpu_uuid")
+        .agg(
+            pl.col("node").last(),
+            pl.col("gpu_index").drop_nulls().last(),
+            pl.col("model_name").drop_nulls().last(),
+        )
+    )
+    return {
+        r["gpu_uuid"]: gpu_label(r["node"], r["gpu_index"], r["model_name"])
+        for r in latest.iter_rows(named=True)
+    }
 
 
 def short_id(value: str | None, width: int = 12) -> str | None:

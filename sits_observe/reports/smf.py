@@ -3,10 +3,15 @@
 SMF = (GPU free framebuffer - the container's ``memory.current``) / GPU total framebuffer, on
 cgroup samples aligned to the GPU sample taken at most ``max_skew_s`` before them
 (docs/analytics/smf.md). ``raw`` gives every aligned sample instead of the summary.
+
+With ``--promql-url`` both inputs come from a Prometheus-compatible store: GPU samples from
+dcgm-exporter's (or the agent's) series, cgroup samples from the agent's cAdvisor-named
+families (docs/scaling.md); containers then link to GPUs by the DCGM pod labels only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -14,17 +19,21 @@ from pydantic import Field
 from sits_observe.analytics.smf import (
     SmfAlignment,
     SmfGrouping,
+    SmfInputs,
     SmfSettings,
     align_smf,
     read_smf_inputs,
+    read_smf_sources,
     summarize_smf,
 )
 from sits_observe.domain.units import Unit
-from sits_observe.reports.names import gpu_labels
+from sits_observe.errors import NoDataError
+from sits_observe.reports.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Column, Report, col, table_of
-from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.promql_source import PromQLContainerSource, PromQLGpuSource
 
 
 class SmfQuery(SmfSettings):
@@ -87,6 +96,32 @@ def build(store: Store, window: Window, query: SmfQuery) -> Report:
     """The ``smf`` report over ``window``."""
     require_rows(store, window, "container_samples", FILLED_BY)
     inputs = read_smf_inputs(store, since=window.since, until=window.until, settings=query)
+    return _report(window, inputs, query, gpu_labels(store, window))
+
+
+def build_promql(reader: PromQLReader, window: Window, query: SmfQuery) -> Report:
+    """The ``smf`` report over ``window`` of a PromQL store's GPU and cgroup series."""
+    assert window.since is not None  # run_promql_report requires --since
+    inputs = read_smf_sources(
+        PromQLGpuSource(reader.client, matchers=reader.matchers),
+        PromQLContainerSource(reader.client, matchers=reader.matchers),
+        since=window.since,
+        until=window.until,
+        settings=query,
+        step_s=reader.step_s,
+    )
+    if inputs.container_samples.num_rows == 0:
+        raise NoDataError(
+            f"no agent cgroup series (container_memory_usage_bytes with a container_id label) "
+            f"in {window.describe()} at the PromQL store; check --promql-url, "
+            "--promql-matchers and --since, and that the agents' /metrics are scraped"
+        )
+    return _report(window, inputs, query, gpu_labels_of(inputs.gpu_samples))
+
+
+def _report(
+    window: Window, inputs: SmfInputs, query: SmfQuery, labels: Mapping[str, str]
+) -> Report:
     alignment = align_smf(
         inputs.gpu_samples, inputs.container_samples, inputs.gpu_processes, settings=query
     )
@@ -95,7 +130,6 @@ def build(store: Store, window: Window, query: SmfQuery) -> Report:
         raw = alignment.rows
         main = table_of("samples", "SMF fragmentation rate, aligned samples", raw, _present(raw))
     else:
-        labels = gpu_labels(store, window)
         rows = [_row(s, labels) for s in summarize_smf(alignment, query.by)]
         title = f"SMF fragmentation rate by {query.by.value}"
         main = table_of(query.by.value, title, rows, _COLUMNS[query.by])
@@ -178,4 +212,5 @@ SPEC = ReportSpec(
     settings=SmfQuery,
     reads=("container_samples", "gpu_samples"),
     build=build,
+    promql=build_promql,
 )

@@ -39,9 +39,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from sits_observe.domain import container_fields
 from sits_observe.domain.dcgm_fields import FIELDS
 from sits_observe.domain.histogram_bounds import parse_le
-from sits_observe.domain.tables import GPU_SAMPLES, TS, conform
+from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_SAMPLES, TS, conform
 from sits_observe.errors import StoreError
 from sits_observe.store.promql import PromQLClient, PromSeries
 
@@ -216,6 +217,124 @@ def _field(table: pa.Table, name: str) -> pa.Field:
         return pa.field(name, TS)
     target = GPU_SAMPLES.schema.field(name).type
     return pa.field(name, target)
+
+
+# -- container (cgroup) samples -----------------------------------------------------------
+
+_CONTAINER_FAMILY_OF = {f.column: f for f in container_fields.FAMILIES}
+
+#: container_samples column <- labels (the agent's first; kube-state-metrics style second).
+CONTAINER_LABELS: dict[str, tuple[str, ...]] = {
+    column: (label,) for label, column in container_fields.LABELS
+}
+_CONTAINER_KEYS = ["t_ms", *CONTAINER_LABELS]
+
+#: kube-state-metrics' container info series: namespace, pod, container, container_id.
+KSM_CONTAINER_INFO = "kube_pod_container_info"
+
+
+class PromQLContainerSource:
+    """``container_samples`` rows from the node agent's cgroup families (module docstring).
+
+    ``matchers`` are added to every container selector (e.g. ``job="sits-agent"``); the
+    ``kube_pod_container_info`` look-up uses ``info_matchers`` instead (kube-state-metrics is
+    another job).
+    """
+
+    name = "promql"
+
+    def __init__(
+        self, client: PromQLClient, *, matchers: str = "", info_matchers: str = ""
+    ) -> None:
+        self._client = client
+        self._matchers = matchers
+        self._info_matchers = info_matchers
+
+    def container_samples(
+        self,
+        since: datetime,
+        until: datetime,
+        *,
+        step_s: float | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """``container_samples`` rows in ``[since, until)`` (naive = UTC); ``columns`` limits
+        the value columns read (identity columns always come)."""
+        wanted = list(columns) if columns is not None else list(_CONTAINER_FAMILY_OF)
+        unknown = [c for c in wanted if CONTAINER_SAMPLES.schema.get_field_index(c) < 0]
+        if unknown:
+            raise StoreError(f"unknown container_samples column(s) {unknown}")
+        extra = 'container_id!=""' + (f",{self._matchers}" if self._matchers else "")
+        frames = []
+        for column in [c for c in wanted if c in _CONTAINER_FAMILY_OF]:
+            spec = _CONTAINER_FAMILY_OF[column]
+            series = _fetch(self._client, _selector([spec.name], extra), since, until, step_s)
+            frame = _long(series, CONTAINER_LABELS, "value")
+            if frame.height == 0:
+                continue
+            value = pl.col("value")
+            ok = value.is_finite() & ~(pl.lit(spec.zero_is_null) & (value == 0))
+            frames.append(
+                frame.with_columns(
+                    column=pl.lit(column), value=pl.when(ok).then(value).otherwise(None)
+                )
+            )
+        if not frames:
+            return CONTAINER_SAMPLES.schema.empty_table()
+        wide = pl.concat(frames).pivot(
+            on="column", index=_CONTAINER_KEYS, values="value", aggregate_function="first"
+        )
+        wide = self._attribute(wide, since, until)
+        return _container_table(wide, wanted)
+
+    def _attribute(self, wide: pl.DataFrame, since: datetime, until: datetime) -> pl.DataFrame:
+        """Fill NULL namespace / pod / container from ``kube_pod_container_info`` (a series of
+        each container id in the window; runtime prefix ``containerd://`` stripped). Values a
+        row already has are kept, as the service's attribution keeps them."""
+        if wide.filter(pl.col("pod").is_null()).height == 0:
+            return wide
+        selector = _selector([KSM_CONTAINER_INFO], self._info_matchers)
+        # One point per info series (its newest in the window), not every scrape of it.
+        window_ms = max(1, round((until - since) / _MS))
+        series = self._client.query(f"last_over_time({selector}[{window_ms}ms])", until - _MS)
+        info = _long(series, {"container_id": ("container_id",), **_KSM_NAMES}, "value")
+        if info.height == 0:
+            return wide
+        names = (
+            info.filter(pl.col("container_id").is_not_null())
+            .with_columns(pl.col("container_id").str.replace(r"^[a-z0-9-]+://", ""))
+            .group_by("container_id")
+            .first()
+            .select("container_id", *(pl.col(c).alias(f"_{c}") for c in _KSM_NAMES))
+        )
+        wide = wide.join(names, on="container_id", how="left")
+        return wide.with_columns(pl.coalesce(c, f"_{c}").alias(c) for c in _KSM_NAMES).drop(
+            [f"_{c}" for c in _KSM_NAMES]
+        )
+
+
+_KSM_NAMES: dict[str, tuple[str, ...]] = {
+    "namespace": ("namespace",),
+    "pod": ("pod",),
+    "container": ("container",),
+}
+
+
+def _container_table(wide: pl.DataFrame, wanted: list[str]) -> pa.Table:
+    wide = wide.with_columns(ts=pl.from_epoch("t_ms", time_unit="ms").cast(pl.Datetime("us")))
+    for spec in container_fields.FAMILIES:
+        if spec.integer and spec.column in wide.columns:
+            wide = wide.with_columns(pl.col(spec.column).round(0).cast(pl.Int64))
+    keep = [
+        c
+        for c in CONTAINER_SAMPLES.schema.names
+        if c in wide.columns and (c not in _CONTAINER_FAMILY_OF or c in wanted)
+    ]
+    table = wide.select(keep).sort("ts", "node", "container_id", nulls_last=True).to_arrow()
+    schema = pa.schema(
+        [pa.field(n, TS if n == "ts" else CONTAINER_SAMPLES.schema.field(n).type) for n in keep]
+    )
+    return conform("container_samples", table.cast(schema))
 
 
 # -- inference-server histograms -----------------------------------------------------------

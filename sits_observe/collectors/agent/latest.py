@@ -1,4 +1,5 @@
-"""The agent's latest GPU samples on its ``/metrics``, under dcgm-exporter's names.
+"""The agent's latest GPU and cgroup samples on its ``/metrics``, under dcgm-exporter's and
+cAdvisor's names.
 
 So that an existing Prometheus / vmagent can scrape the agents directly (docs/scaling.md),
 the newest ``gpu_samples`` rows of each tick are served back in dcgm-exporter's own format:
@@ -11,6 +12,11 @@ dcgm-exporter dashboards, alert rules and the PromQL source
 (:mod:`sits_observe.store.promql_source`) then work unchanged whichever of the two was
 scraped. Scrape either dcgm-exporter or the agent for a node's GPUs, not both (the series
 would differ only by ``job``/``instance`` and double every sum).
+
+The newest ``container_samples`` rows are served the same way under cAdvisor's names where
+cAdvisor has the quantity and ``sits_container_*`` names where it does not
+(:mod:`.latest_containers`, table in :mod:`sits_observe.domain.container_fields`), so SMF,
+classes and baselines can read them from a PromQL store.
 
 Each sample carries the row's own timestamp (milliseconds), so the store records the time
 the agent read the GPU, not the scrape time, and two scrapes of one tick are one sample.
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -33,6 +39,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sits_observe.collectors.agent.latest_containers import container_families
 from sits_observe.domain.dcgm_fields import FIELDS
 
 log = logging.getLogger(__name__)
@@ -60,34 +67,39 @@ def _text(value: object) -> str:
 
 
 class LatestSamples(Collector):
-    """A prometheus-client collector holding the last published ``gpu_samples`` table."""
+    """A prometheus-client collector holding the last published ``gpu_samples`` and
+    ``container_samples`` tables."""
 
     def __init__(self, errors: Counter) -> None:
-        self._gpu: pa.Table | None = None
+        self._tables: Mapping[str, pa.Table] = {}
         self._errors = errors
 
     def publish(self, tables: Mapping[str, pa.Table]) -> None:
-        """Keep this tick's ``gpu_samples`` (a tick without it clears the GPU series, so a
-        dead dcgm-exporter shows as absent series, not as frozen values)."""
-        self._gpu = tables.get("gpu_samples")
+        """Keep this tick's ``gpu_samples`` and ``container_samples`` (a tick without one
+        clears its series, so a dead dcgm-exporter shows as absent series, not as frozen
+        values)."""
+        self._tables = {n: tables[n] for n in _BUILDERS if n in tables}
 
     def describe(self) -> list[Metric]:
         """Nothing up front: registering must not trigger a collection."""
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """One gauge family per DCGM field present in the latest table."""
-        table = self._gpu
-        if table is None or table.num_rows == 0:
-            return
-        try:
-            families = _families(table)
-        except Exception:
-            # A scrape must never take the agent down; the counter and the log say what broke.
-            log.exception("building the GPU sample families for /metrics failed")
-            self._errors.labels("gpu_samples").inc()
-            return
-        yield from families
+        """One family per DCGM field and per cgroup column present in the latest tables."""
+        tables = self._tables
+        for name, build in _BUILDERS.items():
+            table = tables.get(name)
+            if table is None or table.num_rows == 0:
+                continue
+            try:
+                families = build(table)
+            except Exception:
+                # A scrape must never take the agent down; the counter and the log say what
+                # broke, and the other table's families are still served.
+                log.exception("building the %s families for /metrics failed", name)
+                self._errors.labels(name).inc()
+                continue
+            yield from families
 
 
 def _families(table: pa.Table) -> list[Metric]:
@@ -128,3 +140,10 @@ def _families(table: pa.Table) -> list[Metric]:
 def _naive_s(at: datetime) -> float:
     """A naive UTC datetime as Unix seconds."""
     return at.replace(tzinfo=UTC).timestamp()
+
+
+#: Table name -> the function rendering its families.
+_BUILDERS: dict[str, Callable[[pa.Table], list[Metric]]] = {
+    "gpu_samples": _families,
+    "container_samples": container_families,
+}

@@ -2,8 +2,9 @@
 
 Names follow the project rules: ``sits_agent_`` prefix, base units, ``_total`` counters.
 The loop updates them; the CLI serves :attr:`AgentMetrics.registry` on ``--metrics-port``.
-The same registry serves the latest GPU samples under dcgm-exporter's names
-(:mod:`.latest`), so an existing Prometheus can scrape the agents (docs/scaling.md).
+The same registry serves the latest GPU samples under dcgm-exporter's names and the latest
+cgroup samples under cAdvisor's (``sits_container_*`` where cAdvisor has none; :mod:`.latest`),
+so an existing Prometheus can scrape the agents (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -87,6 +88,6 @@ class AgentMetrics:
             ("table",),
             reg,
         )
-        #: The latest samples of each tick, served on /metrics (see :mod:`.latest`).
+        #: The latest GPU and cgroup samples of each tick, served on /metrics (:mod:`.latest`).
         self.latest = LatestSamples(self.metrics_errors)
         reg.register(self.latest)
