@@ -140,10 +140,15 @@ def test_daemonset_mounts_cgroup_read_only() -> None:
     assert len(cgroup) == 1
     mounts = [m for m in _agent()["volumeMounts"] if m["name"] == cgroup[0]]
     assert mounts and all(m.get("readOnly") is True for m in mounts)
-    # The only hostPath is the cgroup tree: nothing of the host is writable.
-    assert [n for n, v in volumes.items() if "hostPath" in v] == cgroup
+    # The only hostPaths are the cgroup tree and /sys (NUMA counters), both read-only:
+    # nothing of the host is writable.
+    sys_ = [n for n, v in volumes.items() if v.get("hostPath", {}).get("path") == "/sys"]
+    assert sorted(n for n, v in volumes.items() if "hostPath" in v) == sorted(cgroup + sys_)
+    sys_mounts = [m for m in _agent()["volumeMounts"] if m["name"] in sys_]
+    assert sys_mounts and all(m.get("readOnly") is True for m in sys_mounts)
     args = _agent()["args"]
     assert f"--cgroup-root={mounts[0]['mountPath']}" in args
+    assert f"--sys-root={sys_mounts[0]['mountPath']}" in args
 
 
 def test_daemonset_runs_on_gpu_nodes_only() -> None:
