@@ -174,12 +174,23 @@ class InferenceServer:
         tensor_parallel: int,
         kv_capacity_bytes: int,
         max_batch: int = 64,
+        batch_window_s: float = 0.0,
+        join_mid_step: bool = True,
     ) -> None:
         self.model = model
         self.profile = profile
         self.tensor_parallel = tensor_parallel
         self.kv_capacity_bytes = kv_capacity_bytes
         self.max_batch = max_batch
+        #: Batching window: waiting requests join only once they fill the free slots or the
+        #: oldest has waited this long (Triton's ``max_queue_delay``; 0 = join at once).
+        self.batch_window_s = batch_window_s
+        #: Seconds the GPU spent running steps (the busy time of docs/analytics/batching.md).
+        self.busy_s_total = 0.0
+        self.steps_total = 0
+        #: Whether a request may join the step in progress (a one-step error, negligible for
+        #: decode; False for one-step requests, which then wait for the next step boundary).
+        self.join_mid_step = join_mid_step
         self.e2e = Histogram(E2E_BUCKETS_S)
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.itl = Histogram(ITL_BUCKETS_S)
@@ -215,7 +226,8 @@ class InferenceServer:
     def advance(self, now_s: float, dt_s: float) -> None:
         """Run the server from ``now_s - dt_s`` to ``now_s``."""
         with self._lock:
-            self._admit()
+            if self.join_mid_step or not self._running:
+                self._admit(now_s)
             step_s = self._step_s()
             self._step_carry_s += dt_s
             t = now_s - self._step_carry_s
@@ -223,12 +235,21 @@ class InferenceServer:
                 self._step_carry_s -= step_s
                 t += step_s
                 self._decode_step(t, step_s)
-                self._admit()
+                self.busy_s_total += step_s
+                self.steps_total += 1
+                self._admit(t)
                 step_s = self._step_s()
             if not self._running:
                 self._step_carry_s = 0.0
 
-    def _admit(self) -> None:
+    def _admit(self, now_s: float) -> None:
+        free = self.max_batch - len(self._running)
+        if (
+            self.batch_window_s > 0
+            and 0 < len(self._waiting) < free
+            and now_s - self._waiting[0].arrived_s < self.batch_window_s
+        ):
+            return
         while self._waiting and len(self._running) < self.max_batch:
             request = self._waiting.popleft()
             request.prefill_left_s = self.profile.prefill_s(request.prompt_tokens)
