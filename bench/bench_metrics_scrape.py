@@ -4,42 +4,66 @@ Fills a DuckDB file with five minutes of a synthetic fleet (inventory, one GPU s
 every 15 s, one cgroup sample per busy GPU, requests of 20 models, histogram windows,
 controller decisions), then measures, with medians:
 
-- the fast pass (every fast signal computed from the store: a cache miss, ``cache_s`` 0);
-- the slow pass (heatmap knee, memory classes, DBSCAN trends; run in the background in the
-  service, timed inline here);
-- a scrape served from the cache (what Prometheus sees between passes) and its body size;
-- the peer: the very same samples held in prometheus_client's plain ``Gauge`` /
-  ``Counter`` objects (what a hand-written exporter that sets its gauges after each pass
-  would serve), serialised by the same ``generate_latest``.
+- the fast pass from scratch (a collector with no past: every fast signal built, every family
+  rendered to text; the service's first scrape waits for it);
+- the slow pass from scratch (heatmap knee, memory classes, DBSCAN trends, idle GPUs; always
+  in the background);
+- incremental fast passes, the service's steady state (every later pass runs in the
+  background while scrapes serve the previous text): after one new tick of samples of every
+  GPU with the clock 15 s on (the fleet's normal case: every node's rows changed); after the
+  clock moved 15 s with no new row (samples leave the windows); and with neither (what a pass
+  costs when nothing changed);
+- a scrape served from the passes' cached text (``metrics_text``, what ``/metrics`` does),
+  against the same families written again by ``generate_latest`` on every scrape (the
+  exporter before the text cache) and against the peer: the very same samples held in
+  prometheus_client's plain ``Gauge`` / ``Counter`` objects (a hand-written exporter that sets
+  its gauges after each pass), serialised by the same ``generate_latest``;
+- the number of series of every family.
 
-Run: ``.venv/bin/python bench/bench_metrics_scrape.py [--nodes 1000] [--runs 5]``.
+Run: ``.venv/bin/python bench/bench_metrics_scrape.py [--nodes 1000] [--runs 5] [--record]``;
+``--record`` rewrites the block of docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from _docs import write_block
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from sits_observe.collectors.exposition import parse_exposition
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter import (
+    REGISTRY,
+    DerivedSignals,
+    ExporterSettings,
+    metrics_text,
+)
+from sits_observe.surfaces.service.metrics import ServiceMetrics
 
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- metrics-scrape-bench:begin -->", "<!-- metrics-scrape-bench:end -->"
 NOW = datetime(2026, 11, 1, 12, 0)
 GIB = 1024**3
 TS = pa.timestamp("us")
 
 
-def fill(store: Store, nodes: int, seed: int = 7) -> None:
-    """Five minutes of a fleet of ``nodes`` x 8 GPUs, half of the GPUs busy."""
+def fill(store: Store, nodes: int, seed: int = 7) -> tuple[list[str], np.ndarray]:
+    """Five minutes of a fleet of ``nodes`` x 8 GPUs, half of the GPUs busy; returns the
+    node names and which GPUs are busy (for :func:`tick`)."""
     rng = np.random.default_rng(seed)
     names = [f"node-{i:05d}" for i in range(nodes)]
     gpus = nodes * 8
@@ -83,40 +107,7 @@ def fill(store: Store, nodes: int, seed: int = 7) -> None:
         ),
     )
     for k in range(20):  # one sample per GPU every 15 s, cgroup samples 1 s later
-        at = NOW - timedelta(seconds=300 - 15 * k)
-        used = np.where(busy, rng.uniform(20, 75, gpus), 1.0)
-        store.append(
-            "gpu_samples",
-            pa.table(
-                {
-                    "ts": pa.array([at] * gpus, TS),
-                    "node": [n for n in names for _ in range(8)],
-                    "gpu_uuid": [f"GPU-{g}" for g in range(gpus)],
-                    "namespace": namespaces,
-                    "pod": pods,
-                    "container": ["main" if p else None for p in pods],
-                    "fb_used_bytes": (used * GIB).astype(np.int64),
-                    "fb_free_bytes": ((80 - used) * GIB).astype(np.int64),
-                    "fb_total_bytes": [80 * GIB] * gpus,
-                    "dram_active_ratio": rng.uniform(0, 0.9, gpus),
-                    "source": ["dcgm"] * gpus,
-                }
-            ),
-        )
-        store.append(
-            "container_samples",
-            pa.table(
-                {
-                    "ts": pa.array([at + timedelta(seconds=1)] * idx.size, TS),
-                    "node": [names[g // 8] for g in idx],
-                    "container_id": [f"c{g}" for g in idx],
-                    "namespace": [namespaces[g] for g in idx],
-                    "pod": [pods[g] for g in idx],
-                    "container": ["main"] * idx.size,
-                    "memory_current_bytes": (rng.uniform(1, 16, idx.size) * GIB).astype(np.int64),
-                }
-            ),
-        )
+        tick(store, names, busy, NOW - timedelta(seconds=300 - 15 * k), rng)
     n = 200_000
     store.append(
         "requests",
@@ -163,15 +154,77 @@ def fill(store: Store, nodes: int, seed: int = 7) -> None:
         ),
     )
 
+    return names, busy
 
-def timed(fn: Callable[[], object], runs: int) -> list[float]:
-    """Wall seconds of each of ``runs`` calls."""
-    out = []
-    for _ in range(runs):
-        started = time.perf_counter()
+
+def tick(
+    store: Store, names: list[str], busy: np.ndarray, at: datetime, rng: np.random.Generator
+) -> None:
+    """One sample of every GPU at ``at`` and one cgroup sample of each busy one 1 s later."""
+    gpus = busy.size
+    pods = [f"p{g}" if busy[g] else None for g in range(gpus)]
+    namespaces = [f"ns-{g % 50}" if busy[g] else None for g in range(gpus)]
+    idx = np.flatnonzero(busy)
+    used = np.where(busy, rng.uniform(20, 75, gpus), 1.0)
+    store.append(
+        "gpu_samples",
+        pa.table(
+            {
+                "ts": pa.array([at] * gpus, TS),
+                "node": [n for n in names for _ in range(8)],
+                "gpu_uuid": [f"GPU-{g}" for g in range(gpus)],
+                "namespace": namespaces,
+                "pod": pods,
+                "container": ["main" if p else None for p in pods],
+                "fb_used_bytes": (used * GIB).astype(np.int64),
+                "fb_free_bytes": ((80 - used) * GIB).astype(np.int64),
+                "fb_total_bytes": [80 * GIB] * gpus,
+                "dram_active_ratio": rng.uniform(0, 0.9, gpus),
+                "source": ["dcgm"] * gpus,
+            }
+        ),
+    )
+    store.append(
+        "container_samples",
+        pa.table(
+            {
+                "ts": pa.array([at + timedelta(seconds=1)] * idx.size, TS),
+                "node": [names[g // 8] for g in idx],
+                "container_id": [f"c{g}" for g in idx],
+                "namespace": [namespaces[g] for g in idx],
+                "pod": [pods[g] for g in idx],
+                "container": ["main"] * idx.size,
+                "memory_current_bytes": (rng.uniform(1, 16, idx.size) * GIB).astype(np.int64),
+            }
+        ),
+    )
+
+
+@dataclass
+class Timing:
+    """Wall and process CPU seconds (every thread: DuckDB's too) of each run."""
+
+    wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+
+    def run(self, fn: Callable[[], object]) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        out.append(time.perf_counter() - started)
-    return out
+        self.wall_s.append(time.perf_counter() - wall)
+        self.cpu_s.append(time.process_time() - cpu)
+
+    def cell(self, digits: int = 0) -> str:
+        """``median wall (median CPU)`` in ms."""
+        med = statistics.median
+        return f"{med(self.wall_s) * 1000:.{digits}f} ms ({med(self.cpu_s) * 1000:.{digits}f} ms)"
+
+
+def timed(fn: Callable[[], object], runs: int) -> Timing:
+    """:class:`Timing` of ``runs`` calls of ``fn``."""
+    timing = Timing()
+    for _ in range(runs):
+        timing.run(fn)
+    return timing
 
 
 def plain_registry(body: bytes) -> CollectorRegistry:
@@ -196,55 +249,142 @@ def plain_registry(body: bytes) -> CollectorRegistry:
     return registry
 
 
+class Clock:
+    """The exporter's wall clock and monotonic clock, moved together."""
+
+    def __init__(self) -> None:
+        self.at = NOW
+        self.mono_s = 0.0
+
+    def now(self) -> datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return self.mono_s
+
+
+def inline(job: Callable[[], None]) -> None:
+    job()
+
+
+def from_scratch(store: Store, settings: ExporterSettings, **kw: Any) -> DerivedSignals:
+    """A collector with no past (its first :meth:`passes` builds every signal)."""
+    return DerivedSignals(store, settings, clock=lambda: NOW, **kw)
+
+
+def incremental(
+    store: Store, names: list[str], busy: np.ndarray, runs: int
+) -> dict[str, tuple[Timing, float]]:
+    """Seconds of incremental fast passes in three cases, and the share of signals reused."""
+    clock = Clock()
+    derived = DerivedSignals(
+        store,
+        ExporterSettings(cache_s=15, slow_cache_s=86_400),
+        clock=clock.now,
+        monotonic=clock.monotonic,
+        spawn=inline,
+        signals=[s for s in REGISTRY if not s.slow],
+    )
+    derived.passes()
+    rng = np.random.default_rng(99)
+    out: dict[str, tuple[Timing, float]] = {}
+
+    def case(name: str, *, new_rows: bool, clock_s: float) -> None:
+        seconds = Timing()
+        reused, built = derived.cache.reused, derived.cache.rebuilt
+        for _ in range(runs):
+            clock.at += timedelta(seconds=clock_s)
+            if new_rows:
+                tick(store, names, busy, clock.at - timedelta(seconds=2), rng)
+            clock.mono_s += 15
+            seconds.run(derived.passes)  # due: the pass runs (inline here, a thread in serve)
+        share = (derived.cache.reused - reused) / max(
+            1, derived.cache.reused - reused + derived.cache.rebuilt - built
+        )
+        out[name] = (seconds, share)
+
+    case("new tick of every GPU, clock +15 s", new_rows=True, clock_s=15)
+    case("no new row, clock +15 s", new_rows=False, clock_s=15)
+    case("nothing changed", new_rows=False, clock_s=0)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, Store.open(Path(tmp) / "b.duckdb") as store:
         started = time.perf_counter()
-        fill(store, args.nodes)
+        names, busy = fill(store, args.nodes)
         print(f"fleet {args.nodes} nodes x 8 GPUs written in {time.perf_counter() - started:.1f} s")
-        settings = ExporterSettings(cache_s=0, slow_cache_s=0)
-        fast = DerivedSignals(store, settings, clock=lambda: NOW, spawn=lambda job: None)
-        fast_s = timed(lambda: list(fast.collect()), args.runs)
-        slow_collector = DerivedSignals(store, settings, clock=lambda: NOW, spawn=lambda j: j())
-        both_s = timed(lambda: list(slow_collector.collect()), max(2, args.runs // 2))
-
-        cached = DerivedSignals(
-            store,
-            ExporterSettings(cache_s=3600, slow_cache_s=3600),
-            clock=lambda: NOW,
-            spawn=lambda j: j(),
+        settings = ExporterSettings()
+        fast_s = timed(
+            lambda: from_scratch(store, settings, spawn=lambda j: None).passes(), args.runs
         )
-        registry = CollectorRegistry()
+        slow_only = [s for s in REGISTRY if s.slow]
+        slow_s = timed(
+            lambda: from_scratch(store, settings, spawn=inline, signals=slow_only).passes(),
+            max(2, args.runs // 2),
+        )
+
+        cached = from_scratch(store, settings, spawn=inline)
+        registry = ServiceMetrics().registry
         registry.register(cached)
-        body = generate_latest(registry)
-        scrape_s = timed(lambda: generate_latest(registry), args.runs * 4)
-        peer = plain_registry(body)
+        body = metrics_text(registry, cached)
+        scrape_s = timed(lambda: metrics_text(registry, cached), args.runs * 4)
+        written_s = timed(lambda: generate_latest(registry), args.runs * 4)
+        mine = cached.exposition()
+        peer = plain_registry(mine)
         peer_body = generate_latest(peer)
         peer_s = timed(lambda: generate_latest(peer), args.runs * 4)
-        expo = parse_exposition(body.decode())
+        expo = parse_exposition(mine.decode())
         errors = sum(s.value for s in expo.samples if s.name == "sits_exporter_errors_total")
+        steady = incremental(store, names, busy, args.runs)
 
-    med = statistics.median
-    fast_med, both_med = med(fast_s), med(both_s)
-    print(f"series {len(expo.samples):,}; exporter errors {errors:g}")
-    print("| what | median | runs |")
-    print("|---|---:|---:|")
-    print(f"| fast pass (cache miss) | {fast_med * 1000:.0f} ms | {len(fast_s)} |")
-    print(f"| fast + slow pass | {both_med * 1000:.0f} ms | {len(both_s)} |")
-    print(f"| slow pass alone (difference) | {(both_med - fast_med) * 1000:.0f} ms | |")
-    print(f"| cached scrape, sits exporter | {med(scrape_s) * 1000:.1f} ms | {len(scrape_s)} |")
-    print(f"| cached scrape, plain Gauges (peer) | {med(peer_s) * 1000:.1f} ms | {len(peer_s)} |")
-    print(f"| body, sits exporter | {len(body) / 1e6:.2f} MB | |")
-    print(f"| body, plain Gauges (peer) | {len(peer_body) / 1e6:.2f} MB | |")
-    print(f"ratio cached scrape sits / peer: {med(scrape_s) / med(peer_s):.2f}x")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        f"Date {datetime.now(UTC):%Y-%m-%d}; machine: {os.cpu_count()} cores, "
+        f"{platform.system()} {platform.machine()}, Python {platform.python_version()}, load "
+        f"average {load} at the end (other jobs share the cores); {args.nodes:,} nodes x 8 "
+        f"GPUs; {len(expo.samples):,} exporter series, exporter errors {errors:g}. Median wall "
+        "time, and in brackets the process's CPU time (every thread, DuckDB's included).",
+        "",
+        "| what | median wall (CPU) | runs |",
+        "|---|---:|---:|",
+        f"| fast pass from scratch (first scrape) | {fast_s.cell()} | {len(fast_s.wall_s)} |",
+        f"| slow pass from scratch (background) | {slow_s.cell()} | {len(slow_s.wall_s)} |",
+    ]
+    for name, (seconds, share) in steady.items():
+        lines.append(
+            f"| incremental fast pass (background), {name}: {share:.0%} of the signals reused "
+            f"| {seconds.cell()} | {len(seconds.wall_s)} |"
+        )
+    lines += [
+        f"| scrape served from the cached text (`/metrics`) | {scrape_s.cell(digits=1)} "
+        f"| {len(scrape_s.wall_s)} |",
+        f"| scrape writing the same families again (before the text cache) "
+        f"| {written_s.cell(digits=1)} | {len(written_s.wall_s)} |",
+        f"| scrape of plain Gauges with the same samples (peer) | {peer_s.cell(digits=1)} "
+        f"| {len(peer_s.wall_s)} |",
+        f"| body: `/metrics` / exporter part / peer | {len(body) / 1e6:.2f} / "
+        f"{len(mine) / 1e6:.2f} / {len(peer_body) / 1e6:.2f} MB | |",
+        "",
+        f"Command: `.venv/bin/python bench/bench_metrics_scrape.py --nodes {args.nodes} "
+        f"--runs {args.runs} --record`.",
+    ]
+    text = "\n".join(lines)
+    print(text)
     families: dict[str, int] = {}
     for s in expo.samples:
         families[s.name] = families.get(s.name, 0) + 1
-    top = sorted(families.items(), key=lambda kv: -kv[1])[:6]
-    print("largest families: " + ", ".join(f"{k} {v:,}" for k, v in top))
+    print("\nseries per family:")
+    for name, count in sorted(families.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {name} {count:,}")
+    if args.record:
+        write_block(DOCS, BEGIN, END, text, "## `/metrics` scrape for a 1,000-node x 8-GPU fleet")
+        print(f"\nrecorded in {DOCS}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from typing import Literal
 
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -56,6 +56,7 @@ from sits_observe.surfaces.service.exporter import (
     REGISTRY,
     ExporterSettings,
     Signal,
+    metrics_text,
     register_exporter,
 )
 from sits_observe.surfaces.service.extender import (  # scheduler extender
@@ -289,7 +290,8 @@ def _add_probes(app: FastAPI, store: Store, metrics: ServiceMetrics, state: _Sta
                 metrics.store_rows.labels(table).set(rows)
         except Exception as exc:
             log.warning("cannot refresh sits_store_rows: %s", exc)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        body = metrics_text(metrics.registry, getattr(app.state, "exporter", None))
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def _add_reads(app: FastAPI, store: Store, settings: ServiceSettings) -> None:

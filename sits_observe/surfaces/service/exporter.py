@@ -1,20 +1,26 @@
 """The derived-signal exporter: analytics results as Prometheus metrics on ``/metrics``.
 
 A prometheus-client custom collector registered on the service's explicit registry. Each
-scrape yields the families of the latest *passes*:
+scrape serves the families of the latest complete *passes*:
 
 - the fast pass (latency, throughput, fragmentation, SMF, quotas, collector and controller
-  health ...) runs in the scrape at most once every ``cache_s`` seconds; a scrape within that
-  time returns the cached families, so Prometheus replicas or a short scrape interval never
-  multiply the work;
+  health ...) runs at most once every ``cache_s`` seconds. The first scrape computes it (there
+  is nothing older to serve); later, a scrape that finds it older than ``cache_s`` starts the
+  next one in the background (``spawn``, a daemon thread by default) and serves the previous
+  one, as every scrape does until the new one is complete. So Prometheus replicas or a short
+  scrape interval never multiply the work and a scrape never waits for a pass;
 - the slow pass (heatmap knee and safe maximum, memory classes, DBSCAN trend clusters, idle
-  GPUs) runs in the background (``spawn``, a daemon thread by default) at most once every
-  ``slow_cache_s``; a scrape never waits for it and serves its latest result (nothing before
-  the first one finished). While a slow signal has nothing to export (no data yet) or
-  failed, it is retried at the fast cadence, so a fresh service does not wait
-  ``slow_cache_s`` for its first data. At shutdown :meth:`DerivedSignals.cancel` makes a
-  running slow pass stop before its next signal; the service waits for it only within its
-  shutdown budget (``background_stop_s``).
+  GPUs) runs in the background too, at most once every ``slow_cache_s``, and is served from
+  its first result on. While a slow signal has nothing to export (no data yet) or failed, it
+  is retried at the fast cadence, so a fresh service does not wait ``slow_cache_s`` for its
+  first data. At shutdown :meth:`DerivedSignals.cancel` starts no new pass and makes a running
+  one stop before its next signal; the service waits for it only within its shutdown budget
+  (``background_stop_s``).
+
+Passes are incremental (:mod:`.exporter_cache`): a signal whose declared rows
+(:mod:`.exporter_reads`) have the same fingerprint as at its last build keeps that build,
+and every family is rendered to text once, in the pass that built it; ``/metrics``
+(:func:`metrics_text`) joins those texts instead of writing every sample on every scrape.
 
 Every signal (:data:`SIGNALS`) is computed in isolation: a signal that fails (a missing
 table, a bug) is logged, counted in ``sits_exporter_errors_total{signal}`` once per pass, and
@@ -31,9 +37,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -42,11 +49,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from sits_observe.analytics.row_changes import RowSpan
 from sits_observe.store import Store
+from sits_observe.surfaces.service import exporter_reads as reads
 from sits_observe.surfaces.service import exporter_signals as fast
 from sits_observe.surfaces.service import exporter_signals_cluster as cluster
 from sits_observe.surfaces.service import exporter_signals_idle as idle
 from sits_observe.surfaces.service import exporter_signals_slow as slow
+from sits_observe.surfaces.service.exporter_cache import PassFingerprints, SignalCache, render
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.exporter_signals import QUANTILES, UNKNOWN, PassInputs
 from sits_observe.tracing import traced
@@ -58,6 +68,7 @@ __all__ = [
     "DerivedSignals",
     "ExporterSettings",
     "Signal",
+    "metrics_text",
     "register_exporter",
     "utc_now",
 ]
@@ -69,16 +80,20 @@ Monotonic = Callable[[], float]
 #: Runs a job without blocking the caller (default: a daemon thread); tests run it inline.
 Spawn = Callable[[Callable[[], None]], None]
 Builder = Callable[[PassInputs], list[Metric]]
+#: The spans of rows a signal's builder reads in one pass (:mod:`.exporter_reads`).
+Reads = Callable[[PassInputs], tuple[RowSpan, ...]]
 
 
 @dataclass(frozen=True)
 class Signal:
-    """One isolated unit of the exporter: its error-label name, builder, families and pass."""
+    """One isolated unit of the exporter: its error-label name, builder, families, pass, and
+    the rows its result depends on (None: rebuilt on every pass)."""
 
     name: str
     build: Builder
     families: tuple[tuple[str, Callable[[str, str], Metric]], ...]
     slow: bool = False
+    reads: Reads | None = None
 
 
 _G, _C, _H = GaugeMetricFamily, CounterMetricFamily, GaugeHistogramMetricFamily
@@ -86,14 +101,27 @@ _G, _C, _H = GaugeMetricFamily, CounterMetricFamily, GaugeHistogramMetricFamily
 #: Every signal, in pass order; ``name`` is the bounded ``signal`` label of
 #: ``sits_exporter_errors_total``.
 REGISTRY: tuple[Signal, ...] = (
-    Signal("latency", fast.latency, (("sits_latency_seconds", _G),)),
-    Signal("throughput", fast.throughput, (("sits_requests_per_second", _G),)),
-    Signal("latency_estimate", fast.latency_estimate, (("sits_latency_estimate_seconds", _G),)),
-    Signal("latency_slo", fast.latency_slo, (("sits_latency_slo_seconds", _G),)),
+    Signal("latency", fast.latency, (("sits_latency_seconds", _G),), reads=reads.requests),
+    Signal(
+        "throughput", fast.throughput, (("sits_requests_per_second", _G),), reads=reads.requests
+    ),
+    Signal(
+        "latency_estimate",
+        fast.latency_estimate,
+        (("sits_latency_estimate_seconds", _G),),
+        reads=reads.server_windows,
+    ),
+    Signal(
+        "latency_slo",
+        fast.latency_slo,
+        (("sits_latency_slo_seconds", _G),),
+        reads=reads.requests_and_windows,
+    ),
     Signal(
         "latency_histogram",
         fast.request_latency_histogram,
         (("sits_request_latency_window_seconds", _H),),
+        reads=reads.requests,
     ),
     Signal(
         "fragmentation",
@@ -104,31 +132,54 @@ REGISTRY: tuple[Signal, ...] = (
             ("sits_fgd_node_fragmentation_gpus", _G),
         ),
     ),
-    Signal("interference", cluster.interference, (("sits_interference_score_ratio", _G),)),
+    Signal(
+        "interference",
+        cluster.interference,
+        (("sits_interference_score_ratio", _G),),
+        reads=reads.gpu_window,
+    ),
     Signal(
         "smf",
         cluster.smf,
         (("sits_smf_ratio", _G), ("sits_smf_node_ratio", _G), ("sits_smf_namespace_ratio", _G)),
+        reads=reads.smf,
     ),
-    Signal("framebuffer", cluster.framebuffer, (("sits_gpu_framebuffer_used_ratio", _G),)),
+    Signal(
+        "framebuffer",
+        cluster.framebuffer,
+        (("sits_gpu_framebuffer_used_ratio", _G),),
+        reads=reads.framebuffer,
+    ),
     Signal(
         "gpu_attribution",
         cluster.gpu_attribution,
         (("sits_gpu_framebuffer_used_bytes", _G), ("sits_gpu_shared_pods", _G)),
+        reads=reads.gpu_window,
     ),
-    Signal("quotas", cluster.quotas, (("sits_quota", _G),)),
+    Signal("quotas", cluster.quotas, (("sits_quota", _G),), reads=reads.decisions),
     Signal("pod_start", cluster.pod_start, (("sits_pod_start_seconds", _G),)),
-    Signal("collector_drops", fast.collector_drops, (("sits_collector_drops", _C),)),
+    Signal(
+        "collector_drops",
+        fast.collector_drops,
+        (("sits_collector_drops", _C),),
+        reads=reads.collector_drops,
+    ),
     Signal(
         "collector_last_seen",
         fast.collector_last_seen,
         (("sits_collector_last_seen_timestamp_seconds", _G),),
     ),
-    Signal("controller_decisions", fast.controller_decisions, (("sits_controller_decisions", _C),)),
+    Signal(
+        "controller_decisions",
+        fast.controller_decisions,
+        (("sits_controller_decisions", _C),),
+        reads=reads.decisions,
+    ),
     Signal(
         "controller_errors",
         fast.controller_errors,
         (("sits_controller_errors", _C), ("sits_controller_last_decision_timestamp_seconds", _G)),
+        reads=reads.decisions,
     ),
     Signal(
         "heatmap",
@@ -139,7 +190,13 @@ REGISTRY: tuple[Signal, ...] = (
     Signal(
         "memory_classes", slow.memory_classes, (("sits_memory_class_workloads", _G),), slow=True
     ),
-    Signal("gpu_trends", slow.gpu_trends, (("sits_gpu_trend_cluster", _G),), slow=True),
+    Signal(
+        "gpu_trends",
+        slow.gpu_trends,
+        (("sits_gpu_trend_cluster", _G),),
+        slow=True,
+        reads=reads.gpu_trends,
+    ),
     Signal(
         "gpu_idle",
         idle.gpu_idle,
@@ -158,20 +215,22 @@ SIGNALS: tuple[str, ...] = tuple(s.name for s in REGISTRY)
 
 @dataclass(frozen=True)
 class _Pass:
-    """One computation: its families, when (monotonic seconds) it started, and whether a
-    signal of it had nothing to export or failed (then it is retried sooner)."""
+    """One computation: its families and their text, when (monotonic seconds) it started,
+    and whether a signal of it had nothing to export or failed (then it is retried sooner)."""
 
     families: tuple[Metric, ...]
+    text: bytes
     at_s: float
     incomplete: bool = False
 
 
 def _thread(job: Callable[[], None]) -> None:
-    threading.Thread(target=job, name="exporter-slow-signals", daemon=True).start()
+    threading.Thread(target=job, name="exporter-signals", daemon=True).start()
 
 
 class DerivedSignals(Collector):
-    """The custom collector; ``computations`` / ``slow_computations`` count passes."""
+    """The custom collector; ``computations`` / ``slow_computations`` count passes, and
+    ``cache`` the signals each pass reused or rebuilt."""
 
     def __init__(
         self,
@@ -192,13 +251,16 @@ class DerivedSignals(Collector):
         self._lock = threading.Lock()
         self._fast: _Pass | None = None
         self._slow: _Pass | None = None
+        self._fast_idle = threading.Event()  # set while no background fast pass runs
+        self._fast_idle.set()
         self._slow_idle = threading.Event()  # set while no slow pass runs
         self._slow_idle.set()
         self._closed = False
-        self._cancel = threading.Event()  # set at shutdown: a running slow pass stops early
+        self._cancel = threading.Event()  # set at shutdown: a running pass stops early
         self._errors_lock = threading.Lock()
         self._errors: dict[str, int] = dict.fromkeys((s.name for s in self._signals), 0)
         self._last_error: dict[str, str] = {}
+        self.cache = SignalCache()
         self.computations = 0
         self.slow_computations = 0
 
@@ -209,47 +271,66 @@ class DerivedSignals(Collector):
         return families
 
     def collect(self) -> Iterator[Metric]:
-        """The cached families (fast ones recomputed when older than ``cache_s``; slow ones
-        refreshed in the background) and the error counts."""
-        with self._lock:
-            now_s = self._monotonic()
-            last = self._fast
-            if last is None or now_s - last.at_s >= self._settings.cache_s:
-                families, incomplete = self._run(slow=False)
-                last = _Pass(families, now_s, incomplete)
-                self._fast = last
-            job = self._slow_job(now_s)
-        if job is not None:
-            self._launch(job)
-        with self._lock:
-            slow_pass = self._slow
-        yield from last.families
+        """The latest passes' families and the error counts (see :meth:`passes`)."""
+        fast_pass, slow_pass = self.passes()
+        yield from fast_pass.families
         if slow_pass is not None:
             yield from slow_pass.families
-        errors = CounterMetricFamily(
-            "sits_exporter_errors",
-            "derived-signal computations that failed, by signal",
-            labels=("signal",),
-        )
-        with self._errors_lock:
-            for signal, count in self._errors.items():
-                errors.add_metric((signal,), count)
-        yield errors
+        yield self._errors_family()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of :meth:`collect`'s families, from the text each pass rendered
+        once (only the error counts are written per call)."""
+        fast_pass, slow_pass = self.passes()
+        slow_text = b"" if slow_pass is None else slow_pass.text
+        return fast_pass.text + slow_text + render([self._errors_family()])
+
+    def passes(self) -> tuple[_Pass, _Pass | None]:
+        """The latest complete fast and slow passes. The first call computes the fast pass
+        (there is nothing older to serve); later, a fast pass older than ``cache_s`` and a
+        slow one older than its due time are recomputed in the background (``spawn``) while
+        this and every call until they finish serve the previous ones."""
+        jobs: list[tuple[Callable[[], None], threading.Event]] = []
+        with self._lock:
+            now_s = self._monotonic()
+            if self._fast is None:
+                self._fast = self._pass(slow=False, at_s=now_s, background=False)
+            elif (fast_job := self._fast_job(now_s)) is not None:
+                jobs.append((fast_job, self._fast_idle))
+            if (slow_job := self._slow_job(now_s)) is not None:
+                jobs.append((slow_job, self._slow_idle))
+        for job, idle_event in jobs:
+            self._launch(job, idle_event)
+        with self._lock:
+            return self._fast, self._slow
 
     def cancel(self) -> None:
-        """Start no more slow passes and make a running one stop before its next signal
-        (its partial result is discarded); returns at once."""
+        """Start no more background passes and make a running one stop before its next
+        signal (its partial result is discarded); returns at once."""
         with self._lock:
             self._closed = True
         self._cancel.set()
 
     def close(self, timeout_s: float = 30.0) -> bool:
-        """:meth:`cancel`, then wait up to ``timeout_s`` for a running slow pass (the store
-        should not close under it); False when it is still running."""
+        """:meth:`cancel`, then wait up to ``timeout_s`` for the running passes (the store
+        should not close under them); False when one is still running."""
         self.cancel()
-        return self._slow_idle.wait(timeout_s)
+        deadline = time.monotonic()  # real waits, whatever clock the cache ages run on
+        fast_done = self._fast_idle.wait(timeout_s)
+        slow_done = self._slow_idle.wait(max(0.0, deadline + timeout_s - time.monotonic()))
+        return fast_done and slow_done
 
     # -- passes ---------------------------------------------------------------------------
+
+    def _fast_job(self, now_s: float) -> Callable[[], None] | None:
+        """The background fast pass to start now, or None (caller holds the lock)."""
+        done = self._fast
+        if self._closed or not self._fast_idle.is_set() or done is None:
+            return None
+        if now_s - done.at_s < self._settings.cache_s:
+            return None
+        self._fast_idle.clear()
+        return self._job(slow=False, at_s=now_s)
 
     def _slow_job(self, now_s: float) -> Callable[[], None] | None:
         """The slow pass to start now, or None when none is due (caller holds the lock)."""
@@ -261,58 +342,89 @@ class DerivedSignals(Collector):
             if now_s - done.at_s < min(due_s, self._settings.slow_cache_s):
                 return None
         self._slow_idle.clear()
+        return self._job(slow=True, at_s=now_s)
+
+    def _job(self, *, slow: bool, at_s: float) -> Callable[[], None]:
+        idle = self._slow_idle if slow else self._fast_idle
 
         def job() -> None:
+            finished: _Pass | None
             try:
-                families, incomplete = self._run(slow=True)
-                finished = _Pass(families, now_s, incomplete)
+                finished = self._pass(slow=slow, at_s=at_s, background=True)
             except Exception:  # _run isolates each signal; this guards the bookkeeping
-                log.exception("slow derived-signal pass failed")
-                finished = _Pass((), now_s, True)
+                log.exception("%s derived-signal pass failed", "slow" if slow else "fast")
+                finished = _Pass((), b"", at_s, True) if slow else None
             with self._lock:
-                if not self._cancel.is_set():
-                    self._slow = finished
-            self._slow_idle.set()
+                if finished is not None and not self._cancel.is_set():
+                    if slow:
+                        self._slow = finished
+                    else:
+                        self._fast = finished
+            idle.set()
 
         return job
 
-    def _launch(self, job: Callable[[], None]) -> None:
+    def _launch(self, job: Callable[[], None], idle: threading.Event) -> None:
         try:
             self._spawn(job)
         except Exception:
-            log.exception("cannot start the slow derived-signal pass")
-            self._slow_idle.set()
+            log.exception("cannot start a derived-signal pass")
+            idle.set()
+
+    def _pass(self, *, slow: bool, at_s: float, background: bool) -> _Pass:
+        families, texts, incomplete = self._run(slow=slow, background=background)
+        return _Pass(families, b"".join(texts), at_s, incomplete)
 
     @traced("sits.analyse", task_type="analyse")
-    def _run(self, *, slow: bool) -> tuple[tuple[Metric, ...], bool]:
-        """One pass over the signals of one speed: their families, and whether any of them
-        failed or had no sample."""
+    def _run(
+        self, *, slow: bool, background: bool
+    ) -> tuple[tuple[Metric, ...], tuple[bytes, ...], bool]:
+        """One pass over the signals of one speed: their families and texts, and whether any
+        of them failed or had no sample. A signal whose declared rows did not change since
+        its last build keeps that build (:mod:`.exporter_cache`)."""
         if slow:
             self.slow_computations += 1
         else:
             self.computations += 1
         inputs = PassInputs(self._store, self._settings, self._clock())
+        prints = PassFingerprints(self._store)
         families: list[Metric] = []
+        texts: list[bytes] = []
         incomplete = False
         for signal in self._signals:
             if signal.slow is not slow:
                 continue
-            if slow and self._cancel.is_set():
-                log.info("slow derived-signal pass cancelled before %s (shutdown)", signal.name)
-                return tuple(families), True
+            if background and self._cancel.is_set():
+                log.info("derived-signal pass cancelled before %s (shutdown)", signal.name)
+                return tuple(families), tuple(texts), True
             try:
-                built = signal.build(inputs)
+                seen = None if signal.reads is None else prints.of(signal.reads(inputs))
+                built = self.cache.get(signal.name, seen) or self.cache.build(
+                    signal.name, seen, partial(signal.build, inputs)
+                )
             except Exception as exc:
-                if slow and self._cancel.is_set():  # the store went away under it
-                    return tuple(families), True
+                if background and self._cancel.is_set():  # the store went away under it
+                    return tuple(families), tuple(texts), True
                 # One signal never breaks the scrape: count it, log it, serve the others.
                 self._count_error(signal.name, exc)
                 incomplete = True
                 continue
             self._last_error.pop(signal.name, None)
-            incomplete = incomplete or not any(f.samples for f in built)
-            families.extend(built)
-        return tuple(families), incomplete
+            incomplete = incomplete or not any(f.samples for f in built.families)
+            families.extend(built.families)
+            texts.extend(built.texts)
+        return tuple(families), tuple(texts), incomplete
+
+    def _errors_family(self) -> CounterMetricFamily:
+        errors = CounterMetricFamily(
+            "sits_exporter_errors",
+            "derived-signal computations that failed, by signal",
+            labels=("signal",),
+        )
+        with self._errors_lock:
+            for signal, count in self._errors.items():
+                errors.add_metric((signal,), count)
+        return errors
 
     def _count_error(self, signal: str, exc: Exception) -> None:
         with self._errors_lock:
@@ -352,3 +464,25 @@ def register_exporter(
         registry.register(exporter)
     app.state.exporter = exporter
     return exporter
+
+
+class _Without:
+    """A registry's families except some, for ``generate_latest``."""
+
+    def __init__(self, registry: CollectorRegistry, names: frozenset[str]) -> None:
+        self._registry = registry
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if family.name not in self._names:
+                yield family
+
+
+def metrics_text(registry: CollectorRegistry, exporter: DerivedSignals | None) -> bytes:
+    """``/metrics``: the Prometheus text of ``registry``, the exporter's families (when it
+    is registered there) taken from the text its passes rendered instead of written again."""
+    if exporter is None:
+        return generate_latest(registry)
+    own = frozenset(family.name for family in exporter.describe())
+    return generate_latest(_Without(registry, own)) + exporter.exposition()

@@ -1,0 +1,81 @@
+"""The rows each derived signal reads, so a pass rebuilds only the signals whose rows changed.
+
+A function here returns, for one pass, exactly the spans of rows (table, time column, bounds)
+its signal's builder reads: the same tables, the same columns, the same bounds, nothing more
+and nothing less. A superset would not do: a row already stored but outside the signal's own
+window (stamped after ``now``, or before a floored start) can enter it as the clock moves
+while the wider span stays the same. When every span's fingerprint
+(:mod:`sits_observe.analytics.row_changes`) equals the previous pass's, the builder would
+return the same families, so the pass keeps them and their rendered text.
+
+A signal whose result depends on more than such spans (the clock itself, a window floored to
+a bin, rows found relative to the newest snapshot, a whole sample table whose fingerprint
+would cost as much as the signal) declares none and is rebuilt on every pass:
+``fragmentation``, ``pod_start``, ``collector_last_seen``, ``heatmap``, ``memory_classes``
+and ``gpu_idle``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sits_observe.analytics.row_changes import RowSpan
+from sits_observe.surfaces.service.exporter_signals import PassInputs
+
+
+def requests(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The window's requests (latency, throughput, the latency histogram)."""
+    return (RowSpan("requests", p.since, p.until),)
+
+
+def requests_and_windows(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The window's requests and histogram windows (the SLO of every model seen)."""
+    return (*requests(p), *server_windows(p))
+
+
+def server_windows(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The window's inference-server histogram windows (latency estimates)."""
+    return (RowSpan("server_windows", p.since, p.until),)
+
+
+def gpu_window(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The window's GPU samples (interference, GPU attribution)."""
+    return (RowSpan("gpu_samples", p.since, p.until),)
+
+
+def smf(p: PassInputs) -> tuple[RowSpan, ...]:
+    """SMF's inputs (``read_smf_inputs``: from ``since``, GPU samples ``max_skew_s`` earlier,
+    no upper bound) and the GPU names of the window."""
+    skew = timedelta(seconds=p.settings.smf.max_skew_s)
+    return (
+        RowSpan("gpu_samples", p.since - skew),
+        RowSpan("container_samples", p.since),
+        RowSpan("gpu_processes", p.since),
+        *gpu_window(p),
+    )
+
+
+def framebuffer(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The occupancy series from ``since`` (raw samples and minute roll-ups, no upper bound)
+    and the GPU names of the window."""
+    return (*_occupancy(p, p.since), *gpu_window(p))
+
+
+def gpu_trends(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The occupancy series over ``trend_window_s`` and the GPU names of that window."""
+    since = p.ago(p.settings.trend_window_s)
+    return (*_occupancy(p, since), RowSpan("gpu_samples", since, p.until))
+
+
+def decisions(_: PassInputs) -> tuple[RowSpan, ...]:
+    """Every decision row (controller totals, quotas)."""
+    return (RowSpan("decisions"),)
+
+
+def collector_drops(_: PassInputs) -> tuple[RowSpan, ...]:
+    """Every ``collector_drops`` row (a counter's total)."""
+    return (RowSpan("collector_drops"),)
+
+
+def _occupancy(_: PassInputs, since: datetime) -> tuple[RowSpan, ...]:
+    return (RowSpan("gpu_samples", since), RowSpan("gpu_samples_1m", since, column="minute"))
