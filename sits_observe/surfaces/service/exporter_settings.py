@@ -52,8 +52,9 @@ class ExporterSettings(BaseModel):
         15.0,
         ge=0,
         le=3600,
-        description="seconds a computed set of fast signals is served before the next scrape "
-        "recomputes it (0 = every scrape)",
+        description="seconds a computed set of fast signals is served before a scrape starts "
+        "its recomputation in the background, serving the previous set meanwhile (0 = every "
+        "scrape; the first scrape waits for the first set)",
     )
     slow_cache_s: float = Field(
         300.0,
