@@ -14,7 +14,9 @@ keeps, as a pruned ``v1.Pod`` (``pods.gpu_stack_json``), exactly what that reade
 - vLLM's ``--gpu-memory-utilization`` in ``command`` / ``args``: each flag token and the
   token after it, in order (``--flag=0.9`` is one token), the words split on whitespace as a
   shell line in one string (``vllm serve m --gpu-memory-utilization 0.9``) is;
-- KAI scheduler's pod annotations ``gpu-memory`` (MiB) and ``gpu-fraction``.
+- KAI scheduler's pod annotations ``gpu-memory`` (MiB) and ``gpu-fraction``;
+- of a pod with any of the above, our ``sits.io/model`` and ``sits.io/precision`` labels and
+  annotations (the device affinity report's inputs, :mod:`sits_observe.analytics.affinity`).
 
 Values are kept as written, malformed ones too, so the reader finds the same stack and the
 same problems in the pruned pod as in the whole one (the invariant the tests check). A
@@ -57,6 +59,12 @@ _GPU_KEYS = frozenset(
     }
 )
 _ANNOTATIONS = (KAI_MEMORY_ANNOTATION, KAI_FRACTION_ANNOTATION)
+#: Our pod label or annotation (the annotation wins) naming the model a pod serves or trains,
+#: and its numeric precision (fp16, bf16, fp8, int8, ...): what the device affinity rules
+#: match (docs/extender.md "Device affinity").
+MODEL_KEY = "sits.io/model"
+PRECISION_KEY = "sits.io/precision"
+_AFFINITY_KEYS = (MODEL_KEY, PRECISION_KEY)
 
 
 def gpu_stack_spec(pod: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -69,14 +77,34 @@ def gpu_stack_spec(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     init = [c for c in map(_init_container, _list(spec.get("initContainers"))) if c]
     if not (kept_annotations or containers or init):
         return None
+    kept_annotations.update({k: annotations[k] for k in _AFFINITY_KEYS if k in annotations})
+    labels = _mapping(meta.get("labels"))
+    kept_labels = {k: labels[k] for k in _AFFINITY_KEYS if k in labels}
     out: dict[str, Any] = {"spec": {}}
-    if kept_annotations:
-        out["metadata"] = {"annotations": kept_annotations}
+    if kept_annotations or kept_labels:
+        out["metadata"] = {
+            key: kept
+            for key, kept in (("annotations", kept_annotations), ("labels", kept_labels))
+            if kept
+        }
     if containers:
         out["spec"]["containers"] = containers
     if init:
         out["spec"]["initContainers"] = init
     return out
+
+
+def affinity_keys(metadata: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``(model, precision)`` a pod's ``metadata`` declares (annotation, else label; the
+    precision lower-cased; blank counts as absent)."""
+    annotations, labels = _mapping(metadata.get("annotations")), _mapping(metadata.get("labels"))
+
+    def value(key: str) -> str | None:
+        texts = (str(m[key]).strip() for m in (annotations, labels) if m.get(key) is not None)
+        return next((t for t in texts if t), None)
+
+    precision = value(PRECISION_KEY)
+    return value(MODEL_KEY), precision.lower() if precision else None
 
 
 def gpu_stack_json(pod: Mapping[str, Any]) -> str | None:

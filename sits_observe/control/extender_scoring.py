@@ -8,7 +8,9 @@ Filter (GPU pods only; a pod without ``nvidia.com/gpu`` passes every node):
 
 - *unresolvable* (preemption would not help): the node has no allocatable ``nvidia.com/gpu``,
   its GPU product is not one the pod allows (``nvidia.com/gpu.product`` in its node selector
-  or required affinity), or it has fewer GPUs than the pod requests;
+  or required affinity) or not one the device affinity rules allow for the pod's model and
+  precision (``affinity_file``, off by default: :mod:`sits_observe.analytics.affinity`), or
+  it has fewer GPUs than the pod requests;
 - *failed* (preemption could help): fewer unallocated GPUs than requested, or for a share of
   one GPU no GPU with the share free and a free HAMi slot (``filter_free_gpus``), or fewer
   GPUs with at least the pod's memory need free (``filter_gpu_memory``; only when the need is
@@ -59,12 +61,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sits_observe.analytics.affinity import (
+    AffinityRules,
+    allowed_products,
+    generation_of,
+    load_affinity_rules,
+)
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.schedsim_policies import fgd_score
 from sits_observe.control.extender_gpus import GpuChoice, GpuPlacements, view_placements
@@ -176,6 +185,25 @@ class ScoringSettings(BaseModel):
         description="HAMi deviceSplitCount: pods that may share one GPU",
     )
 
+    affinity_file: Path | None = Field(
+        None,
+        description="YAML file of device affinity rules (model pattern -> GPU products or "
+        "generations and precisions; docs/extender.md 'Device affinity') the filter enforces; "
+        "none: off",
+    )
+    affinity: AffinityRules | None = Field(
+        None, description="the device affinity rules (read from affinity_file when given)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_affinity(cls, data: Any) -> Any:
+        # The rules are read once, when the settings are built (the composition root), so the
+        # filter never opens a file; a missing or bad file is a ConfigError naming it.
+        if isinstance(data, dict) and data.get("affinity_file") and data.get("affinity") is None:
+            return {**data, "affinity": load_affinity_rules(data["affinity_file"])}
+        return data
+
     @model_validator(mode="after")
     def _some_weight(self) -> ScoringSettings:
         if self.fragmentation_weight + self.memory_fit_weight + self.interference_weight <= 0:
@@ -192,8 +220,10 @@ class PodRequest:
     on (empty = any); ``cpu_milli``; ``memory_bytes`` its memory request; ``gpu_memory_bytes``
     the declared need per GPU (None = not declared); ``priority`` the pod's ``spec.priority``;
     ``workload`` its top-level controller (for its measured memory need); ``uid`` its UID;
-    ``hint_uuids`` the GPUs its own ``nvidia.com/use-gpuuuid`` annotation allows (empty: any).
-    Read from the pod by :func:`sits_observe.control.extender_wire.pod_request`.
+    ``hint_uuids`` the GPUs its own ``nvidia.com/use-gpuuuid`` annotation allows (empty: any);
+    ``model`` and ``precision`` what its ``sits.io/model`` / ``sits.io/precision`` label or
+    annotation declares (None: not declared), for the device affinity rules. Read from the
+    pod by :func:`sits_observe.control.extender_wire.pod_request`.
     """
 
     namespace: str
@@ -208,6 +238,8 @@ class PodRequest:
     uid: str = ""
     memory_bytes: int = 0
     hint_uuids: tuple[str, ...] = ()
+    model: str | None = None
+    precision: str | None = None
 
     @property
     def shared(self) -> bool:
@@ -270,6 +302,11 @@ def filter_nodes(
     free = _take(usable_gpus(view, request, settings), r, known, 0)
     no_gpu = known & (alloc == 0)
     wrong_type = known & (alloc > 0) & ~_take(_type_ok(view, request), r, known, True)
+    affinity = _affinity(view, request, settings)
+    rule_text = affinity[0] if affinity else ""
+    off_rule = known & (alloc > 0) & ~wrong_type
+    off_rule &= ~_take(affinity[1], r, known, True) if affinity else np.zeros_like(known)
+    wrong_type |= off_rule
     too_small = known & (alloc > 0) & (alloc < k) & ~wrong_type
     busy = known & (alloc >= k) & ~wrong_type & (free < k)
     if not settings.filter_free_gpus:
@@ -290,6 +327,13 @@ def filter_nodes(
             unresolvable[name] = f"node not in the sits-observe inventory{at}"
         elif no_gpu[i]:
             unresolvable[name] = "node has no allocatable nvidia.com/gpu"
+        elif off_rule[i]:
+            model = view.gpu_model_of(int(r[i]))
+            unresolvable[name] = (
+                f"node's GPU product {model} ({generation_of(model)}) is not one the device "
+                f"affinity rule {rule_text} allows for model {request.model}"
+                + (f" at {request.precision}" if request.precision else "")
+            )
         elif wrong_type[i]:
             model = view.gpu_model_of(int(r[i]))
             unresolvable[name] = (
@@ -327,6 +371,22 @@ def usable_gpus(view: ClusterView, request: PodRequest, settings: ScoringSetting
         view.gpu_pods < settings.device_split_count
     )
     return np.asarray(ok.sum(axis=1), dtype=np.int64)
+
+
+def _affinity(
+    view: ClusterView, request: PodRequest, settings: ScoringSettings
+) -> tuple[str, BoolArray] | None:
+    """The device affinity rule the pod follows (as text) and, per view row, whether the
+    node's GPU product satisfies it; None when no rule applies (or none is configured)."""
+    if settings.affinity is None:
+        return None
+    models = view.state.gpu_models
+    allowed = allowed_products(settings.affinity, request.model, request.precision, models)
+    if allowed is None:
+        return None
+    # Row model id -1 (no GPU) picks the trailing True: those rows fail as "no GPU" already.
+    by_row = np.append(allowed.mask(models), True)[view.state.gpu_model_id]
+    return allowed.rule.describe(), np.asarray(by_row, dtype=np.bool_)
 
 
 def _type_ok(view: ClusterView, request: PodRequest) -> BoolArray:

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.collectors.kube_gpu import GPU_RESOURCE, pod_gpu_request
+from sits_observe.collectors.kube_gpu_stack import affinity_keys
 from sits_observe.collectors.kube_pods import pod_requests, workload_of
 from sits_observe.control.extender_scoring import PodRequest
 from sits_observe.domain.quantity import parse_quantity
@@ -248,6 +249,8 @@ def pod_request(pod: PodWire) -> PodRequest:
     gpus = _ceil(totals[GPU_RESOURCE])
     # The one reader of a pod's GPU share and products (malformed values count as absent).
     gpu = pod_gpu_request(pod.model_dump(by_alias=True, exclude_none=True), gpus)
+    # sits.io/model and sits.io/precision: the device affinity rules' inputs.
+    model, precision = affinity_keys({"labels": meta.labels, "annotations": annotations})
     return PodRequest(
         namespace=meta.namespace,
         name=meta.name,
@@ -261,6 +264,8 @@ def pod_request(pod: PodWire) -> PodRequest:
         uid=meta.uid or "",
         memory_bytes=_ceil(totals["memory"]),
         hint_uuids=gpu.hint_uuids,
+        model=model,
+        precision=precision,
     )
 
 

@@ -12,8 +12,12 @@ Two inputs, one report:
   does not apply.
 
 Tables: the cluster's answer (one row, the main table), the causes, the typical-pod set M and
-the nodes, most fragmented first. Amounts are milli-GPU and milli-CPU in JSON and CSV (1000 =
-one GPU, one core); tables show GPUs (``3.73``) and cores.
+the nodes, most fragmented first; from a store where pods declare ``sits.io/precision``, also
+``precision``: per precision class, F(M) for the typical pods of that class alone on the same
+cluster, and what the class holds in the newest pods snapshot, with the nodes it shares with
+another class (mixed-precision co-location; docs/analytics/affinity.md). Amounts are milli-GPU
+and milli-CPU in JSON and CSV (1000 = one GPU, one core); tables show GPUs (``3.73``) and
+cores.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
+from sits_observe.analytics.affinity_placement import (
+    Holding,
+    precision_holdings,
+    precision_shapes,
+)
 from sits_observe.analytics.fgd import FragmentationReport, fragmentation
 from sits_observe.analytics.fgd_cluster import ClusterState, apply_placements
 from sits_observe.analytics.fgd_live import UNKNOWN_CPU_MILLI, live_cluster
@@ -94,6 +103,15 @@ _TYPICAL = (
     col("count", "pods", Unit.integer),
     col("weight", "weight", Unit.ratio),
 )
+_PRECISION = (
+    col("precision", "precision"),
+    col("pods", "pods", Unit.integer),
+    col("frag_milli", "frag GPUs", Unit.milli_gpu),
+    col("frag_ratio", "frag/idle", Unit.ratio),
+    col("held_milli", "held GPUs", Unit.milli_gpu),
+    col("nodes", "nodes", Unit.integer),
+    col("shared_nodes", "shared nodes", Unit.integer),
+)
 _NODES = (
     col("node", "node"),
     col("gpu_model", "model"),
@@ -115,6 +133,8 @@ class FgdInputs:
     placed_pods: int
     facts: dict[str, Any]
     notes: tuple[str, ...]
+    by_precision: dict[str, tuple[PodShape, ...]] | None = None
+    precision_held: dict[str, Holding] | None = None
 
 
 def build(store: Store, window: Window, query: FragmentationQuery) -> Report:
@@ -133,11 +153,13 @@ def report_of(window: Window, inputs: FgdInputs, query: FragmentationQuery) -> R
         "include_cpu_only": query.include_cpu_only,
         "top": query.top,
     }
-    others = (
+    others: tuple[ReportTable, ...] = (
         _causes(result),
         _typical(inputs.workload),
         _nodes(result, inputs.state, query.top),
     )
+    if inputs.by_precision:
+        others = (*others, _precision(inputs, query))
     main = _cluster(result, inputs)
     return Report("fragmentation", window, main, others, inputs.notes, facts)
 
@@ -186,7 +208,15 @@ def _from_store(store: Store, window: Window, query: FragmentationQuery) -> FgdI
         "seen in the window",
         *live.warnings,
     )
-    return FgdInputs(live.state, _typical_pods(live.shapes, query), live.pods_placed, facts, notes)
+    return FgdInputs(
+        live.state,
+        _typical_pods(live.shapes, query),
+        live.pods_placed,
+        facts,
+        notes,
+        by_precision=precision_shapes(store, window.since, window.until),
+        precision_held=precision_holdings(store, live.pods_at),
+    )
 
 
 def _typical_pods(shapes: Iterable[PodShape], query: FragmentationQuery) -> TargetWorkload:
@@ -215,6 +245,28 @@ def _cluster(result: FragmentationReport, inputs: FgdInputs) -> ReportTable:
         "typical_coverage_ratio": inputs.workload.coverage_ratio,
     }
     return table_of("cluster", "Cluster GPU fragmentation (FGD, ATC'23)", [row], _CLUSTER)
+
+
+def _precision(inputs: FgdInputs, query: FragmentationQuery) -> ReportTable:
+    """F(M_p) of each precision class p: the same cluster measured for that class's typical
+    pods alone (how much idle capacity is stranded for it), and what it holds."""
+    held = inputs.precision_held or {}
+    rows = []
+    for precision, shapes in (inputs.by_precision or {}).items():
+        result = fragmentation(inputs.state, _typical_pods(shapes, query))
+        holding = held.get(precision, Holding(0, 0, 0, 0))
+        rows.append(
+            {
+                "precision": precision,
+                "pods": len(shapes),
+                "frag_milli": result.frag_milli,
+                "frag_ratio": result.frag_ratio,
+                "held_milli": holding.gpu_milli,
+                "nodes": holding.nodes,
+                "shared_nodes": holding.shared_nodes,
+            }
+        )
+    return table_of("precision", "By precision class (sits.io/precision)", rows, _PRECISION)
 
 
 def _causes(result: FragmentationReport) -> ReportTable:

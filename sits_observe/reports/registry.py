@@ -7,7 +7,9 @@ from typing import Any
 
 from sits_observe.errors import UnknownNameError
 from sits_observe.reports import (
+    affinity,
     baseline,
+    batching,
     capacity,
     classes,
     decisions,
@@ -18,6 +20,7 @@ from sits_observe.reports import (
     latency,
     recommend,
     smf,
+    tenants,
     timeline,
     trends,
     whatif,
@@ -36,12 +39,15 @@ REPORTS: dict[str, ReportSpec[Any]] = {
         capacity.SPEC,
         recommend.SPEC,
         fragmentation.SPEC,
+        affinity.SPEC,
         trends.SPEC,
         fleet.SPEC,
         whatif.SPEC,
         decisions.SPEC,
         latency.SPEC,
         heatmap.SPEC,
+        batching.SPEC,
+        tenants.SPEC,
     )
 }
 
