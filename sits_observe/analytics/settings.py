@@ -256,6 +256,48 @@ class ClassSettings(BaseModel):
         return self
 
 
+class TenantSettings(BaseModel):
+    """Tenant isolation (SPEC "Namespace SLA example"): detecting one tenant's load pushing
+    another out of its P99 SLA. The SLAs themselves are ``ClassSettings.namespace_sla_p99_s``.
+
+    Each tenant with an SLA gets its exact P99 per ``bin_s`` bin (bins with fewer than
+    ``min_requests_per_bin`` requests have no P99); each other tenant on the same nodes its
+    load per bin. A pair is a finding when the load splits the bins into high and low halves
+    of its range with at least ``min_bins_per_side`` each, the load and the P99 correlate at
+    ``min_correlation`` or more, and the P99 is above the SLA in at least
+    ``min_breach_ratio`` of the high-load bins (and more often than in the low-load ones).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bin_s: float = Field(
+        60.0, ge=1, le=86_400, description="time bin of the per-tenant P99 and load, seconds"
+    )
+    # A P99 of fewer than 100 values is the largest or second-largest of them; 20 keeps a
+    # bin's figure from being one request.
+    min_requests_per_bin: int = Field(
+        20, ge=1, le=1_000_000, description="requests a bin needs for its P99 to count"
+    )
+    load: Literal["gpu_util", "requests", "pods"] = Field(
+        "gpu_util",
+        description="the other tenant's load: gpu_util (sum of its GPUs' mean utilisation "
+        "on the tenant's nodes, in busy GPUs), requests (its requests/s there) or pods (its "
+        "pods there)",
+    )
+    min_bins_per_side: int = Field(
+        3, ge=1, le=100_000, description="bins both the high-load and the low-load side need"
+    )
+    min_correlation: float = Field(
+        0.5, ge=-1, le=1, description="Pearson correlation of load and P99 a finding needs"
+    )
+    min_breach_ratio: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="share (0-1) of the high-load bins whose P99 must be above the SLA",
+    )
+
+
 class TimelineSettings(BaseModel):
     """Pod start timeline references (SPEC "Pod start jitter")."""
 

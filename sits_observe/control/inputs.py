@@ -2,7 +2,8 @@
 
 - :class:`Signals`: what was measured (from the store, by :mod:`.store_signals`, or
   synthetic in tests and the benchmark), one frame per subject: nodes, pods, namespaces,
-  and scheduler queues (:mod:`.store_queues`, from the queue membership the cluster holds).
+  scheduler queues (:mod:`.store_queues`, from the queue membership the cluster holds), and
+  tenants pushing others out of their SLA (:mod:`sits_observe.analytics.tenants`).
 - :class:`CurrentState`: what the cluster holds now (read by :mod:`.state`): which objects
   exist and are opted out (and, for namespaces, their selection label), the current value of
   each action, the latest recommendation annotation, and the workload that owns each pod;
@@ -73,6 +74,28 @@ QUEUE_SIGNALS: dict[str, pl.DataType] = {
     "daily_peaks": pl.List(pl.Float64()),
     # The cluster's allocatable GPUs (latest node snapshot); null = unknown.
     "allocatable": pl.Float64(),
+}
+
+#: One row per (offending tenant, tenant it pushes out of its SLA): the evidence of
+#: :func:`sits_observe.analytics.tenants.tenant_report` and the offender's non-critical GPUs.
+TENANT_SIGNALS: dict[str, pl.DataType] = {
+    # The offending tenant (its non-critical work is what a throttle holds back).
+    "namespace": pl.String(),
+    "victim": pl.String(),
+    "sla_p99_s": pl.Float64(),
+    # The victim's exact P99 over its requests in the high-load / low-load bins.
+    "victim_p99_high_s": pl.Float64(),
+    "victim_p99_low_s": pl.Float64(),
+    # Which load (TenantSettings.load) and the offender's mean of it on each side.
+    "load": pl.String(),
+    "load_high": pl.Float64(),
+    "load_low": pl.Float64(),
+    "correlation": pl.Float64(),
+    "bins_high": pl.Int64(),
+    "bins_low": pl.Int64(),
+    "breach_high_ratio": pl.Float64(),
+    # GPUs the offender's non-critical pods request now (latest inventory); null = unknown.
+    "noncritical_gpus": pl.Float64(),
 }
 
 #: What the cluster says of each queue beyond its quota values (evidence, eligibility).
@@ -175,6 +198,7 @@ class Signals:
     pods: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=POD_SIGNALS))
     namespaces: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NAMESPACE_SIGNALS))
     queues: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=QUEUE_SIGNALS))
+    tenants: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=TENANT_SIGNALS))
 
     @classmethod
     def of(
@@ -185,6 +209,7 @@ class Signals:
         pods: pl.DataFrame | None = None,
         namespaces: pl.DataFrame | None = None,
         queues: pl.DataFrame | None = None,
+        tenants: pl.DataFrame | None = None,
     ) -> Signals:
         """Signals with each frame conformed (missing columns null)."""
         return cls(
@@ -193,6 +218,7 @@ class Signals:
             conform(pods, POD_SIGNALS),
             conform(namespaces, NAMESPACE_SIGNALS),
             conform(queues, QUEUE_SIGNALS),
+            conform(tenants, TENANT_SIGNALS),
         )
 
     def with_queues(self, queues: pl.DataFrame | None) -> Signals:

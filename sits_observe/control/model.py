@@ -59,6 +59,7 @@ class Action(StrEnum):
     QUEUE_GPU_QUOTA = "queue-gpu-quota"
     QUEUE_GPU_BORROWING_LIMIT = "queue-gpu-borrowing-limit"
     QUEUE_GPU_LIMIT = "queue-gpu-limit"
+    TENANT_THROTTLE = "tenant-throttle"
 
 
 Actuator = Literal["label", "annotation", "quota", "queue", "configmap", "none"]
@@ -204,6 +205,17 @@ ACTIONS: dict[Action, ActionSpec] = {
             "queue",
             None,
             "KAI queue GPU limit: the peak cap",
+        ),
+        # Tenant isolation (:mod:`.rules_tenants`): the GPU key of the offending namespace's
+        # ResourceQuota scoped to its non-critical priority classes, else its Namespace.
+        ActionSpec(
+            Action.TENANT_THROTTLE,
+            "ResourceQuota",
+            True,
+            "GPUs",
+            "quota",
+            QUOTA_GPU,
+            "non-critical GPU quota of a tenant whose load pushes another out of its SLA",
         ),
     )
 }

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from sits_observe.control import rules, rules_queues, rules_quotas
+from sits_observe.control import rules, rules_queues, rules_quotas, rules_tenants
 from sits_observe.control.combine import POD_ACTIONS, to_workloads, with_owner_recommendations
 from sits_observe.control.inputs import CurrentState, History, Signals
 from sits_observe.control.kube import WORKLOAD_RESOURCES
@@ -226,6 +226,47 @@ def _queue_targets(signals: Signals, current: CurrentState, values: pl.DataFrame
     return frame.collect(engine=ENGINE)
 
 
+def _tenant_targets(
+    signals: Signals, current: CurrentState, values: pl.DataFrame, settings: ControllerSettings
+) -> pl.DataFrame:
+    """Per offending namespace: its strongest finding, every tenant it pushes out
+    (``victims``), where the throttle goes (its ``tenant_throttle_quota_name`` ResourceQuota
+    if it exists, else the Namespace) and the current / recommended value there."""
+    found = signals.tenants
+    if found.height == 0:
+        return found
+    name = settings.tenant_throttle_quota_name
+    strongest = found.sort(["correlation", "victim"], descending=[True, False], nulls_last=True)
+    frame = strongest.group_by("namespace", maintain_order=True).agg(
+        pl.all().first(), pl.col("victim").sort().str.join(",").alias("victims")
+    )
+    if current.complete:
+        quotas = current.objects.filter(
+            (pl.col("kind") == "ResourceQuota") & (pl.col("name") == name)
+        ).select("namespace", pl.lit(True).alias("_has"))
+        frame = frame.join(quotas.unique("namespace"), on="namespace", how="left")
+    else:
+        frame = frame.with_columns(pl.lit(None, pl.Boolean()).alias("_has"))
+    has = pl.col("_has").fill_null(False)
+    frame = frame.with_columns(
+        pl.when(has)
+        .then(pl.lit("ResourceQuota"))
+        .otherwise(pl.lit("Namespace"))
+        .alias("target_kind"),
+        pl.when(has).then(pl.lit(name)).otherwise(pl.col("namespace")).alias("target_name"),
+        pl.when(has).then(pl.col("namespace")).otherwise(pl.lit(None, pl.String())).alias("_ns"),
+    ).drop("_has")
+    known = values.filter(pl.col("action") == str(Action.TENANT_THROTTLE)).select(
+        pl.col("kind").alias("target_kind"),
+        pl.col("namespace").alias("_ns"),
+        pl.col("name").alias("target_name"),
+        "current",
+        "recommended",
+    )
+    on = ["target_kind", "_ns", "target_name"]
+    return frame.join(known.unique(on), on=on, how="left", nulls_equal=True).drop("_ns")
+
+
 def propose(
     signals: Signals, current: CurrentState, settings: ControllerSettings, history: History
 ) -> pl.DataFrame:
@@ -283,6 +324,9 @@ def propose(
         ),
         rules_quotas.namespace_quotas(_quota_targets(signals, current, values, settings), settings),
         rules_queues.queue_quotas(_queue_targets(signals, current, values), settings),
+        rules_tenants.tenant_throttle(
+            _tenant_targets(signals, current, values, settings), settings
+        ),
     ]
     joined = pl.concat(parts)
     if slices is not None:

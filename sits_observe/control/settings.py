@@ -16,7 +16,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sits_observe.analytics.settings import GIB, ClassSettings, InterferenceSettings
+from sits_observe.analytics.settings import (
+    GIB,
+    ClassSettings,
+    InterferenceSettings,
+    TenantSettings,
+)
 
 #: Every label and annotation the controller writes starts with this prefix.
 PREFIX = "sits.io/"
@@ -211,6 +216,39 @@ class ControllerSettings(BaseModel):
     quota: QuotaRuleSettings = Field(
         default_factory=QuotaRuleSettings, description="namespace ResourceQuota sizing"
     )
+    tenants: TenantSettings = Field(
+        default_factory=TenantSettings,
+        description="tenant isolation: detecting one tenant pushing another out of its SLA",
+    )
+    # 15 one-minute bins: enough for three a side, short enough that a throttle that
+    # worked stops being re-justified by the bins before it.
+    tenant_window_s: float = Field(
+        900.0,
+        ge=60,
+        le=7 * 86_400,
+        description="seconds of requests and GPU samples the tenant detection looks back over",
+    )
+    # SPEC: "when one tenant's load pushes another out of its SLA, non-critical work is
+    # throttled"; non-critical = below throughput-guaranteed (500,000): best-effort, and
+    # pods without a priority class (value 0).
+    tenant_noncritical_below_priority: int = Field(
+        500_000,
+        description="pods whose priority class value (classes.priority_classes) is below "
+        "this, or that have none, are non-critical: the work a tenant throttle holds back",
+    )
+    tenant_throttle_step_ratio: float = Field(
+        0.25,
+        gt=0,
+        lt=1,
+        description="share (0-1) one tenant throttle takes off the offending tenant's "
+        "non-critical GPU quota (then max_step_ratio, the GPU quota bounds and the cooldown)",
+    )
+    tenant_throttle_quota_name: str = Field(
+        "sits-noncritical",
+        description="name of the ResourceQuota (scoped to the non-critical priority classes) "
+        "a tenant throttle may lower; create it to opt a namespace in (without it the "
+        "throttle is a recommendation on the namespace)",
+    )
     time_slicing_configmap: str | None = Field(
         None,
         description="namespace/name of the NVIDIA device plugin's time-slicing ConfigMap; "
@@ -356,7 +394,9 @@ class ControllerSettings(BaseModel):
                 raise ValueError(f"unknown action {name!r}; valid actions: {', '.join(known)}")
         return value
 
-    @field_validator("lease_name", "lease_namespace", "event_namespace")
+    @field_validator(
+        "lease_name", "lease_namespace", "event_namespace", "tenant_throttle_quota_name"
+    )
     @classmethod
     def _names(cls, value: str) -> str:
         if not _DNS_SUBDOMAIN.match(value) or len(value) > 253:

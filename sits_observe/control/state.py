@@ -2,7 +2,8 @@
 
 One paged list each of nodes, the owner workloads (Deployments, StatefulSets, DaemonSets, Jobs,
 CronJobs: :data:`~.kube.WORKLOAD_RESOURCES`), pods, namespaces and the managed ResourceQuotas
-(field selector on the name), plus a GET of the time-slicing ConfigMap when one is configured,
+(field selector on the name: ``quota.quota_name``, then the tenant throttle's
+``tenant_throttle_quota_name``), plus a GET of the time-slicing ConfigMap when one is configured,
 and the Kueue / KAI queues (:mod:`.kube_queues`). A workload kind the API server does not serve
 (404) is read as none. From each object: whether it opted out (the opt-out annotation; for a
 namespace also its selection label, ``namespace_label``), the value in effect of each action
@@ -26,7 +27,7 @@ from sits_observe.control.inputs import CurrentState
 from sits_observe.control.kube import WORKLOAD_RESOURCES, list_path
 from sits_observe.control.kube_queues import read_queues
 from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommended_values
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.settings import QUOTA_GPU, ControllerSettings
 from sits_observe.control.state_owners import Workloads
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.errors import KubeApiError, ParseError
@@ -215,26 +216,35 @@ def read_state(kube: KubeJson, settings: ControllerSettings) -> CurrentState:
         if name:
             enabled = selection(labels, settings.namespace_label)
             rows.add_object("Namespace", None, name, annotations, enabled)
-    quotas = kube.list_all(
-        "/api/v1/resourcequotas",
-        page_size=page,
-        query={"fieldSelector": f"metadata.name={settings.quota.quota_name}"},
-    )
-    _quotas(rows, quotas, settings)
+    for quota_name in dict.fromkeys(
+        (settings.quota.quota_name, settings.tenant_throttle_quota_name)
+    ):
+        quotas = kube.list_all(
+            "/api/v1/resourcequotas",
+            page_size=page,
+            query={"fieldSelector": f"metadata.name={quota_name}"},
+        )
+        _quotas(rows, quotas, settings)
     return rows.state(_time_slices(kube, settings)).with_queues(read_queues(kube, settings))
 
 
 def _quotas(rows: _Rows, quotas: Iterable[Mapping[str, Any]], settings: ControllerSettings) -> None:
+    # The managed quota's keys are the namespace quota actions'; the tenant throttle's
+    # quota (scoped to the non-critical classes) has one, its GPU key.
+    managed = {
+        settings.quota.quota_name: QUOTA_ACTIONS,
+        settings.tenant_throttle_quota_name: {QUOTA_GPU: Action.TENANT_THROTTLE},
+    }
     for item in quotas:
         namespace, name, _, annotations = _meta(item)
-        if not namespace or name != settings.quota.quota_name:
+        if not namespace or name not in managed:
             continue
         rows.add_object("ResourceQuota", namespace, name, annotations)
         spec = item.get("spec")
         hard = spec.get("hard") if isinstance(spec, dict) else None
         if not isinstance(hard, dict):
             continue
-        for key, action in QUOTA_ACTIONS.items():
+        for key, action in managed[name].items():
             if key in hard:
                 rows.set_current(
                     "ResourceQuota", namespace, name, action, _quota_value(action, hard[key])

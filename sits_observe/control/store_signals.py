@@ -26,13 +26,18 @@ the interference report); the rest is plain SQL over the sample tables:
 - elastic inputs: :func:`~sits_observe.analytics.elastic.elastic_inputs` (the same numbers
   as ``classes --view elastic``) of every GPU with samples in ``window_s``, per pod its
   busiest GPU (:func:`~sits_observe.analytics.elastic.pod_elastic_inputs`);
+- tenants (:mod:`sits_observe.analytics.tenants`): over ``tenant_window_s``, each tenant
+  with an SLA pushed out of it by another tenant's load on its nodes, with the evidence, and
+  the GPUs the offender's non-critical pods request in the latest ``pods`` snapshot
+  (priority below ``tenant_noncritical_below_priority``; no class counts as 0, a class
+  the settings do not name is not counted);
 - namespace peaks: per day, the largest sum of the namespace's pod requests (GPUs,
   milli-CPU, bytes) over any one inventory snapshot, for ``history_days``; namespaces that
   never requested a GPU get no quota advice unless ``gpu_namespaces_only`` is off; with the
   cluster's allocatable of each resource (latest node snapshot) the rule holds quotas under.
 
-The node signal families (fragmentation, interference) are computed each under a guard: a
-family without enough data (``NoDataError``; ``StoreError`` from
+The node signal families (fragmentation, interference) and the tenants are computed each
+under a guard: a family without enough data (``NoDataError``; ``StoreError`` from
 :func:`~sits_observe.analytics.fgd_live.live_cluster`, which signals an empty inventory that
 way) is logged at info and left null; any other failure is logged with its traceback and
 counted in ``sits_controller_signal_errors_total{signal}`` (:class:`SignalMetrics`), and the
@@ -61,7 +66,8 @@ from sits_observe.analytics.interference import (
     sync_delay_breached,
 )
 from sits_observe.analytics.numa import measured_inputs
-from sits_observe.control.inputs import CurrentState, Signals
+from sits_observe.analytics.tenants import tenant_report
+from sits_observe.control.inputs import TENANT_SIGNALS, CurrentState, Signals
 from sits_observe.control.model import ACTIONS, Action
 from sits_observe.control.settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY, ControllerSettings
 from sits_observe.errors import NoDataError, StoreError
@@ -82,8 +88,8 @@ class SignalMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.errors = Counter(
             "sits_controller_signal_errors",
-            "Signal families (fragmentation, interference) that failed for a reason other than "
-            "missing data, by signal",
+            "Signal families (fragmentation, interference, tenants) that failed for a reason "
+            "other than missing data, by signal",
             ["signal"],
             registry=registry,
         )
@@ -213,8 +219,8 @@ def _nodes(
 ) -> pl.DataFrame:
     nodes = _frame(
         store,
-        "SELECT DISTINCT node FROM nodes WHERE ts = (SELECT max(ts) FROM nodes WHERE ts <= ? "
-        "AND ts >= ?) AND node IS NOT NULL ORDER BY node",
+        "SELECT DISTINCT node FROM nodes WHERE ts = (SELECT max(ts) FROM node_snapshots "
+        "WHERE ts <= ? AND ts >= ?) AND node IS NOT NULL ORDER BY node",
         [at, _floor(since)],
     )
     if nodes.height == 0:
@@ -234,7 +240,7 @@ def _nodes(
 _PODS_SQL = """
 SELECT namespace, pod, workload, node, priority_class, pod_uid
 FROM pods
-WHERE ts = (SELECT max(ts) FROM pods WHERE ts <= ? AND ts >= ?)
+WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts <= ? AND ts >= ?)
   AND node IS NOT NULL AND namespace IS NOT NULL AND pod IS NOT NULL
   AND coalesce(phase, '') NOT IN (?, ?)
 """
@@ -436,6 +442,57 @@ def _namespaces(
     return pl.concat(parts)
 
 
+_TENANT_PODS_SQL = """
+SELECT namespace, priority_class, sum(coalesce(gpu_request, 0))::DOUBLE AS gpus
+FROM pods
+WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts <= ? AND ts >= ?)
+  AND namespace IS NOT NULL AND coalesce(phase, '') NOT IN (?, ?)
+GROUP BY ALL
+"""
+
+
+def _tenants(
+    store: Store, settings: ControllerSettings, at: datetime, since: datetime | None = None
+) -> pl.DataFrame:
+    slas = settings.classes.namespace_sla_p99_s
+    if not slas:
+        return pl.DataFrame(schema=TENANT_SIGNALS)
+    start = _start(at, settings.tenant_window_s, since) + _TICK
+    report = tenant_report(store, start, at + _TICK, slas, settings.tenants)
+    if not report.findings:
+        return pl.DataFrame(schema=TENANT_SIGNALS)
+    values = {p.name: p.value for p in settings.classes.priority_classes}
+    below = settings.tenant_noncritical_below_priority
+    pods = _frame(store, _TENANT_PODS_SQL, [at, _floor(since), *_DONE])
+    # No class is priority 0 (Kubernetes' default); a class the settings do not name is not
+    # counted (its value is unknown).
+    noncritical: dict[str, float] = {}
+    for r in pods.iter_rows(named=True) if pods.height else ():
+        value = 0 if r["priority_class"] is None else values.get(r["priority_class"])
+        if value is not None and value < below:
+            noncritical[r["namespace"]] = noncritical.get(r["namespace"], 0.0) + r["gpus"]
+    known = pods.height > 0
+    rows = [
+        {
+            "namespace": f.aggressor,
+            "victim": f.victim,
+            "sla_p99_s": f.sla_p99_s,
+            "victim_p99_high_s": f.victim_p99_high_s,
+            "victim_p99_low_s": f.victim_p99_low_s,
+            "load": f.load,
+            "load_high": f.load_high,
+            "load_low": f.load_low,
+            "correlation": f.correlation,
+            "bins_high": f.bins_high,
+            "bins_low": f.bins_low,
+            "breach_high_ratio": f.breach_high_ratio,
+            "noncritical_gpus": noncritical.get(f.aggressor, 0.0) if known else None,
+        }
+        for f in report.findings
+    ]
+    return pl.DataFrame(rows, schema=TENANT_SIGNALS)
+
+
 def signals_from_store(
     store: Store,
     at: datetime,
@@ -455,11 +512,15 @@ def signals_from_store(
     nodes = _nodes(store, settings, naive, window, floor, metrics=metrics)
     pods = _pods(store, settings, naive, window, floor)
     namespaces = _namespaces(store, settings, naive, window, floor)
+    tenants = _guarded(
+        "tenants", lambda: _tenants(store, settings, naive, floor), TENANT_SIGNALS, metrics
+    )
     return Signals.of(
         at,
         nodes=nodes if nodes.height else None,
         pods=pods if pods.height else None,
         namespaces=namespaces if namespaces.height else None,
+        tenants=tenants if tenants.height else None,
     )
 
 
@@ -474,13 +535,15 @@ def state_from_store(store: Store, at: datetime, since: datetime | None = None) 
     nodes = _frame(
         store,
         "SELECT node AS name, json_extract_string(labels_json, ?) AS current FROM nodes "
-        "WHERE ts = (SELECT max(ts) FROM nodes WHERE ts <= ? AND ts >= ?) AND node IS NOT NULL",
+        "WHERE ts = (SELECT max(ts) FROM node_snapshots WHERE ts <= ? AND ts >= ?) "
+        "AND node IS NOT NULL",
         [f'$."{label}"', naive, floor],
     )
     pods = _frame(
         store,
         "SELECT namespace, pod AS name, priority_class AS current FROM pods "
-        "WHERE ts = (SELECT max(ts) FROM pods WHERE ts <= ? AND ts >= ?) AND pod IS NOT NULL",
+        "WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts <= ? AND ts >= ?) "
+        "AND pod IS NOT NULL",
         [naive, floor],
     )
     parts = []

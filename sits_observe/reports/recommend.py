@@ -7,7 +7,8 @@ object, then action; cluster-scoped objects such as nodes first):
   and fragmentation labels, time slices, QoS quotas, priority classes, namespace quotas held
   under the largest daily peak x 2 and the cluster's allocatable capacity, and, given the
   cluster's Kueue / KAI queues (``queues``, read by the controller's adapter), their GPU
-  quota, borrowing limit and limit under the same rule);
+  quota, borrowing limit and limit under the same rule; and the tenant throttle of a
+  namespace whose load pushes another out of its P99 SLA, docs/analytics/tenants.md);
 - the analytics' findings over the window (:mod:`.recommend_findings`): idle, oversized and
   stranded GPUs with the GPU-hours they waste, GPU memory per workload in the form its stack
   takes, and replicas at the P95 SLO per served model.
@@ -72,6 +73,7 @@ class RecommendAction(StrEnum):
     QUEUE_GPU_QUOTA = "queue-gpu-quota"
     QUEUE_GPU_BORROWING_LIMIT = "queue-gpu-borrowing-limit"
     QUEUE_GPU_LIMIT = "queue-gpu-limit"
+    TENANT_THROTTLE = "tenant-throttle"
     IDLE_GPU = "idle-gpu"
     OVERSIZED_GPU = "oversized-gpu"
     STRANDED_GPU = "stranded-gpu"

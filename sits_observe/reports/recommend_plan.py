@@ -10,7 +10,8 @@ writes, the report adds:
   over the latest measurement: the proposal follows from the measured value and the
   thresholds in the evidence, there is no statistical spread to report); for the namespace
   quotas and the Kueue / KAI queue quotas, the days of daily peaks behind them, on the scale
-  every day-based row uses (:func:`days_confidence`);
+  every day-based row uses (:func:`days_confidence`); for a tenant throttle, the bins and the
+  correlation behind the finding (:func:`tenant_confidence`);
 - **held under a cap**: the controller's quota rule never proposes more than the largest
   daily peak x ``quota.peak_factor_max`` nor the cluster's allocatable
   (:func:`sits_observe.control.rules_quotas.namespace_quotas`, the same value ``act`` mode
@@ -51,6 +52,7 @@ QUANTITY = {
     Action.QUEUE_GPU_QUOTA: Unit.integer,
     Action.QUEUE_GPU_BORROWING_LIMIT: Unit.integer,
     Action.QUEUE_GPU_LIMIT: Unit.integer,
+    Action.TENANT_THROTTLE: Unit.integer,
 }
 
 #: Queue rows whose value is the ceiling (the peak cap), not the sized quota.
@@ -76,6 +78,25 @@ def days_confidence(days: float | None) -> str:
     if days >= HIGH_DAYS:
         return "high"
     return "medium" if days >= MEDIUM_DAYS else "low"
+
+
+#: Bins on the thinner side (high or low load) behind a ``high`` / ``medium`` tenant row.
+TENANT_HIGH_BINS = 10
+TENANT_MEDIUM_BINS = 5
+TENANT_HIGH_CORRELATION = 0.8
+
+
+def tenant_confidence(evidence: dict[str, Any]) -> str:
+    """A tenant throttle row's confidence: ``high`` with >= 10 bins on each side (high and low
+    load) and a correlation >= 0.8, ``medium`` with >= 5 bins on each side, else ``low``."""
+    high, low = _float(evidence.get("bins_high")), _float(evidence.get("bins_low"))
+    corr = _float(evidence.get("correlation"))
+    if high is None or low is None or corr is None:
+        return "none"
+    thinner = min(high, low)
+    if thinner >= TENANT_HIGH_BINS and corr >= TENANT_HIGH_CORRELATION:
+        return "high"
+    return "medium" if thinner >= TENANT_MEDIUM_BINS else "low"
 
 
 def change_ratio(current: float | None, proposed: float | None) -> float | None:
@@ -149,12 +170,18 @@ def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
         "proposed_value": proposed,
         "unit": spec.unit,
         "change_ratio": change_ratio(current, proposed),
-        "confidence": days_confidence(_float(days)) if quota else RULE,
+        "confidence": _confidence(action, evidence, quota, days),
         "reason_short": short_reason(action, r["reason"] or "", evidence, settings),
         "reason": r["reason"],
         "evidence": _json(evidence),
         "workload": r["workload"],
     }
+
+
+def _confidence(action: Action, evidence: dict[str, Any], quota: bool, days: object) -> str:
+    if action is Action.TENANT_THROTTLE:
+        return tenant_confidence(evidence)
+    return days_confidence(_float(days)) if quota else RULE
 
 
 #: What a quota action's value counts, in a note.
@@ -187,6 +214,8 @@ def short_reason(
 ) -> str:
     """A reason that fits one table line: for namespace quotas, the daily peak the proposal
     grows from and the factor applied; otherwise the reason up to its first detail."""
+    if action is Action.TENANT_THROTTLE and isinstance(evidence.get("sla_p99_s"), int | float):
+        return f"pushes {evidence.get('victim')} out of its {evidence['sla_p99_s'] * 1000:g} ms SLA"
     unit = QUANTITY.get(action)
     peak, days = evidence.get("peak_quantile"), evidence.get("history_days")
     ceiling = evidence.get("ceiling")
