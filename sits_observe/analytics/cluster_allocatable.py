@@ -20,7 +20,7 @@ SELECT max(ts) AS at, count(*) AS nodes, sum(gpu_allocatable) AS gpus,
        sum(cpu_allocatable_milli) AS cpu_milli, sum(memory_allocatable_bytes) AS memory_bytes
 FROM nodes
 WHERE node IS NOT NULL
-  AND ts = (SELECT max(ts) FROM nodes WHERE ts >= ? AND ts < ?)
+  AND ts = (SELECT max(ts) FROM node_snapshots WHERE ts >= ? AND ts < ?)
 """
 
 

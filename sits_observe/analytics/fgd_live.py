@@ -93,7 +93,7 @@ def live_cluster(
     there is no ``nodes`` snapshot or no pod in the window.
     """
     bounds = _Bounds(since, until)
-    nodes_at = store.scalar(f"SELECT max(ts) FROM nodes WHERE {bounds.sql}", bounds.params)
+    nodes_at = store.scalar(f"SELECT max(ts) FROM node_snapshots WHERE {bounds.sql}", bounds.params)
     if nodes_at is None:
         raise StoreError(
             "no node inventory in the store; run the inventory collector "
@@ -101,7 +101,7 @@ def live_cluster(
         )
     warnings: list[str] = []
     state = _nodes(store, nodes_at, warnings)
-    pods_at = store.scalar(f"SELECT max(ts) FROM pods WHERE {bounds.sql}", bounds.params)
+    pods_at = store.scalar(f"SELECT max(ts) FROM pod_snapshots WHERE {bounds.sql}", bounds.params)
     placed = 0
     shapes: tuple[PodShape, ...] = ()
     if pods_at is not None:

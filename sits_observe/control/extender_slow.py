@@ -54,7 +54,7 @@ def slow_signals(
     since = utc_naive(now) - timedelta(seconds=window_s)
     numa = numa_miss_ratios(load_numa_samples(store, since))
     scores = node_interference(load_gpu_samples(store, since), chunk_nodes, interference, numa)
-    pods_at = store.scalar("SELECT max(ts) FROM pods")
+    pods_at = store.scalar("SELECT max(ts) FROM pod_snapshots")
     needs: dict[tuple[str, str], int] = {}
     if pods_at is not None:
         rows = store.query(

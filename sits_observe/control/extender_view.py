@@ -269,10 +269,10 @@ def build_view(
     ``slow_refresh_s``. The view has no assumed pod: the caller applies those
     (:mod:`sits_observe.control.extender_overlay`).
     """
-    nodes_at: datetime | None = store.scalar("SELECT max(ts) FROM nodes")
+    nodes_at: datetime | None = store.scalar("SELECT max(ts) FROM node_snapshots")
     if nodes_at is None:
         return ClusterView.empty(now, "no node inventory in the store yet")
-    pods_at: datetime | None = store.scalar("SELECT max(ts) FROM pods")
+    pods_at: datetime | None = store.scalar("SELECT max(ts) FROM pod_snapshots")
     inventory = None
     if previous is not None:
         inventory = previous.base_inventory or previous.inventory

@@ -24,7 +24,7 @@ from sits_observe.reports.result import Report
 from sits_observe.reports.window import Window, WindowRequest, empty_window_message, resolve
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient
-from sits_observe.store.reads import TIME_COLUMNS
+from sits_observe.store.reads import TIME_COLUMNS, is_empty, newest_at, rows_between
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -73,7 +73,7 @@ def time_column(table: str) -> str:
 
 def newest(store: Store, tables: Sequence[str]) -> datetime | None:
     """The newest time in any of ``tables`` (None when they are all empty)."""
-    times = [store.scalar(f"SELECT max({time_column(t)}) FROM {t}") for t in tables]
+    times = [newest_at(store, t) for t in tables]
     present = [t for t in times if t is not None]
     return max(present) if present else None
 
@@ -120,14 +120,8 @@ def run_promql_report(
 def require_rows(store: Store, window: Window, table: str, filled_by: str) -> None:
     """A :class:`NoDataError` when ``table`` has no row in ``window``: the message names the
     table, how it gets filled, and ``--until newest`` when the data lies before the window."""
-    column = time_column(table)
-    sql = f"SELECT count(*) FROM {table} WHERE {column} < ?"
-    params: list[object] = [window.until]
-    if window.since is not None:
-        sql += f" AND {column} >= ?"
-        params.append(window.since)
-    if store.scalar(sql, params):
+    if rows_between(store, table, window.since, window.until):
         return
-    if store.count(table) == 0:
+    if is_empty(store, table):
         raise NoDataError(f"table {table} is empty; fill it with {filled_by}")
     raise NoDataError(empty_window_message(window, f"{table} rows", newest(store, [table])))

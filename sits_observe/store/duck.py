@@ -9,6 +9,8 @@ Invariants:
   committed, so an agent that replays after a crash never loses or duplicates samples. The
   ledger keeps the SHA-256 of the body each id came in: the same id with another body is a
   conflict, never silently dropped. An OTLP request span (trace id + span id) is stored once.
+- ``pods`` and ``nodes`` are views since schema version 6: a snapshot appended to them is
+  stored as its changes (:mod:`sits_observe.store.inventory`), read back unchanged.
 - Methods are safe to call from several threads: writes are serialised by a lock, reads use
   their own cursor.
 """
@@ -31,6 +33,12 @@ import pyarrow.parquet as pq
 from sits_observe.domain.tables import TABLES, conform, find_table
 from sits_observe.domain.times import utc_naive as utc_naive  # noqa: PLC0414 (re-export)
 from sits_observe.errors import BatchConflict, SchemaError, StoreError, StoreLocked
+from sits_observe.store.inventory import (
+    VERSIONS,
+    InventorySettings,
+    check_snapshot_times,
+    store_inventory,
+)
 from sits_observe.store.migrations import latest_version, migrations
 
 #: Tables that may be exported or queried by name (samples, ledger, rollups).
@@ -49,16 +57,29 @@ class BatchReceipt:
 class Store:
     """A DuckDB file holding every sample. Open with :meth:`open`."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: str,
+        read_only: bool,
+        inventory: InventorySettings | None = None,
+    ) -> None:
         self._con = con
         self.path = path
         self.read_only = read_only
+        self.inventory = inventory or InventorySettings()
         self._write_lock = threading.Lock()
 
     # -- life cycle -------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | Path, *, read_only: bool = False) -> Store:
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        inventory: InventorySettings | None = None,
+    ) -> Store:
         """Open (creating and migrating when writable) the database at ``path``.
 
         ``":memory:"`` gives a private in-memory store, handy for tests and one-shot work.
@@ -90,7 +111,7 @@ class Store:
             raise StoreError(f"cannot open database {path_str!r}: {exc}") from exc
         except duckdb.Error as exc:
             raise StoreError(f"cannot open database {path_str!r}: {exc}") from exc
-        store = cls(con, path_str, read_only)
+        store = cls(con, path_str, read_only, inventory)
         if read_only:
             if store.schema_version() != latest_version():
                 raise StoreError(
@@ -206,7 +227,9 @@ class Store:
                         con.execute("ROLLBACK")
                         check_same_body(batch_id, seen[1], body_sha256)
                         return BatchReceipt(batch_id, int(seen[0]), duplicate=True)
-                rows = sum(insert(con, name, data) for name, data in conformed.items())
+                rows = sum(
+                    insert(con, name, data, self.inventory) for name, data in conformed.items()
+                )
                 if batch_id is not None:
                     con.execute(
                         "INSERT INTO ingest_batches (batch_id, received_at, node, rows, "
@@ -319,6 +342,8 @@ def conform_batch(tables: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
             conformed[name] = conform(name, data)
         except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SchemaError(f"batch for table {name!r} does not fit: {exc}") from exc
+    for name, data in conformed.items():
+        check_snapshot_times(name, data)
     return conformed
 
 
@@ -338,10 +363,18 @@ QUALIFY i.span_id IS NULL
 """
 
 
-def insert(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table) -> int:
-    """Insert one conformed table inside the open transaction; returns the rows stored."""
+def insert(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    data: pa.Table,
+    inventory: InventorySettings | None = None,
+) -> int:
+    """Insert one conformed table inside the open transaction; returns the rows stored (for
+    ``pods`` / ``nodes``: the rows their views gained, stored as changes with ``inventory``)."""
     if data.num_rows == 0:
         return 0
+    if name in VERSIONS:
+        return store_inventory(con, name, data, inventory or InventorySettings())
     con.register("_incoming", data)
     try:
         if name == "requests" and data.column("span_id").null_count < data.num_rows:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits_observe.domain.tables import TABLES
 from sits_observe.errors import BatchConflict, SitsError, StoreError
 from sits_observe.store.duck import BatchReceipt, Store, check_same_body, conform_batch, insert
+from sits_observe.store.inventory import InventorySettings, check_snapshot_times
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,13 @@ class GroupCommitter:
                     if bid is not None:
                         firsts[bid] = i
                     new.append(i)
-            rows = dict(zip(new, _insert_group(con, [live[i][1] for i in new]), strict=True))
+            rows = dict(
+                zip(
+                    new,
+                    _insert_group(con, [live[i][1] for i in new], self._store.inventory),
+                    strict=True,
+                )
+            )
             _record(con, [(live[i][0], n) for i, n in rows.items()])
             for i, n in rows.items():
                 outcomes[i] = BatchReceipt(live[i][0].batch_id, n, duplicate=False)
@@ -288,6 +295,9 @@ def _conformed(tables: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
     """The batch in the domain schema; tables already in it (the service screened them)
     pass untouched, anything else goes through :func:`conform_batch` (raises SchemaError)."""
     fits = all(n in TABLES and t.schema.equals(TABLES[n].schema) for n, t in tables.items())
+    if fits:
+        for name, data in tables.items():
+            check_snapshot_times(name, data)
     return dict(tables) if fits else conform_batch(tables)
 
 
@@ -314,7 +324,11 @@ def _stored_ids(
     return {str(bid): (int(rows), digest) for bid, rows, digest in found}
 
 
-def _insert_group(con: duckdb.DuckDBPyConnection, batches: list[dict[str, pa.Table]]) -> list[int]:
+def _insert_group(
+    con: duckdb.DuckDBPyConnection,
+    batches: list[dict[str, pa.Table]],
+    inventory: InventorySettings,
+) -> list[int]:
     """Insert the batches' tables, each table once across the group (``requests`` batch by
     batch); the rows stored for each batch, in order."""
     rows = [0] * len(batches)
@@ -328,7 +342,7 @@ def _insert_group(con: duckdb.DuckDBPyConnection, batches: list[dict[str, pa.Tab
         parts = [(i, tables[name]) for i, tables in enumerate(batches) if name in tables]
         # One contiguous table: DuckDB's Arrow scan pays per chunk, and a group of 64
         # 8-row GPU tables inserted as 64 chunks took 10x longer than as one (measured).
-        insert(con, name, pa.concat_tables([t for _, t in parts]).combine_chunks())
+        insert(con, name, pa.concat_tables([t for _, t in parts]).combine_chunks(), inventory)
         for i, table in parts:
             rows[i] += table.num_rows
     return rows

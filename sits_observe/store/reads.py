@@ -28,6 +28,36 @@ TIME_COLUMNS: dict[str, str] = {
 }
 
 
+#: Where the times of a table's rows are read cheapest: ``pods`` and ``nodes`` are views that
+#: expand versions over snapshot times (schema version 6), whose times are a table of their own
+#: (every time there has at least one row in its view).
+TIME_SOURCES: dict[str, str] = {"pods": "pod_snapshots", "nodes": "node_snapshots"}
+
+
+def newest_at(store: Store, table: str) -> datetime | None:
+    """The newest time of a row of ``table`` (None when it has none)."""
+    source = TIME_SOURCES.get(table, table)
+    newest: datetime | None = store.scalar(f"SELECT max({TIME_COLUMNS[table]}) FROM {source}")
+    return newest
+
+
+def rows_between(store: Store, table: str, since: datetime | None, until: datetime) -> bool:
+    """True when ``table`` has a row with ``since <= time < until`` (None = no lower bound)."""
+    column = TIME_COLUMNS[table]
+    sql = f"SELECT EXISTS (SELECT 1 FROM {TIME_SOURCES.get(table, table)} WHERE {column} < ?"
+    params: list[object] = [until]
+    if since is not None:
+        sql += f" AND {column} >= ?"
+        params.append(since)
+    return bool(store.scalar(sql + ")", params))
+
+
+def is_empty(store: Store, table: str) -> bool:
+    """True when ``table`` has no row at all."""
+    source = TIME_SOURCES.get(table, table)
+    return not store.scalar(f"SELECT EXISTS (SELECT 1 FROM {source})")
+
+
 def read_range(
     store: Store,
     table: str,
@@ -63,7 +93,7 @@ def read_range(
 
 def has_inventory(store: Store) -> bool:
     """True once the inventory stored a node and a pod snapshot."""
-    return bool(store.scalar("SELECT EXISTS (SELECT 1 FROM nodes) AND EXISTS (SELECT 1 FROM pods)"))
+    return not is_empty(store, "nodes") and not is_empty(store, "pods")
 
 
 def collector_drop_totals(store: Store) -> pa.Table:

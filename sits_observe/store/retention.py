@@ -6,7 +6,10 @@ averages), so rows that arrive late for a minute already rolled merge exactly th
 ``ON CONFLICT``. Rollups older than ``rollup_retention_s`` and request records older than
 ``requests_retention_s`` are deleted. Request records are not rolled up: exact quantiles
 need the raw latencies. Server windows, GPU processes, inventory snapshots and collector
-drops are kept for ``other_retention_s``.
+drops are kept for ``other_retention_s``: for the inventory (stored as changes since schema
+version 6, :mod:`sits_observe.store.inventory`) that deletes the snapshot times before the
+cutoff and the versions no remaining snapshot reads (closed before it, or of an epoch with no
+snapshot left), and counts the ``pods`` / ``nodes`` rows the views lost.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
+from sits_observe.store.inventory import VERSIONS
 
 
 class RetentionSettings(BaseModel):
@@ -55,8 +59,6 @@ class RetentionReport:
 _OTHER_TABLES = (
     "server_windows",
     "gpu_processes",
-    "nodes",
-    "pods",
     "collector_drops",
     "decisions",
 )
@@ -136,4 +138,15 @@ def enforce_retention(
         for table in _OTHER_TABLES:
             other_rows += rows_before(table, other_cutoff)
             con.execute(f"DELETE FROM {table} WHERE ts < ?", [other_cutoff])
+        for kind, versions in VERSIONS.items():
+            other_rows += rows_before(kind, other_cutoff)  # the view's rows: what a reader lost
+            con.execute(
+                "DELETE FROM inventory_snapshots WHERE kind = ? AND ts < ?", [kind, other_cutoff]
+            )
+            con.execute(
+                f"DELETE FROM {versions} AS v WHERE v.valid_to <= ? OR NOT EXISTS ("
+                "SELECT 1 FROM inventory_snapshots AS s WHERE s.kind = ? "
+                "AND s.epoch_at = v.epoch_at)",
+                [other_cutoff, kind],
+            )
     return RetentionReport(gpu_rows, container_rows, rollups_deleted, request_rows, other_rows)
