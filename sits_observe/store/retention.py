@@ -61,6 +61,11 @@ _OTHER_TABLES = (
     "gpu_processes",
     "collector_drops",
     "decisions",
+    "numa_samples",
+    "container_numa_samples",
+    "gpu_topology",
+    "gpu_links",
+    "sync_delays",
 )
 
 _GPU_ROLLUP = """

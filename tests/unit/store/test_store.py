@@ -105,6 +105,8 @@ def test_retention_deletes_old_rollups_and_requests() -> None:
     store.append("gpu_samples", gpu_rows(10))
     store.append("requests", pa.table({"ts": [T0], "model": ["m"], "latency_s": [0.1]}))
     store.append("pods", pa.table({"ts": [T0, T0 + timedelta(days=1)], "pod": ["a", "b"]}))
+    for table in ("numa_samples", "sync_delays"):  # the topology collectors' tables too
+        store.append(table, pa.table({"ts": [T0, T0 + timedelta(days=1)], "node": ["n1", "n2"]}))
     settings = RetentionSettings(
         raw_retention_s=60,
         rollup_retention_s=3600,
@@ -113,8 +115,10 @@ def test_retention_deletes_old_rollups_and_requests() -> None:
     )
     report = enforce_retention(store, T0 + timedelta(days=1), settings)
     assert report.request_rows_deleted == 1
-    assert report.other_rows_deleted == 1
+    assert report.other_rows_deleted == 3
     assert store.query("SELECT pod FROM pods").column("pod").to_pylist() == ["b"]
+    for table in ("numa_samples", "sync_delays"):
+        assert store.query(f"SELECT node FROM {table}").column("node").to_pylist() == ["n2"]
     assert report.rollup_rows_deleted == 1  # rolled up, then past its own retention
     assert store.count("gpu_samples_1m") == 0
     assert store.count("requests") == 0
