@@ -258,6 +258,34 @@ def _device_rows(samples: pl.DataFrame, settings: InterferenceSettings) -> pl.Da
     )
 
 
+def _per_gpu(samples: pl.DataFrame, settings: InterferenceSettings) -> pl.DataFrame:
+    """One row per GPU: its window means of the device counters and NVLink conflict."""
+    return (
+        _device_rows(samples, settings)
+        .group_by("gpu_uuid")
+        .agg(
+            pl.col("node").drop_nulls().first(),
+            pl.col("model_name").drop_nulls().first(),
+            pl.len().alias("samples"),
+            pl.col("dram_active_ratio").mean().alias("dram"),
+            pl.col("mem_copy_util_ratio").mean().alias("copy"),
+            pl.col("nvlink_capacity").first(),
+            pl.col("nvlink_conflict").mean().alias("conflict"),
+            pl.col("ts").min().alias("first_ts"),
+            pl.col("ts").max().alias("last_ts"),
+        )
+    )
+
+
+def _bandwidth(dram: float | None, copy: float | None) -> tuple[float | None, str | None]:
+    """A GPU's bandwidth input and its source: DRAM activity, else copy utilisation."""
+    if dram is not None:
+        return dram, "dram_active_ratio"
+    if copy is not None:
+        return copy, "mem_copy_util_ratio"
+    return None, None
+
+
 def interference_report(
     samples: pl.DataFrame,
     settings: InterferenceSettings,
@@ -274,32 +302,15 @@ def interference_report(
     delays = dict(sync_delays_s or {})
     if samples.height == 0:
         return InterferenceReport((), ())
-    rows = _device_rows(samples, settings)
     pods = samples.group_by("gpu_uuid").agg(pl.col("pod").drop_nulls().unique().sort())
     per_gpu = (
-        rows.group_by("gpu_uuid")
-        .agg(
-            pl.col("node").drop_nulls().first(),
-            pl.col("model_name").drop_nulls().first(),
-            pl.len().alias("samples"),
-            pl.col("dram_active_ratio").mean().alias("dram"),
-            pl.col("mem_copy_util_ratio").mean().alias("copy"),
-            pl.col("nvlink_capacity").first(),
-            pl.col("nvlink_conflict").mean().alias("conflict"),
-            pl.col("ts").min().alias("first_ts"),
-            pl.col("ts").max().alias("last_ts"),
-        )
+        _per_gpu(samples, settings)
         .join(pods, on="gpu_uuid", how="left")
         .sort("node", "gpu_uuid", nulls_last=True)
     )
     gpus: list[GpuInterference] = []
     for r in per_gpu.iter_rows(named=True):
-        if r["dram"] is not None:
-            bandwidth, source = r["dram"], "dram_active_ratio"
-        elif r["copy"] is not None:
-            bandwidth, source = r["copy"], "mem_copy_util_ratio"
-        else:
-            bandwidth, source = None, None
+        bandwidth, source = _bandwidth(r["dram"], r["copy"])
         score = interference_score(bandwidth, r["conflict"], numa.get(r["node"]), settings)
         gpus.append(
             GpuInterference(
@@ -316,6 +327,37 @@ def interference_report(
             )
         )
     return InterferenceReport(tuple(_node_rows(gpus, numa, delays, settings)), tuple(gpus))
+
+
+def node_scores(
+    samples: pl.DataFrame,
+    settings: InterferenceSettings,
+    *,
+    numa_miss_ratio: Mapping[str, float] | None = None,
+) -> dict[str | None, InterferenceScore]:
+    """The score of every node in ``samples``: ``interference_report(...).nodes``' scores,
+    without the per-GPU results (pods, spans, recommendations) a caller that wants only the
+    nodes' scores would throw away."""
+    numa = dict(numa_miss_ratio or {})
+    if samples.height == 0:
+        return {}
+    per_node = (
+        _per_gpu(samples, settings)
+        .sort("node", "gpu_uuid", nulls_last=True)
+        .group_by("node", maintain_order=True)
+        .agg("dram", "copy", "conflict")
+    )
+    out: dict[str | None, InterferenceScore] = {}
+    for node, drams, copies, conflicts in per_node.iter_rows():
+        # The same arithmetic, in the same GPU order, as interference_score then _node_rows.
+        bandwidths = (_bandwidth(d, c)[0] for d, c in zip(drams, copies, strict=True))
+        out[node] = interference_score(
+            _mean_present([None if b is None else _clip01(b) for b in bandwidths]),
+            _mean_present([None if c is None else _clip01(c) for c in conflicts]),
+            numa.get(node) if node is not None else None,
+            settings,
+        )
+    return out
 
 
 def _mean_present(values: list[float | None]) -> float | None:

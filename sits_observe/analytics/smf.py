@@ -264,18 +264,29 @@ def _select(data: pa.Table | None, spec_schema: pa.Schema, columns: tuple[str, .
 
 
 # The SQL below runs on a private connection where g, c and p are the three inputs.
-_PREPARE = """
+#: The GPU samples SMF uses (`gpu`): framebuffer fields present, one source per GPU. Shared,
+#: with LINKS_SQL, by :mod:`sits_observe.analytics.smf_latest`.
+GPU_SQL = """
+-- A GPU's NVML rows are kept only when it has no DCGM (or simulated) row (an anti join:
+-- cheaper than a window over every sample).
 CREATE TEMP TABLE gpu AS
-SELECT ts, node, gpu_uuid, coalesce(mig_instance_id, -1) AS mig_key,
-       namespace, pod, container, fb_free_bytes, fb_total_bytes
-FROM (
-    SELECT *, CASE WHEN source = 'nvml' THEN 1 ELSE 0 END AS source_rank
+WITH f AS (
+    SELECT ts, node, gpu_uuid, coalesce(mig_instance_id, -1) AS mig_key,
+           namespace, pod, container, fb_free_bytes, fb_total_bytes,
+           source IS NOT DISTINCT FROM 'nvml' AS nvml
     FROM g
     WHERE ts IS NOT NULL AND node IS NOT NULL AND gpu_uuid IS NOT NULL
       AND fb_free_bytes IS NOT NULL AND fb_total_bytes > 0
-    QUALIFY source_rank = min(source_rank) OVER (PARTITION BY node, gpu_uuid)
-);
+)
+SELECT * EXCLUDE (nvml) FROM f WHERE NOT nvml
+UNION ALL
+SELECT * EXCLUDE (nvml) FROM f
+WHERE nvml AND (node, gpu_uuid) NOT IN (SELECT (node, gpu_uuid) FROM f WHERE NOT nvml);
+"""
 
+#: The cgroup samples SMF uses (`cg`), each container id's names and span (`names`) and the
+#: container-GPU links (`links`).
+LINKS_SQL = """
 CREATE TEMP TABLE cg AS
 SELECT ts, node, container_id, namespace, pod, container, memory_current_bytes
 FROM c
@@ -306,7 +317,12 @@ FROM (
     WHERE node IS NOT NULL AND gpu_uuid IS NOT NULL AND container_id IS NOT NULL
 )
 GROUP BY ALL;
+"""
 
+PREPARE_SQL = GPU_SQL + LINKS_SQL
+
+# Every linked cgroup sample, as-of joined to its GPU's latest sample at or before it.
+_JOIN = """
 CREATE TEMP TABLE joined AS
 SELECT s.ts, gpu.ts AS gpu_ts, s.node, s.container_id,
        coalesce(s.namespace, n.namespace) AS namespace, coalesce(s.pod, n.pod) AS pod,
@@ -382,6 +398,25 @@ SELECT
 """
 
 
+def prepare(con: duckdb.DuckDBPyConnection, script: str, skew_us: int) -> None:
+    """Run the ``;``-separated statements of ``script`` on ``con`` (``$skew_us`` bound)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            con.execute(statement, {"skew_us": skew_us} if "$skew_us" in statement else None)
+
+
+def register_inputs(
+    con: duckdb.DuckDBPyConnection,
+    gpu_samples: pa.Table,
+    container_samples: pa.Table,
+    gpu_processes: pa.Table | None,
+) -> None:
+    """The three inputs as ``g``, ``c`` and ``p`` on ``con``, cast to the table contracts."""
+    con.register("g", _select(gpu_samples, GPU_SAMPLES.schema, GPU_COLUMNS))
+    con.register("c", _select(container_samples, CONTAINER_SAMPLES.schema, CONTAINER_COLUMNS))
+    con.register("p", _select(gpu_processes, GPU_PROCESSES.schema, PROCESS_COLUMNS))
+
+
 def align_smf(
     gpu_samples: pa.Table,
     container_samples: pa.Table,
@@ -400,12 +435,8 @@ def align_smf(
     skew_us = round(settings.max_skew_s * 1e6)
     con = duckdb.connect(":memory:")
     try:
-        con.register("g", _select(gpu_samples, GPU_SAMPLES.schema, GPU_COLUMNS))
-        con.register("c", _select(container_samples, CONTAINER_SAMPLES.schema, CONTAINER_COLUMNS))
-        con.register("p", _select(gpu_processes, GPU_PROCESSES.schema, PROCESS_COLUMNS))
-        for statement in _PREPARE.split(";"):
-            if statement.strip():
-                con.execute(statement, {"skew_us": skew_us} if "$skew_us" in statement else None)
+        register_inputs(con, gpu_samples, container_samples, gpu_processes)
+        prepare(con, PREPARE_SQL + ";" + _JOIN, skew_us)
         rows = con.sql(_ROWS, params={"skew_us": skew_us}).to_arrow_table().cast(SMF_ROW_SCHEMA)
         unmatched = con.sql(_UNMATCHED, params={"skew_us": skew_us}).to_arrow_table()
         unlinked = con.sql(_UNLINKED).to_arrow_table()

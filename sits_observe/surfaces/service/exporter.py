@@ -388,6 +388,17 @@ class DerivedSignals(Collector):
             self.computations += 1
         inputs = PassInputs(self._store, self._settings, self._clock())
         prints = PassFingerprints(self._store)
+        try:  # every span of the pass read together: one scan per table
+            prints.prefetch(
+                [
+                    span
+                    for signal in self._signals
+                    if signal.slow is slow and signal.reads is not None
+                    for span in signal.reads(inputs)
+                ]
+            )
+        except Exception:  # a broken reads(): the loop below counts it against its signal
+            log.debug("reading the pass's fingerprints together failed", exc_info=True)
         families: list[Metric] = []
         texts: list[bytes] = []
         incomplete = False

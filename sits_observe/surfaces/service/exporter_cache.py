@@ -25,7 +25,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
-from sits_observe.analytics.row_changes import Fingerprint, RowSpan, fingerprint
+from sits_observe.analytics.row_changes import Fingerprint, RowSpan, fingerprint, fingerprints
 from sits_observe.store import Store
 
 #: A signal's inputs as fingerprinted in one pass; None when they cannot be (undeclared, or
@@ -156,6 +156,14 @@ class PassFingerprints:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._seen: dict[RowSpan, Fingerprint] = {}
+
+    def prefetch(self, spans: Sequence[RowSpan]) -> None:
+        """Read the fingerprints of ``spans`` together (one scan per table); when that
+        fails, :meth:`of` reads them one by one and tells which signals cannot be."""
+        try:
+            self._seen.update(fingerprints(self._store, spans))
+        except Exception:  # a missing table: of() isolates it per signal
+            return
 
     def of(self, spans: Sequence[RowSpan]) -> Inputs:
         """The fingerprints of ``spans``; None when one cannot be read (a missing table)."""

@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, TypeVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -121,6 +123,14 @@ class PassInputs:
 def label(value: object) -> str:
     """A label value: the text, or :data:`UNKNOWN` for NULL / empty."""
     return str(value) if value not in (None, "") else UNKNOWN
+
+
+def labels_of(column: pa.ChunkedArray, missing: str = UNKNOWN) -> list[str]:
+    """:func:`label` of every value of a string or integer Arrow column, ``missing`` for
+    NULL / empty (one vectorised pass instead of a call per value)."""
+    text = pc.cast(column, pa.string())
+    empty = pc.or_kleene(pc.is_null(text), pc.equal(text, ""))
+    return [str(v) for v in pc.if_else(empty, missing, text).to_pylist()]
 
 
 def capped(items: Iterable[T], limit: int, key: Callable[[T], Any]) -> list[T]:

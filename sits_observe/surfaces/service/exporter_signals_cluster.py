@@ -26,8 +26,8 @@ from sits_observe.analytics.fgd import fragmentation as fgd_report
 from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import typical_pods
-from sits_observe.analytics.interference import interference_report, load_gpu_samples
-from sits_observe.analytics.smf import SmfGrouping, align_smf, read_smf_inputs, summarize_smf
+from sits_observe.analytics.interference import load_gpu_samples, node_scores
+from sits_observe.analytics.smf_latest import read_latest_smf
 from sits_observe.analytics.timeline import load_pods, pod_timelines
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
 from sits_observe.control.model import QUOTA_ACTIONS
@@ -36,7 +36,13 @@ from sits_observe.reports.decision_totals import latest_quotas
 from sits_observe.reports.gpu_holders import gpu_instances, gpu_sharing
 from sits_observe.store.reads import has_inventory
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS, NODE
-from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, finite, label
+from sits_observe.surfaces.service.exporter_signals import (
+    PassInputs,
+    capped,
+    finite,
+    label,
+    labels_of,
+)
 
 #: Bucket of the framebuffer occupancy read for ``sits_gpu_framebuffer_used_ratio``: the
 #: value is the mean over the newest minute bucket with samples (trend clustering's signal).
@@ -79,14 +85,14 @@ def fragmentation(p: PassInputs) -> list[Metric]:
 def interference(p: PassInputs) -> list[Metric]:
     """``sits_interference_score_ratio{Hostname}`` over the window's GPU samples."""
     samples = load_gpu_samples(p.store, since=p.since, until=p.until)
-    report = interference_report(samples, p.settings.interference)
+    per_node = node_scores(samples, p.settings.interference)
     family = GaugeMetricFamily(
         "sits_interference_score_ratio",
         f"interference score per node (0-1: 0.4 bandwidth + 0.35 NVLink conflict + "
         f"0.25 NUMA miss) over the last {p.settings.window_s:g} s",
         labels=(NODE,),
     )
-    scores = [(label(n.node), n.score.score) for n in report.nodes]
+    scores = [(label(node), score.score) for node, score in per_node.items()]
     for node, score in capped(scores, p.settings.max_nodes, lambda x: (-x[1], x[0])):
         family.add_metric((node,), score)
     return [family]
@@ -94,32 +100,31 @@ def interference(p: PassInputs) -> list[Metric]:
 
 def smf(p: PassInputs) -> list[Metric]:
     """SMF per GPU (latest aligned value), mean per node over its GPUs, mean per namespace
-    over its containers; all over the window's aligned cgroup / GPU samples."""
+    over its containers' latest aligned values; over the window's cgroup / GPU samples
+    (:func:`~sits_observe.analytics.smf_latest.read_latest_smf`: the summaries' ``latest_smf``
+    without aligning the whole window)."""
     s = p.settings
-    inputs = read_smf_inputs(p.store, since=p.since, settings=s.smf)
-    alignment = align_smf(
-        inputs.gpu_samples, inputs.container_samples, inputs.gpu_processes, settings=s.smf
-    )
+    latest = read_latest_smf(p.store, since=p.since, settings=s.smf)
     gpus = [
-        (label(g.node), label(g.gpu_uuid), g.latest_smf)
-        for g in summarize_smf(alignment, SmfGrouping.gpu)
-        if finite(g.latest_smf) is not None
+        (label(r["node"]), label(r["gpu_uuid"]), value)
+        for r in latest.gpus.to_pylist()
+        if (value := finite(r["latest_smf"])) is not None
     ]
     per_node: dict[str, list[float]] = defaultdict(list)
     for node, _, value in gpus:
-        per_node[node].append(float(value))  # type: ignore[arg-type]
+        per_node[node].append(value)
     per_namespace: dict[str, list[float]] = defaultdict(list)
-    for c in summarize_smf(alignment, SmfGrouping.container):
-        if (value := finite(c.latest_smf)) is not None:
-            per_namespace[label(c.namespace)].append(value)
+    for c in latest.containers.to_pylist():
+        if (value := finite(c["latest_smf"])) is not None:
+            per_namespace[label(c["namespace"])].append(value)
     gpu_family = GaugeMetricFamily(
         "sits_smf_ratio",
         "SMF fragmentation rate of each GPU (0-1), latest aligned sample",
         labels=GPU_LABELS,
     )
     names = p.gpu_names()
-    for node, gpu, value in capped(gpus, s.max_gpus, lambda x: (-float(x[2] or 0), x[0], x[1])):
-        gpu_family.add_metric(names.labels(node, gpu), float(value))  # type: ignore[arg-type]
+    for node, gpu, value in capped(gpus, s.max_gpus, lambda x: (-x[2], x[0], x[1])):
+        gpu_family.add_metric(names.labels(node, gpu), value)
     node_family = GaugeMetricFamily(
         "sits_smf_node_ratio", "mean SMF of the node's GPUs (0-1)", labels=(NODE,)
     )
@@ -171,20 +176,18 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
     holding it) and ``sits_gpu_shared_pods{Hostname, gpu, UUID, modelName}`` (distinct
     attributed pods per physical GPU in the window: more than 1 = shared by MIG or
     time-slicing)."""
+    instances = gpu_instances(p.store, p.span)
+    keys = zip(
+        *(labels_of(instances.column(c)) for c in ("node", "gpu_index", "gpu_uuid", "model_name")),
+        labels_of(instances.column("mig_profile"), WHOLE_GPU),
+        labels_of(instances.column("namespace")),
+        labels_of(instances.column("pod")),
+        strict=True,
+    )
     used: dict[tuple[str, ...], float] = defaultdict(float)
-    for row in gpu_instances(p.store, p.span).to_pylist():
-        profile = row["mig_profile"]
-        key = (
-            label(row["node"]),
-            label(row["gpu_index"]),
-            label(row["gpu_uuid"]),
-            label(row["model_name"]),
-            str(profile) if profile not in (None, "") else WHOLE_GPU,
-            label(row["namespace"]),
-            label(row["pod"]),
-        )
+    for key, value in zip(keys, instances.column("fb_used_bytes").to_pylist(), strict=True):
         # Two unattributed instances of one profile on one GPU share a label set: summed.
-        used[key] += float(row["fb_used_bytes"])
+        used[key] += float(value)
     per_gpu: dict[tuple[str, str], float] = defaultdict(float)
     for instance, value in used.items():
         per_gpu[(instance[0], instance[2])] += value
