@@ -26,6 +26,7 @@ rounded up, so pasting them never gives less than proposed); ``proposed_value`` 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -195,6 +196,21 @@ def _require_any(store: Store, window: Window) -> None:
     raise NoDataError(empty_window_message(window, what, newest(store, READS)))
 
 
+def build_live(store: Store, window: Window, query: RecommendQuery, kube_api: Any) -> Report:
+    """:func:`build` with the cluster's Kueue / KAI queues read through ``kube_api`` (an
+    official-client ``ApiClient``): their quota rows too. A queue list the API refuses is
+    left out and named in a note; an absent CRD is no queues."""
+    from sits_observe.control.kube import KubeJson
+    from sits_observe.control.kube_queues import read_queues
+
+    queues = read_queues(KubeJson(kube_api), ControllerSettings())
+    report = build(store, window, query, queues=queues)
+    if not queues.errors:
+        return report
+    note = f"could not list {', '.join(queues.errors)} from the Kubernetes API: left out"
+    return replace(report, notes=(*report.notes, note))
+
+
 SPEC = ReportSpec(
     name="recommend",
     summary="What to change, per namespace and workload: the controller's standing advice, "
@@ -202,4 +218,5 @@ SPEC = ReportSpec(
     settings=RecommendQuery,
     reads=READS,
     build=build,
+    live=build_live,
 )

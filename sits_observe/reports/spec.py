@@ -49,6 +49,10 @@ class ReportSpec(Generic[S]):
     that can read their series from one (docs/scaling.md); None = DuckDB only.
     ``offline``: true for settings that name local files holding every input (a trace), so
     no store is read: the builder then gets an empty in-memory store (None = never).
+    ``live``: the builder when the surface holds Kubernetes API access (an official-client
+    ``ApiClient``: ``serve --in-cluster``, a read command's ``--kubeconfig``), for reports
+    with inputs the store does not keep (``recommend``: the cluster's Kueue / KAI queues);
+    None = the store alone.
     """
 
     name: str
@@ -59,6 +63,7 @@ class ReportSpec(Generic[S]):
     local_files: tuple[str, ...] = ()
     promql: Callable[[PromQLReader, Window, S], Report] | None = None
     offline: Callable[[S], bool] | None = None
+    live: Callable[[Store, Window, S, Any], Report] | None = None
 
     def validate(self, values: Mapping[str, Any]) -> S:
         """The settings from flag or query values (None = the default); see
@@ -92,9 +97,14 @@ def run_report(
     settings: S,
     *,
     now: datetime | None = None,
+    kube_api: Any = None,
 ) -> Report:
-    """Resolve the window and build the report: the one path of every surface."""
-    return spec.build(store, window_for(spec, store, request, now), settings)
+    """Resolve the window and build the report: the one path of every surface (with
+    ``kube_api``, through the spec's ``live`` builder when it has one)."""
+    window = window_for(spec, store, request, now)
+    if kube_api is not None and spec.live is not None:
+        return spec.live(store, window, settings, kube_api)
+    return spec.build(store, window, settings)
 
 
 def run_promql_report(

@@ -43,6 +43,7 @@ SERVICE_ENV = "SITS_SERVICE"
 #: Names the generated commands use for their own flags (a settings field may not take them).
 _COMMON = ("db", "service", "token_file", "since", "until", "output", "columns")
 _PROMQL = ("promql_url", "promql_step_s", "promql_matchers")
+_KUBE = ("kubeconfig", "context", "in_cluster")
 
 
 def _option(default: Any, *names: str, help: str, **extra: Any) -> Any:
@@ -147,6 +148,55 @@ def promql_parameters() -> list[inspect.Parameter]:
     ]
 
 
+def kube_parameters() -> list[inspect.Parameter]:
+    """``--kubeconfig``, ``--context`` and ``--in-cluster``, for reports with a ``live``
+    builder (inputs read from the Kubernetes API beside the store)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(
+            "kubeconfig",
+            keyword,
+            default=_option(
+                None,
+                "--kubeconfig",
+                help="also read what the store does not keep from this cluster (recommend: its "
+                "Kueue / KAI queues); with --db",
+            ),
+            annotation=Path | None,
+        ),
+        inspect.Parameter(
+            "context",
+            keyword,
+            default=_option(None, "--context", help="kubeconfig context (with --kubeconfig)"),
+            annotation=str | None,
+        ),
+        inspect.Parameter(
+            "in_cluster",
+            keyword,
+            default=_option(
+                False, "--in-cluster", help="as --kubeconfig, with the pod's service account"
+            ),
+            annotation=bool,
+        ),
+    ]
+
+
+def _kube_api(kwargs: dict[str, Any]) -> Any:
+    """The ApiClient the kube flags ask for, or None when none is given."""
+    if kwargs.get("kubeconfig") is None and not kwargs.get("in_cluster"):
+        if kwargs.get("context") is not None:
+            raise ConfigError("--context needs --kubeconfig")
+        return None
+    if kwargs.get("service") is not None:
+        raise ConfigError(
+            "--kubeconfig / --in-cluster read the cluster beside --db; through --service the "
+            "service reads it with its own access"
+        )
+    from sits_observe.surfaces.cli.ingest_k8s import build_api_client
+
+    return build_api_client(kwargs.get("kubeconfig"), kwargs.get("context"), kwargs["in_cluster"])
+
+
 def read_report(
     spec: ReportSpec[Any],
     *,
@@ -157,9 +207,10 @@ def read_report(
     until: str | None,
     values: dict[str, Any],
     promql: PromQLReader | None = None,
+    kube_api: Any = None,
 ) -> Report:
     """The report from ``db``, through ``service`` or from a PromQL store (settings validated
-    here in every case)."""
+    here in every case); ``kube_api`` feeds the spec's ``live`` builder."""
     request = WindowRequest.parse(since, until)
     settings = spec.validate(values)
     if spec.offline is not None and spec.offline(settings):
@@ -194,7 +245,7 @@ def read_report(
     if not db.exists():
         raise ConfigError(f"database {db} does not exist; give the --db of an ingest or serve")
     with Store.open(db, read_only=True) as store:
-        return run_report(spec, store, request, settings)
+        return run_report(spec, store, request, settings, kube_api=kube_api)
 
 
 #: What a command adds to the generated one: its own flags, and a step after printing
@@ -208,9 +259,10 @@ def make_command(
     after: AfterPrint | None = None,
 ) -> Callable[..., None]:
     """The Typer command function of ``spec`` (its signature built from the flags)."""
-    options = setting_options(spec.settings, reserved=(*_COMMON, *_PROMQL))
+    options = setting_options(spec.settings, reserved=(*_COMMON, *_PROMQL, *_KUBE))
     fields = [p.name for p in options]
     promql = promql_parameters() if spec.promql is not None else []
+    kube = kube_parameters() if spec.live is not None else []
 
     def command(**kwargs: Any) -> None:
         def go() -> None:
@@ -221,6 +273,7 @@ def make_command(
                     kwargs["promql_matchers"],
                     kwargs["promql_step_s"],
                 )
+            api = _kube_api(kwargs)
             try:
                 report = read_report(
                     spec,
@@ -231,10 +284,13 @@ def make_command(
                     until=kwargs["until"],
                     values={f: kwargs[f] for f in fields},
                     promql=reader,
+                    kube_api=api,
                 )
             finally:
                 if reader is not None:
                     reader.client.close()
+                if api is not None:
+                    api.close()
             names = [c for c in (kwargs["columns"] or "").split(",") if c.strip()]
             print_report(report, kwargs["output"], columns=names or None)
             if after is not None:
@@ -243,7 +299,7 @@ def make_command(
         run_cli(go)
 
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [*common_parameters(), *promql, *options, *extra]
+        [*common_parameters(), *promql, *kube, *options, *extra]
     )
     command.__doc__ = spec.summary
     command.__name__ = f"{spec.name}_command"

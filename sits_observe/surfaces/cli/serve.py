@@ -222,6 +222,7 @@ def run_service(
             exporter_signals=exporter_signals,
             extender=extender,
             extender_pods=extender_pods,
+            kube_api=kube_api,
         )
         listeners = [Listener(app, sockets[0], settings.http, "the API")]
         if app.state.extender_app is not None:

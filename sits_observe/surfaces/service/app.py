@@ -35,7 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
@@ -92,10 +92,12 @@ def create_app(
     extender: ExtenderSettings | None = None,
     exporter_signals: Sequence[Signal] | None = None,
     extender_pods: PodApi | None = None,
+    kube_api: Any = None,
 ) -> FastAPI:
     """The service app over ``store``; raises :class:`ConfigError` without a token.
     ``exporter_signals`` are the derived signals on ``/metrics`` (all of them by default);
-    ``extender_pods`` (the Kubernetes API) serves the extender's bind verb."""
+    ``extender_pods`` (the Kubernetes API) serves the extender's bind verb; ``kube_api``
+    (an official-client ``ApiClient``) lets reports read what the store does not keep."""
     auth = TokenAuth(settings.resolved_tokens())
     metrics = metrics or ServiceMetrics()
     state = _State()
@@ -148,7 +150,7 @@ def create_app(
     )
     _add_probes(app, store, metrics, state)
     _add_reads(app, store, settings)
-    add_report_routes(app, store, clock)
+    add_report_routes(app, store, clock, kube_api)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see
     # extender.py): on this app, or alone on the extender port.
     app.state.extender_app = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -30,8 +31,11 @@ from sits_observe.surfaces.service.ingest import problem
 _WINDOW_KEYS = ("since", "until")
 
 
-def add_report_routes(app: FastAPI, store: Store, clock: Callable[[], datetime]) -> None:
-    """Add the reports route to ``app``."""
+def add_report_routes(
+    app: FastAPI, store: Store, clock: Callable[[], datetime], kube_api: Any = None
+) -> None:
+    """Add the reports route to ``app``; with ``kube_api`` (the service's Kubernetes API
+    access) reports with a ``live`` builder read the cluster too (``recommend``: queues)."""
 
     @app.get("/api/v1/reports/{name}", response_model=None)
     async def report(name: str, request: Request) -> JSONResponse:
@@ -66,7 +70,9 @@ def add_report_routes(app: FastAPI, store: Store, clock: Callable[[], datetime])
             return problem(400, "bad_request", str(exc))
 
         def answer() -> dict[str, object]:
-            return run_report(spec, store, window, settings, now=clock()).document()
+            return run_report(
+                spec, store, window, settings, now=clock(), kube_api=kube_api
+            ).document()
 
         try:
             document = await run_in_threadpool(answer)

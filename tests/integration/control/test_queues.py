@@ -273,3 +273,54 @@ def test_recommend_shows_queue_rows_with_current_proposed_and_confidence(
     assert rows[("research", "queue-gpu-limit")]["reason_short"] == "peak cap 16 GPUs"
     assert any("research queue-gpu-quota" in n for n in report.notes)
     assert len(rows) == 4
+
+
+def test_recommend_reads_the_queues_from_the_cli_and_the_service(
+    emu: KubeEmulator, kube: KubeJson, tmp_path: Path
+) -> None:
+    """``recommend --db F --kubeconfig K`` and ``GET /api/v1/reports/recommend`` of a service
+    with Kubernetes access give the same queue rows as the report built with the queues;
+    without access, none."""
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from sits_observe.surfaces.cli.main import app
+    from sits_observe.surfaces.service import ServiceSettings, create_app
+
+    install(kube)
+    path = tmp_path / "cli.duckdb"
+    with Store.open(path) as store:
+        fill(store)
+    until = (NOW + timedelta(seconds=1)).isoformat()
+    args = ["recommend", "--db", str(path), "--since", "14d", "--until", until, "-o", "json"]
+
+    def queue_rows(document: dict[str, Any]) -> dict[tuple[str, str], str]:
+        return {
+            (r["name"], r["action"]): r["proposed"]
+            for r in document["rows"]
+            if str(r["action"]).startswith("queue-")
+        }
+
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    outcome = CliRunner().invoke(app, [*args, "--kubeconfig", str(kubeconfig)])
+    assert outcome.exit_code == 0, outcome.output
+    from_cli = queue_rows(json.loads(outcome.stdout))
+    assert from_cli[("team-a", "queue-gpu-quota")] == "7" and len(from_cli) == 4
+    outcome = CliRunner().invoke(app, args)
+    assert queue_rows(json.loads(outcome.stdout)) == {}  # the store keeps no queues
+    outcome = CliRunner().invoke(app, [*args, "--context", "x"])
+    assert outcome.exit_code == 2 and "--context needs --kubeconfig" in outcome.output
+    with Store.open(path, read_only=True) as store:
+        settings = ServiceSettings(token="t", retention_interval_s=0)  # type: ignore[arg-type]
+        api = emu.api_client()
+        try:
+            client = TestClient(create_app(settings, store, kube_api=api))
+            answer = client.get(
+                "/api/v1/reports/recommend",
+                params={"since": "14d", "until": until},
+                headers={"Authorization": "Bearer t"},
+            )
+        finally:
+            api.close()
+    assert answer.status_code == 200, answer.text
+    assert queue_rows(answer.json()) == from_cli
