@@ -37,6 +37,18 @@ def _bounds(since: datetime | None, until: datetime | None, node: str | None) ->
     return [lo, lo, hi, hi, node, node]
 
 
+def _load(
+    store: Store,
+    table: str,
+    schema: dict[str, pl.DataType],
+    window: tuple[datetime | None, datetime | None],
+    node: str | None,
+) -> pl.DataFrame:
+    """The ``schema`` columns of ``table`` in ``[since, until)``, optionally one node."""
+    sql = f"SELECT {', '.join(schema)} FROM {table} WHERE {_WINDOW_SQL}"
+    return pl.DataFrame(store.query(sql, _bounds(*window, node)), schema=schema)
+
+
 def load_numa_samples(
     store: Store,
     since: datetime | None = None,
@@ -45,20 +57,14 @@ def load_numa_samples(
     node: str | None = None,
 ) -> pl.DataFrame:
     """``numa_samples`` counters in ``[since, until)``, optionally one node."""
-    sql = (
-        "SELECT ts, node, numa_node, numa_hit_pages_total, numa_miss_pages_total "
-        f"FROM numa_samples WHERE {_WINDOW_SQL}"
-    )
-    return pl.DataFrame(
-        store.query(sql, _bounds(since, until, node)),
-        schema={
-            "ts": pl.Datetime("us"),
-            "node": pl.String(),
-            "numa_node": pl.Int16(),
-            "numa_hit_pages_total": pl.Int64(),
-            "numa_miss_pages_total": pl.Int64(),
-        },
-    )
+    schema = {
+        "ts": pl.Datetime("us"),
+        "node": pl.String(),
+        "numa_node": pl.Int16(),
+        "numa_hit_pages_total": pl.Int64(),
+        "numa_miss_pages_total": pl.Int64(),
+    }
+    return _load(store, "numa_samples", schema, (since, until), node)
 
 
 def load_sync_delays(
@@ -69,11 +75,8 @@ def load_sync_delays(
     node: str | None = None,
 ) -> pl.DataFrame:
     """``sync_delays`` rows (ts, node, delay_s) in ``[since, until)``, optionally one node."""
-    sql = f"SELECT ts, node, delay_s FROM sync_delays WHERE {_WINDOW_SQL}"
-    return pl.DataFrame(
-        store.query(sql, _bounds(since, until, node)),
-        schema={"ts": pl.Datetime("us"), "node": pl.String(), "delay_s": pl.Float64()},
-    )
+    schema = {"ts": pl.Datetime("us"), "node": pl.String(), "delay_s": pl.Float64()}
+    return _load(store, "sync_delays", schema, (since, until), node)
 
 
 def numa_miss_ratios(samples: pl.DataFrame) -> dict[str, float]:
@@ -182,22 +185,16 @@ def load_container_numa(
     node: str | None = None,
 ) -> pl.DataFrame:
     """``container_numa_samples`` rows in ``[since, until)``, optionally one node."""
-    sql = (
-        "SELECT ts, node, pod_uid, container_id, numa_node, anon_bytes, file_bytes "
-        f"FROM container_numa_samples WHERE {_WINDOW_SQL}"
-    )
-    return pl.DataFrame(
-        store.query(sql, _bounds(since, until, node)),
-        schema={
-            "ts": pl.Datetime("us"),
-            "node": pl.String(),
-            "pod_uid": pl.String(),
-            "container_id": pl.String(),
-            "numa_node": pl.Int16(),
-            "anon_bytes": pl.Int64(),
-            "file_bytes": pl.Int64(),
-        },
-    )
+    schema = {
+        "ts": pl.Datetime("us"),
+        "node": pl.String(),
+        "pod_uid": pl.String(),
+        "container_id": pl.String(),
+        "numa_node": pl.Int16(),
+        "anon_bytes": pl.Int64(),
+        "file_bytes": pl.Int64(),
+    }
+    return _load(store, "container_numa_samples", schema, (since, until), node)
 
 
 def mean_local_share(placements: list[ContainerPlacement]) -> dict[str, float]:

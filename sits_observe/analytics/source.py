@@ -40,7 +40,7 @@ from sits_observe.analytics.trends_series import (
     series_from_arrow,
 )
 from sits_observe.collectors import histogram as hist
-from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_SAMPLES, SERVER_WINDOWS, conform
+from sits_observe.domain.tables import SERVER_WINDOWS, TABLES, conform
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, UnknownNameError
 from sits_observe.store.duck import Store
@@ -100,10 +100,34 @@ class HistogramSnapshotSource(Protocol):
         ...
 
 
+def _samples(
+    store: Store,
+    table: str,
+    *,
+    identity: Sequence[str],
+    order: str,
+    window: tuple[datetime, datetime],
+    columns: Sequence[str] | None,
+) -> pa.Table:
+    """Rows of a samples ``table`` in ``[since, until)``: its ``identity`` columns and
+    ``columns`` (None = all; the rest come back NULL), ordered by ``order``."""
+    schema = TABLES[table].schema
+    names = list(schema.names if columns is None else columns)
+    bad = [c for c in names if schema.get_field_index(c) < 0]
+    if bad:
+        raise UnknownNameError(f"unknown {table} column(s) {bad}")
+    chosen = list(dict.fromkeys([*identity, *names]))
+    sql = f"SELECT {', '.join(chosen)} FROM {table} WHERE ts >= ? AND ts < ? ORDER BY {order}"
+    since, until = window
+    return conform(table, store.query(sql, [utc_naive(since), utc_naive(until)]))
+
+
 class DuckGpuSource:
     """``gpu_samples`` from the DuckDB store (raw rows; ``step_s`` is ignored)."""
 
     name = "duckdb"
+    _IDENTITY: tuple[str, ...] = ("ts", "node", "gpu_uuid", "gpu_index", "model_name")
+    _IDENTITY += ("mig_profile", "mig_instance_id", "namespace", "pod", "container", "device")
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -117,25 +141,23 @@ class DuckGpuSource:
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """Rows in ``[since, until)``; ``columns`` None = all (the rest come back NULL)."""
-        names = list(GPU_SAMPLES.schema.names if columns is None else columns)
-        bad = [c for c in names if GPU_SAMPLES.schema.get_field_index(c) < 0]
-        if bad:
-            raise UnknownNameError(f"unknown gpu_samples column(s) {bad}")
-        identity = ["ts", "node", "gpu_uuid", "gpu_index", "model_name", "mig_profile"]
-        identity += ["mig_instance_id", "namespace", "pod", "container", "device"]
-        chosen = list(dict.fromkeys([*identity, *names]))
-        sql = (
-            f"SELECT {', '.join(chosen)} FROM gpu_samples WHERE ts >= ? AND ts < ? "
-            "ORDER BY ts, node, gpu_uuid"
+        order = "ts, node, gpu_uuid"
+        return _samples(
+            self._store,
+            "gpu_samples",
+            identity=self._IDENTITY,
+            order=order,
+            window=(since, until),
+            columns=columns,
         )
-        rows = self._store.query(sql, [utc_naive(since), utc_naive(until)])
-        return conform("gpu_samples", rows)
 
 
 class DuckContainerSource:
     """``container_samples`` from the DuckDB store (raw rows; ``step_s`` is ignored)."""
 
     name = "duckdb"
+    _IDENTITY: tuple[str, ...] = ("ts", "node", "pod_uid", "container_id", "runtime")
+    _IDENTITY += ("qos_class", "namespace", "pod", "container")
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -149,19 +171,15 @@ class DuckContainerSource:
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """Rows in ``[since, until)``; ``columns`` None = all (the rest come back NULL)."""
-        names = list(CONTAINER_SAMPLES.schema.names if columns is None else columns)
-        bad = [c for c in names if CONTAINER_SAMPLES.schema.get_field_index(c) < 0]
-        if bad:
-            raise UnknownNameError(f"unknown container_samples column(s) {bad}")
-        identity = ["ts", "node", "pod_uid", "container_id", "runtime", "qos_class"]
-        identity += ["namespace", "pod", "container"]
-        chosen = list(dict.fromkeys([*identity, *names]))
-        sql = (
-            f"SELECT {', '.join(chosen)} FROM container_samples WHERE ts >= ? AND ts < ? "
-            "ORDER BY ts, node, container_id"
+        order = "ts, node, container_id"
+        return _samples(
+            self._store,
+            "container_samples",
+            identity=self._IDENTITY,
+            order=order,
+            window=(since, until),
+            columns=columns,
         )
-        rows = self._store.query(sql, [utc_naive(since), utc_naive(until)])
-        return conform("container_samples", rows)
 
 
 class DuckServerWindows:

@@ -58,7 +58,8 @@ PCIE_KB = 1024
 #: NVLink throughput field values count KiB (nvml.h: "NVLink TX Data throughput in KiB").
 NVLINK_KIB = 1024
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of a process outside any MIG instance
-_QUIET_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
+#: NVML errors that only mean "this GPU does not support the call" (not counted as drops).
+QUIET_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
 
 
 def _text(value: object) -> str:
@@ -71,6 +72,59 @@ def _opt_text(value: object | None) -> str | None:
 
 def _bus_id(pci: Any) -> str | None:
     return None if pci is None else _text(pci.busId)
+
+
+class NvmlSession:
+    """NVML for one collector: ``nvml`` (the ``pynvml`` module or a stand-in; None = import
+    it) initialised on first :meth:`open`, shut down by :meth:`close`; ``without`` ends the
+    :class:`DriverUnavailable` message (what the agent does without it); errors named in
+    ``quiet`` only mean the GPU cannot say, and are not counted."""
+
+    def __init__(
+        self, nvml: object | None, *, without: str, quiet: tuple[str, ...] = QUIET_ERRORS
+    ) -> None:
+        self.module: Any = nvml
+        self._without = without
+        self._quiet_names = quiet
+        self._initialised = False
+        self._quiet: tuple[int, ...] = ()
+
+    def open(self) -> Any:
+        """The NVML module, initialised; :class:`DriverUnavailable` without a driver."""
+        if self.module is None:
+            try:
+                self.module = importlib.import_module("pynvml")
+            except ImportError as exc:
+                raise DriverUnavailable(
+                    f"NVML not available: nvidia-ml-py is not installed ({exc}); {self._without}"
+                ) from exc
+        nv = self.module
+        if not self._initialised:
+            try:
+                nv.nvmlInit()
+            except (nv.NVMLError, OSError) as exc:  # OSError: a broken libnvidia-ml.so
+                raise DriverUnavailable(f"NVML not available: {exc}; {self._without}") from exc
+            self._initialised = True
+            self._quiet = tuple(getattr(nv, name, -1) for name in self._quiet_names)
+        return nv
+
+    def close(self) -> None:
+        """Shut NVML down when this session initialised it."""
+        if self._initialised:
+            self._initialised = False
+            # A library that is already gone has nothing left to release.
+            with contextlib.suppress(self.module.NVMLError):
+                self.module.nvmlShutdown()
+
+    def get(self, key: str, dropped: Counter[str], call: Callable[..., T], *args: Any) -> T | None:
+        """``call(*args)``, or None when NVML refuses: counted under ``key`` in ``dropped``
+        unless the GPU merely does not support the call."""
+        try:
+            return call(*args)
+        except self.module.NVMLError as exc:
+            if getattr(exc, "value", None) not in self._quiet:
+                dropped[key] += 1
+            return None
 
 
 class NvmlCollector:
@@ -88,45 +142,17 @@ class NvmlCollector:
     ) -> None:
         self.node = node
         self.proc_root = Path(proc_root)
-        self._nvml: Any = nvml
-        self._initialised = False
-        self._quiet: tuple[int, ...] = ()
+        self._session = NvmlSession(nvml, without="the agent continues without NVML")
         self._nvlink: dict[str, tuple[int, int, int]] = {}  # uuid -> (ts_us, tx_kib, rx_kib)
 
     # -- life cycle -------------------------------------------------------------------
 
     def _open(self) -> Any:
-        if self._nvml is None:
-            try:
-                self._nvml = importlib.import_module("pynvml")
-            except ImportError as exc:
-                raise DriverUnavailable(
-                    f"NVML not available: nvidia-ml-py is not installed ({exc}); "
-                    "the agent continues without NVML"
-                ) from exc
-        nv = self._nvml
-        if not self._initialised:
-            try:
-                nv.nvmlInit()
-            except nv.NVMLError as exc:
-                raise DriverUnavailable(
-                    f"NVML not available: {exc}; the agent continues without NVML"
-                ) from exc
-            except OSError as exc:  # a broken libnvidia-ml.so
-                raise DriverUnavailable(
-                    f"NVML not available: {exc}; the agent continues without NVML"
-                ) from exc
-            self._initialised = True
-            self._quiet = tuple(getattr(nv, name, -1) for name in _QUIET_ERRORS)
-        return nv
+        return self._session.open()
 
     def close(self) -> None:
         """Shut NVML down when this collector initialised it."""
-        if self._initialised:
-            self._initialised = False
-            # A library that is already gone has nothing left to release.
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlShutdown()
+        self._session.close()
 
     def __enter__(self) -> NvmlCollector:
         return self
@@ -184,12 +210,7 @@ class NvmlCollector:
         self, what: str, dropped: Counter[str], call: Callable[..., T], *args: Any
     ) -> T | None:
         """``call(*args)``, or None when NVML refuses (counted unless merely unsupported)."""
-        try:
-            return call(*args)
-        except self._nvml.NVMLError as exc:
-            if getattr(exc, "value", None) not in self._quiet:
-                dropped[f"nvml error: {what}"] += 1
-            return None
+        return self._session.get(f"nvml error: {what}", dropped, call, *args)
 
     def _device(
         self, nv: Any, handle: object, index: int, uuid: str, dropped: Counter[str]

@@ -33,8 +33,6 @@ error on one value is NULL and counted under ``topology error: <what>``.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -50,10 +48,11 @@ from sits_observe.collectors.numa_files import (
     parse_numa_node,
     sysfs_bus_id,
 )
+from sits_observe.collectors.nvml import QUIET_ERRORS, NvmlSession
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.tables import GPU_LINKS, GPU_TOPOLOGY
 from sits_observe.domain.times import utc_naive
-from sits_observe.errors import CollectorError, DriverUnavailable, ParseError
+from sits_observe.errors import CollectorError, ParseError
 
 T = TypeVar("T")
 
@@ -78,8 +77,7 @@ _PATH_OF_ANCESTOR = {
 #: 64-bit words of the CPU mask asked of NVML: room for 1,024 CPUs.
 CPU_MASK_WORDS = 16
 _QUIET_ERRORS = (
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    *QUIET_ERRORS,
     "NVML_ERROR_INVALID_ARGUMENT",  # a link number past the GPU's last link
 )
 
@@ -119,45 +117,19 @@ class TopologyCollector:
         self.sys_root = Path(sys_root)
         self.refresh_s = refresh_s
         self._read_at: datetime | None = None
-        self._nvml: Any = nvml
-        self._initialised = False
-        self._quiet: tuple[int, ...] = ()
+        self._session = NvmlSession(nvml, without="no GPU topology", quiet=_QUIET_ERRORS)
 
     def _open(self) -> Any:
-        if self._nvml is None:
-            try:
-                self._nvml = importlib.import_module("pynvml")
-            except ImportError as exc:
-                raise DriverUnavailable(
-                    f"NVML not available: nvidia-ml-py is not installed ({exc}); no GPU topology"
-                ) from exc
-        nv = self._nvml
-        if not self._initialised:
-            try:
-                nv.nvmlInit()
-            except (nv.NVMLError, OSError) as exc:
-                raise DriverUnavailable(f"NVML not available: {exc}; no GPU topology") from exc
-            self._initialised = True
-            self._quiet = tuple(getattr(nv, name, -1) for name in _QUIET_ERRORS)
-        return nv
+        return self._session.open()
 
     def close(self) -> None:
         """Shut NVML down when this collector initialised it."""
-        if self._initialised:
-            self._initialised = False
-            # A library that is already gone has nothing left to release.
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlShutdown()
+        self._session.close()
 
     def _get(
         self, what: str, dropped: Counter[str], call: Callable[..., T], *args: Any
     ) -> T | None:
-        try:
-            return call(*args)
-        except self._nvml.NVMLError as exc:
-            if getattr(exc, "value", None) not in self._quiet:
-                dropped[f"topology error: {what}"] += 1
-            return None
+        return self._session.get(f"topology error: {what}", dropped, call, *args)
 
     def collect(self, now: datetime) -> CollectResult:
         """Read the topology, unless the last read is younger than ``refresh_s`` (then the

@@ -165,30 +165,37 @@ class PromQLGpuSource:
         fields = [c for c in wanted if c in _FAMILY_OF]
         if "fb_total_bytes" in fields:
             fields += [c for c in _FB_PARTS if c not in fields]
-        frames = []
+        value = pl.col("value")
+        reads = []
         for column in fields:
             spec = _FAMILY_OF[column]
-            series = _fetch(
-                self._client, _selector(spec.families, self._matchers), since, until, step_s
-            )
-            frame = _long(series, IDENTITY_LABELS, "value")
-            if frame.height == 0:
-                continue
-            value = pl.col("value")
             ok = value.is_finite() & (value >= spec.low) & (value <= spec.high)
-            frames.append(
-                frame.with_columns(
-                    column=pl.lit(column),
-                    value=pl.when(ok).then(value * spec.scale).otherwise(None),
-                )
-            )
-        if not frames:
-            return GPU_SAMPLES.schema.empty_table()
-        keys = ["t_ms", *IDENTITY_LABELS]
-        wide = pl.concat(frames).pivot(
-            on="column", index=keys, values="value", aggregate_function="first"
-        )
-        return _gpu_table(wide, wanted)
+            kept = pl.when(ok).then(value * spec.scale).otherwise(None)
+            reads.append((column, _selector(spec.families, self._matchers), kept))
+        wide = _wide(self._client, reads, IDENTITY_LABELS, (since, until), step_s)
+        return GPU_SAMPLES.schema.empty_table() if wide is None else _gpu_table(wide, wanted)
+
+
+def _wide(
+    client: PromQLClient,
+    reads: Sequence[tuple[str, str, pl.Expr]],
+    labels: dict[str, tuple[str, ...]],
+    window: tuple[datetime, datetime],
+    step_s: float | None,
+) -> pl.DataFrame | None:
+    """One range read per column (``(column, selector, the value kept: NULL where
+    invalid)``) as one wide frame keyed by time and ``labels``; None when no series came."""
+    since, until = window
+    frames = []
+    for column, selector, kept in reads:
+        frame = _long(_fetch(client, selector, since, until, step_s), labels, "value")
+        if frame.height:
+            frames.append(frame.with_columns(column=pl.lit(column), value=kept))
+    if not frames:
+        return None
+    return pl.concat(frames).pivot(
+        on="column", index=["t_ms", *labels], values="value", aggregate_function="first"
+    )
 
 
 def _gpu_table(wide: pl.DataFrame, wanted: list[str]) -> pa.Table:
@@ -227,7 +234,6 @@ _CONTAINER_FAMILY_OF = {f.column: f for f in container_fields.FAMILIES}
 CONTAINER_LABELS: dict[str, tuple[str, ...]] = {
     column: (label,) for label, column in container_fields.LABELS
 }
-_CONTAINER_KEYS = ["t_ms", *CONTAINER_LABELS]
 
 #: kube-state-metrics' container info series: namespace, pod, container, container_id.
 KSM_CONTAINER_INFO = "kube_pod_container_info"
@@ -265,25 +271,15 @@ class PromQLContainerSource:
         if unknown:
             raise StoreError(f"unknown container_samples column(s) {unknown}")
         extra = 'container_id!=""' + (f",{self._matchers}" if self._matchers else "")
-        frames = []
+        value = pl.col("value")
+        reads = []
         for column in [c for c in wanted if c in _CONTAINER_FAMILY_OF]:
             spec = _CONTAINER_FAMILY_OF[column]
-            series = _fetch(self._client, _selector([spec.name], extra), since, until, step_s)
-            frame = _long(series, CONTAINER_LABELS, "value")
-            if frame.height == 0:
-                continue
-            value = pl.col("value")
             ok = value.is_finite() & ~(pl.lit(spec.zero_is_null) & (value == 0))
-            frames.append(
-                frame.with_columns(
-                    column=pl.lit(column), value=pl.when(ok).then(value).otherwise(None)
-                )
-            )
-        if not frames:
+            reads.append((column, _selector([spec.name], extra), pl.when(ok).then(value)))
+        wide = _wide(self._client, reads, CONTAINER_LABELS, (since, until), step_s)
+        if wide is None:
             return CONTAINER_SAMPLES.schema.empty_table()
-        wide = pl.concat(frames).pivot(
-            on="column", index=_CONTAINER_KEYS, values="value", aggregate_function="first"
-        )
         wide = self._attribute(wide, since, until)
         return _container_table(wide, wanted)
 
