@@ -40,7 +40,12 @@ from typing import Any, TypedDict
 import polars as pl
 
 from sits_observe.collectors.kube_api import JsonObject, KubeJson
-from sits_observe.control.inputs import QUEUE_MEMBERS_SCHEMA, VALUES_SCHEMA, QueueState
+from sits_observe.control.inputs import (
+    OBJECTS_SCHEMA,
+    QUEUE_MEMBERS_SCHEMA,
+    VALUES_SCHEMA,
+    QueueState,
+)
 from sits_observe.control.kube import QUEUE_RESOURCES
 from sits_observe.control.model import Action, recommended_values
 from sits_observe.control.settings import ControllerSettings
@@ -172,17 +177,7 @@ class _Rows:
             orient="row",
         ).join(per_queue.rename({"queue": "name"}), on=["kind", "name"], how="left")
         return QueueState.of(
-            objects=pl.DataFrame(
-                self.objects,
-                schema={
-                    "kind": pl.String,
-                    "namespace": pl.String,
-                    "name": pl.String,
-                    "opt_out": pl.Boolean,
-                    "enabled": pl.Boolean,
-                },
-                orient="row",
-            ),
+            objects=pl.DataFrame(self.objects, schema=OBJECTS_SCHEMA, orient="row"),
             values=pl.DataFrame(self.values, schema=VALUES_SCHEMA, orient="row"),
             facts=facts.with_columns(pl.col("member_namespaces").fill_null(0)),
             members=counts,

@@ -23,7 +23,7 @@ import polars as pl
 import yaml
 
 from sits_observe.collectors.kube_api import KubeJson, object_path
-from sits_observe.control.inputs import CurrentState
+from sits_observe.control.inputs import OBJECTS_SCHEMA, CurrentState
 from sits_observe.control.kube import WORKLOAD_RESOURCES, list_path
 from sits_observe.control.kube_queues import read_queues
 from sits_observe.control.model import ACTIONS, QUOTA_ACTIONS, Action, recommended_values
@@ -91,17 +91,7 @@ class _Rows:
             self.values.setdefault((kind, namespace, name, str(action)), [None, None])[0] = value
 
     def state(self, time_slices: dict[str, str]) -> CurrentState:
-        objects = pl.DataFrame(
-            self.objects,
-            schema={
-                "kind": pl.String,
-                "namespace": pl.String,
-                "name": pl.String,
-                "opt_out": pl.Boolean,
-                "enabled": pl.Boolean,
-            },
-            orient="row",
-        )
+        objects = pl.DataFrame(self.objects, schema=OBJECTS_SCHEMA, orient="row")
         values = pl.DataFrame(
             [(*k, v[0], v[1]) for k, v in self.values.items()],
             schema=["kind", "namespace", "name", "action", "current", "recommended"],
