@@ -5,7 +5,8 @@ does not. So the decision of a pod-level action (memory class, time slice, QoS q
 priority class) about a pod with a known owner (``CurrentState.owners``, resolved from
 ``ownerReferences`` by :mod:`.state_owners`) is made once on the workload: its
 ``sits.io/recommendation.<action>`` annotation, its Event, its row in ``decisions``. A pod
-without a known owner (a bare pod; anything offline) keeps its own decision.
+without a known owner (a bare pod) keeps its own decision. Offline (``recommend`` on the store)
+the owners come from the inventory's owner columns (``store_signals.state_from_store``).
 
 **Combine rule**, per (workload, action), over the workload's pods that got a proposal:
 

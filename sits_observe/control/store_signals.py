@@ -572,4 +572,21 @@ def state_from_store(store: Store, at: datetime, since: datetime | None = None) 
         if parts
         else None
     )
-    return CurrentState.of(values=values, complete=False)
+    return CurrentState.of(values=values, owners=_owners(store, naive, floor), complete=False)
+
+
+def _owners(store: Store, at: datetime, floor: datetime) -> pl.DataFrame:
+    """Each pod's top-level workload in the latest snapshot at ``at``, from what the inventory
+    kept of its ``ownerReferences`` (``owner_kind`` / ``owner_name``, ``workload``): a
+    ReplicaSet whose name is its Deployment's plus the template hash is that Deployment's; a
+    StatefulSet, DaemonSet or Job owns its pods itself. Bare pods (and ReplicaSets without a
+    Deployment) have none, as in the cluster (:mod:`.state_owners`)."""
+    return _frame(
+        store,
+        "SELECT namespace, pod, CASE WHEN owner_kind = 'ReplicaSet' AND workload <> owner_name "
+        "THEN 'Deployment' ELSE owner_kind END AS owner_kind, workload AS owner_name FROM pods "
+        "WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts <= ? AND ts >= ?) "
+        "AND pod IS NOT NULL AND workload IS NOT NULL AND ((owner_kind = 'ReplicaSet' "
+        "AND workload <> owner_name) OR owner_kind IN ('StatefulSet', 'DaemonSet', 'Job'))",
+        [at, floor],
+    )

@@ -22,6 +22,7 @@ writes, the report adds:
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -226,7 +227,15 @@ def short_reason(
         q = settings.quota
         factor = (1.0 + q.margin_ratio) * float(evidence.get("confidence_factor") or 1.0)
         return f"{days:g}-day p{q.percentile_ratio * 100:g} peak {human(peak, unit)} x {factor:.2f}"
-    return clip(reason)
+    pods = _COMBINED.match(reason)  # a workload's row: "k of n pods: <the pod's reason>"
+    if pods is None:
+        return clip(reason)
+    agreeing, total, own = pods.groups()
+    return clip(own) if total == "1" else f"{clip(own)} ({agreeing} of {total} pods)"
+
+
+#: The prefix :mod:`sits_observe.control.combine` gives a workload's reason.
+_COMBINED = re.compile(r"^(\d+) of (\d+) pods: (.*)$", re.DOTALL)
 
 
 def clip(reason: str) -> str:

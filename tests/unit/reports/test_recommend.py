@@ -265,3 +265,23 @@ def test_the_replica_rules_heatmap_takes_flags_of_its_own(store: Store, tmp_path
     # The SLO is the rule's own (--slo-ms): the heatmap's is no flag here.
     outcome = CliRunner().invoke(app, [*args, "--heatmap-slo-ms", "5"])
     assert outcome.exit_code == 2 and "No such option: --heatmap-slo-ms" in outcome.output
+
+
+def test_offline_rows_of_owned_pods_go_to_their_workload() -> None:
+    """From the inventory's owner columns, as the controller does in the cluster
+        (control/combine.py): p1 is a Deployment's pod (a ReplicaSet named chat-<template hash>),
+        so its memory-class and priority-class rows name the Deployment chat (without owner columns
+    they name the pod: test_the_plan_as_of_the_newest_sample)."""
+    with Store.open(":memory:") as s:
+        fill(s)
+        s.execute(
+            "UPDATE pod_versions SET owner_kind = 'ReplicaSet', owner_name = 'chat-5d9c7b7f9c' "
+            "WHERE pod = 'p1'"
+        )
+        rows = by_key(report(s))
+    memory = rows[("finance/chat", "memory-class")]
+    assert (memory["kind"], memory["name"], memory["proposed"]) == ("Deployment", "chat", "L2")
+    assert json.loads(memory["evidence"])["pods"] == 1
+    assert not memory["reason_short"].startswith("1 of 1 pods")  # the pod's own reason
+    assert ("finance/p1", "memory-class") not in rows
+    assert rows[("finance/chat", "priority-class")]["kind"] == "Deployment"
