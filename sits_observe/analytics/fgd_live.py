@@ -1,5 +1,10 @@
 """The live cluster for the FGD measure, from the inventory tables of the store.
 
+:func:`live_cluster` reads them from a DuckDB store; :func:`live_cluster_of` takes them as
+tables in the ``nodes`` / ``pods`` shapes from any source (kube-state-metrics series read
+through PromQL: :mod:`sits_observe.store.promql_kube`), so both give the same state for the
+same rows.
+
 - Nodes: the latest ``nodes`` snapshot (the rows with the largest ``ts``; the inventory
   collector stamps one snapshot with one time). Each node has ``gpu_allocatable`` GPUs of model
   ``gpu_product`` (``unknown`` when the label is missing) and ``cpu_allocatable_milli`` CPU.
@@ -35,10 +40,13 @@ reported in :attr:`LiveCluster.warnings`, clamped, or counted as whole GPUs.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from sits_observe.analytics.fgd_cluster import ClusterState
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape, normalise_gpu_types
@@ -99,26 +107,86 @@ def live_cluster(
             "no node inventory in the store; run the inventory collector "
             "(sits-observe ingest k8s, or serve with the inventory loop) first"
         )
-    warnings: list[str] = []
-    state = _nodes(store, nodes_at, warnings)
+    nodes = store.query(f"SELECT {', '.join(NODE_COLUMNS)} FROM nodes WHERE ts = ?", [nodes_at])
     pods_at = store.scalar(f"SELECT max(ts) FROM pod_snapshots WHERE {bounds.sql}", bounds.params)
-    placed = 0
-    shapes: tuple[PodShape, ...] = ()
+    pods = workload = None
     if pods_at is not None:
-        holdings, placed = _bound_pods(store, state, pods_at, warnings)
-        devices = bounds.clipped(nodes_at - timedelta(seconds=devices_since_s))
-        _place_gpus(
-            store, state, holdings, bounds=devices, since_s=devices_since_s, warnings=warnings
-        )
+        pods = store.query(f"SELECT {', '.join(POD_COLUMNS)} FROM pods WHERE ts = ?", [pods_at])
         start = None if since_s is None else pods_at - timedelta(seconds=since_s)
-        shapes = _shapes(store, pods_at, bounds.clipped(start), warnings)
-    if not shapes:
+        workload = _workload_rows(store, pods_at, bounds.clipped(start))
+    device_bounds = bounds.clipped(nodes_at - timedelta(seconds=devices_since_s))
+    live = live_cluster_of(
+        InventoryTables(nodes, nodes_at, pods, pods_at, workload),
+        devices=lambda: _device_rows(store, device_bounds),
+        devices_since_s=devices_since_s,
+    )
+    if not live.shapes:
         within = "in the window" if since_s is None else f"within {since_s:g} s"
         raise StoreError(
             f"no pods in the store {within} of the latest snapshot; "
             "the workload M is built from recent pods (widen --since)"
         )
-    return LiveCluster(state, shapes, nodes_at, pods_at, placed, tuple(warnings))
+    return live
+
+
+#: Columns of the ``nodes`` table the live cluster reads.
+NODE_COLUMNS = ("node", "gpu_allocatable", "gpu_product", "cpu_allocatable_milli", "ready")
+#: Columns of the ``pods`` table the live cluster reads (snapshot and workload alike).
+POD_COLUMNS = (
+    "pod_uid",
+    "namespace",
+    "pod",
+    "node",
+    "phase",
+    "gpu_request",
+    "gpu_milli",
+    "gpu_uuids",
+    "cpu_request_milli",
+    "gpu_types",
+)
+
+
+@dataclass(frozen=True)
+class InventoryTables:
+    """One inventory in the ``nodes`` / ``pods`` table shapes (:data:`NODE_COLUMNS`,
+    :data:`POD_COLUMNS`; other columns are ignored), from whichever store holds it.
+
+    ``nodes``: the node snapshot taken at ``nodes_at``; ``pods``: the pod snapshot taken at
+    ``pods_at`` (None = no pod snapshot); ``workload``: the pods of the workload M, one row
+    per pod (its latest request; None = no pod).
+    """
+
+    nodes: pa.Table
+    nodes_at: datetime
+    pods: pa.Table | None = None
+    pods_at: datetime | None = None
+    workload: pa.Table | None = None
+
+
+def live_cluster_of(
+    tables: InventoryTables,
+    *,
+    devices: Callable[[], list[dict[str, Any]]] | None = None,
+    devices_since_s: float = DEVICES_SINCE_S,
+) -> LiveCluster:
+    """The live cluster of ``tables`` by the rules of the module docstring (no error when the
+    workload is empty: ``shapes`` is then empty).
+
+    ``devices`` returns the GPU index rows (``node``, ``uuid``, ``idx``; newest sample first
+    per node) that map assigned UUIDs to indices; it is called only when a pod names
+    assigned GPUs. None = no device source: such pods are placed as if unassigned, with a
+    warning per node (``devices_since_s`` is the look-back the warning names).
+    """
+    warnings: list[str] = []
+    state = _nodes(tables.nodes, warnings)
+    placed = 0
+    shapes: tuple[PodShape, ...] = ()
+    if tables.pods is not None:
+        holdings, placed = _bound_pods(tables.pods, state, warnings)
+        _place_gpus(state, holdings, devices=devices, since_s=devices_since_s, warnings=warnings)
+    if tables.workload is not None:
+        shapes = _shapes(tables.workload, warnings)
+    return LiveCluster(state, shapes, tables.nodes_at, tables.pods_at, placed, tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -143,12 +211,17 @@ class _Bounds:
         return _Bounds(start, self.until)
 
 
-def _nodes(store: Store, at: datetime, warnings: list[str]) -> ClusterState:
-    rows = store.query(
-        "SELECT node, coalesce(gpu_allocatable, 0) AS gpus, gpu_product, "
-        "cpu_allocatable_milli AS cpu, ready FROM nodes WHERE ts = ? ORDER BY node",
-        [at],
-    ).to_pylist()
+def _sorted_rows(table: pa.Table, keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of ``table`` in ``keys`` order (ascending, nulls last: DuckDB's ORDER BY)."""
+    rows: list[dict[str, Any]] = table.sort_by([(k, "ascending") for k in keys]).to_pylist()
+    return rows
+
+
+def _nodes(table: pa.Table, warnings: list[str]) -> ClusterState:
+    rows = [
+        {"gpus": r["gpu_allocatable"] or 0, "cpu": r["cpu_allocatable_milli"], **r}
+        for r in _sorted_rows(table, ["node"])
+    ]
     kept = [r for r in rows if r["ready"] is not False and r["node"]]
     skipped = len(rows) - len(kept)
     if skipped:
@@ -176,16 +249,20 @@ def _share(num_gpu: int, gpu_milli: int | None) -> int | None:
 
 
 def _bound_pods(
-    store: Store, state: ClusterState, at: datetime, warnings: list[str]
+    table: pa.Table, state: ClusterState, warnings: list[str]
 ) -> tuple[list[_Holding], int]:
     """Take every bound pod's CPU; return the GPUs they hold (not yet placed) and the count."""
-    rows = store.query(
-        "SELECT namespace, pod, node, coalesce(gpu_request, 0) AS gpus, gpu_milli AS milli, "
-        "gpu_uuids AS uuids, coalesce(cpu_request_milli, 0) AS cpu FROM pods "
-        "WHERE ts = ? AND node IS NOT NULL AND coalesce(phase, '') NOT IN (?, ?) "
-        "ORDER BY namespace, pod",
-        [at, *_DONE_PHASES],
-    ).to_pylist()
+    rows = [
+        {
+            **r,
+            "gpus": r["gpu_request"] or 0,
+            "milli": r["gpu_milli"],
+            "uuids": r["gpu_uuids"],
+            "cpu": r["cpu_request_milli"] or 0,
+        }
+        for r in _sorted_rows(table, ["namespace", "pod"])
+        if r["node"] is not None and (r["phase"] or "") not in _DONE_PHASES
+    ]
     holdings: list[_Holding] = []
     placed = 0
     for r in rows:
@@ -209,15 +286,20 @@ def _bound_pods(
     return holdings, placed
 
 
-def _devices(store: Store, state: ClusterState, bounds: _Bounds) -> dict[str, dict[str, int]]:
-    """node -> {GPU UUID -> index} from each UUID's latest whole-GPU sample in ``bounds``."""
-    rows = store.query(
+def _device_rows(store: Store, bounds: _Bounds) -> list[dict[str, Any]]:
+    """Each GPU UUID's latest whole-GPU sample in ``bounds``: node, uuid, idx, newest first."""
+    rows: list[dict[str, Any]] = store.query(
         "SELECT node, gpu_uuid AS uuid, arg_max(gpu_index, ts) AS idx, max(ts) AS seen_at "
         f"FROM gpu_samples WHERE {bounds.sql} AND mig_instance_id IS NULL AND node IS NOT NULL "
         "AND gpu_uuid IS NOT NULL AND gpu_index IS NOT NULL "
         "GROUP BY node, gpu_uuid ORDER BY node, seen_at DESC, uuid",
         bounds.params,
     ).to_pylist()
+    return rows
+
+
+def _devices(rows: list[dict[str, Any]], state: ClusterState) -> dict[str, dict[str, int]]:
+    """node -> {GPU UUID -> index} from :func:`_device_rows`' rows."""
     devices: dict[str, dict[str, int]] = {}
     for r in rows:
         name, index = str(r["node"]), int(r["idx"])
@@ -233,20 +315,20 @@ def _devices(store: Store, state: ClusterState, bounds: _Bounds) -> dict[str, di
 
 
 def _place_gpus(
-    store: Store,
     state: ClusterState,
     holdings: list[_Holding],
     *,
-    bounds: _Bounds,
+    devices: Callable[[], list[dict[str, Any]]] | None,
     since_s: float,
     warnings: list[str],
 ) -> None:
     """Assigned devices first (every pod), then the rest by the default rules."""
-    devices = _devices(store, state, bounds) if any(h.uuids for h in holdings) else {}
+    wanted = devices is not None and any(h.uuids for h in holdings)
+    by_node = _devices(devices(), state) if wanted and devices is not None else {}
     unsampled: Counter[str] = Counter()
     rest: list[tuple[_Holding, int]] = []
     for h in holdings:
-        known = devices.get(h.node_name)
+        known = by_node.get(h.node_name)
         if h.uuids and known is None:
             unsampled[h.node_name] += 1
         taken = 0 if known is None else _take_assigned(state, h, known, warnings)
@@ -306,17 +388,27 @@ def _default(state: ClusterState, h: _Holding, count: int, warnings: list[str]) 
     free[gpu] = max(int(free[gpu]) - h.gpu_milli, 0)
 
 
-def _shapes(
-    store: Store, at: datetime, bounds: _Bounds, warnings: list[str]
-) -> tuple[PodShape, ...]:
-    rows = store.query(
-        "SELECT coalesce(cpu_request_milli, 0) AS cpu, coalesce(gpu_request, 0) AS gpus, "
-        "gpu_milli AS milli, gpu_types AS types FROM pods "
+def _workload_rows(store: Store, at: datetime, bounds: _Bounds) -> pa.Table:
+    """Each pod's latest ``pods`` row in ``bounds`` up to ``at`` (the workload M)."""
+    return store.query(
+        f"SELECT {', '.join(POD_COLUMNS)} FROM pods "
         "WHERE (? IS NULL OR ts >= ?) AND ts <= ? "
         "QUALIFY row_number() OVER ("
         "PARTITION BY coalesce(pod_uid, namespace || '/' || pod) ORDER BY ts DESC) = 1",
         [bounds.since, bounds.since, at],
-    ).to_pylist()
+    )
+
+
+def _shapes(table: pa.Table, warnings: list[str]) -> tuple[PodShape, ...]:
+    rows = [
+        {
+            "cpu": r["cpu_request_milli"] or 0,
+            "gpus": r["gpu_request"] or 0,
+            "milli": r["gpu_milli"],
+            "types": r["gpu_types"],
+        }
+        for r in table.to_pylist()
+    ]
     shapes = []
     impossible = 0
     for r in rows:

@@ -7,6 +7,11 @@ Two inputs, one report:
   window**, i.e. the newest ``nodes`` snapshot and the newest ``pods`` snapshot before
   ``window.until`` (and not before ``window.since``), and the workload M of every pod seen in
   the window (with no ``--since``: every pod stored before ``--until``);
+- the same live cluster from kube-state-metrics series in a PromQL store (``--promql-url``,
+  :mod:`sits_observe.store.promql_kube`): the snapshot is each KSM target's newest scrape
+  within ``--ksm-lookback-s`` before ``window.until``, the workload M every pod with a
+  ``kube_pod_info`` series in the window; what KSM does not export (node-affinity GPU
+  products, assigned GPUs, ``sits.io/precision``) is named in the notes;
 - a trace (``--nodes`` / ``--workload``, optionally ``--placements``): files on the reader's
   machine in the Alibaba ``cluster-trace-gpu-v2023`` schema; no store is read and the window
   does not apply.
@@ -38,16 +43,22 @@ from sits_observe.analytics.affinity_placement import (
 )
 from sits_observe.analytics.fgd import FragmentationReport, fragmentation
 from sits_observe.analytics.fgd_cluster import ClusterState, apply_placements
-from sits_observe.analytics.fgd_live import UNKNOWN_CPU_MILLI, live_cluster
+from sits_observe.analytics.fgd_live import (
+    UNKNOWN_CPU_MILLI,
+    InventoryTables,
+    live_cluster,
+    live_cluster_of,
+)
 from sits_observe.analytics.fgd_model import CAUSES, PodShape
 from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
 from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
 from sits_observe.domain.units import Unit
-from sits_observe.errors import ConfigError
+from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.result import Report, ReportTable, col, table_of
-from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, utc_text
 from sits_observe.store import Store
+from sits_observe.store.promql_kube import PromQLKubeSource
 
 FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
 
@@ -70,6 +81,12 @@ class FragmentationQuery(TypicalPodSettings):
         description="placements CSV of a trace (pod, node[, gpu_index]); none = an empty cluster",
     )
     top: int = Field(20, ge=0, description="nodes listed, most fragmented first; 0 = every node")
+    ksm_lookback_s: float = Field(
+        300.0,
+        gt=0,
+        description="with --promql-url: seconds before --until searched for the newest "
+        "kube-state-metrics scrape (the inventory at the end of the window)",
+    )
 
 
 def is_trace(query: FragmentationQuery) -> bool:
@@ -141,6 +158,18 @@ def build(store: Store, window: Window, query: FragmentationQuery) -> Report:
     """The ``fragmentation`` report: from the trace files ``query`` names, else from the
     inventory in ``store`` at the end of ``window``."""
     inputs = _from_trace(query) if is_trace(query) else _from_store(store, window, query)
+    return report_of(window, inputs, query)
+
+
+def build_promql(reader: PromQLReader, window: Window, query: FragmentationQuery) -> Report:
+    """The ``fragmentation`` report from kube-state-metrics series in a PromQL store (or
+    from the trace files ``query`` names)."""
+    if reader.step_s is not None:
+        raise ConfigError(
+            "fragmentation reads each kube-state-metrics series' newest sample: "
+            "--promql-step-s does not apply (leave it out)"
+        )
+    inputs = _from_trace(query) if is_trace(query) else _from_ksm(reader, window, query)
     return report_of(window, inputs, query)
 
 
@@ -217,6 +246,60 @@ def _from_store(store: Store, window: Window, query: FragmentationQuery) -> FgdI
         by_precision=precision_shapes(store, window.since, window.until),
         precision_held=precision_holdings(store, live.pods_at),
     )
+
+
+#: What the KSM path cannot see, said in every report read from it.
+KSM_LIMITS = (
+    "from kube-state-metrics: GPU products allowed by required node affinity, assigned GPUs "
+    "(HAMi's allocation annotation) and sits.io/precision are not read: affinity-pinned pods "
+    "count as any product, shares are placed by the default rules, no precision table"
+)
+
+
+def _from_ksm(reader: PromQLReader, window: Window, query: FragmentationQuery) -> FgdInputs:
+    source = PromQLKubeSource(reader.client, matchers=reader.matchers)
+    ksm = source.inventory(window.since, window.until, lookback_s=query.ksm_lookback_s)
+    if ksm.nodes_at is None:
+        raise NoDataError(
+            f"no kube-state-metrics node series (kube_node_status_allocatable) within "
+            f"{query.ksm_lookback_s:g} s before {utc_text(window.until)} at the PromQL store; "
+            "check --promql-url, --promql-matchers and --until, or widen --ksm-lookback-s"
+        )
+    tables = InventoryTables(
+        ksm.nodes, ksm.nodes_at, ksm.pods if ksm.pods_at else None, ksm.pods_at, ksm.workload
+    )
+    live = live_cluster_of(tables)
+    if not live.shapes:
+        raise NoDataError(
+            f"no kube_pod_info series in {window.describe()} at the PromQL store: "
+            "the workload M is built from the pods seen in the window (widen --since)"
+        )
+    facts = {
+        "source": "promql",
+        "nodes": None,
+        "workload": None,
+        "placements": None,
+        "nodes_at": live.nodes_at,
+        "pods_at": live.pods_at,
+        "warnings": list(live.warnings),
+        "ksm_lookback_s": query.ksm_lookback_s,
+        "ksm_absent": list(ksm.absent),
+    }
+    absent = (
+        [f"kube-state-metrics families with no series: {', '.join(ksm.absent)}"]
+        if ksm.absent
+        else []
+    )
+    notes = (
+        f"live cluster from kube-state-metrics: the newest scrape at {utc_text(live.nodes_at)} "
+        f"(nodes) and {utc_text(live.pods_at)} (pods); the workload M is every pod with a "
+        "kube_pod_info series in the window",
+        KSM_LIMITS,
+        *absent,
+        *live.warnings,
+    )
+    workload = _typical_pods(live.shapes, query)
+    return FgdInputs(live.state, workload, live.pods_placed, facts, notes)
 
 
 def _typical_pods(shapes: Iterable[PodShape], query: FragmentationQuery) -> TargetWorkload:
@@ -333,6 +416,7 @@ SPEC = ReportSpec(
     settings=FragmentationQuery,
     reads=("nodes", "pods"),
     build=build,
+    promql=build_promql,
     local_files=("nodes", "workload", "placements"),
     offline=is_trace,
 )
