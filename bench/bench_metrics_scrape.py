@@ -10,9 +10,10 @@ controller decisions), then measures, with medians:
   in the background);
 - incremental fast passes, the service's steady state (every later pass runs in the
   background while scrapes serve the previous text): after one new tick of samples of every
-  GPU with the clock 15 s on (the fleet's normal case: every node's rows changed); after the
-  clock moved 15 s with no new row (samples leave the windows); and with neither (what a pass
-  costs when nothing changed);
+  GPU with the clock 15 s on (the fleet's normal case: every node's rows changed); the same
+  with a new inventory snapshot too (the kube collector's is every 30 s, so every other pass
+  of a 15 s cache sees one); after the clock moved 15 s with no new row (samples leave the
+  windows); and with neither (what a pass costs when nothing changed);
 - a scrape served from the passes' cached text (``metrics_text``, what ``/metrics`` does),
   against the same families written again by ``generate_latest`` on every scrape (the
   exporter before the text cache) and against the peer: the very same samples held in
@@ -61,17 +62,15 @@ GIB = 1024**3
 TS = pa.timestamp("us")
 
 
-def fill(store: Store, nodes: int, seed: int = 7) -> tuple[list[str], np.ndarray]:
-    """Five minutes of a fleet of ``nodes`` x 8 GPUs, half of the GPUs busy; returns the
-    node names and which GPUs are busy (for :func:`tick`)."""
-    rng = np.random.default_rng(seed)
-    names = [f"node-{i:05d}" for i in range(nodes)]
-    gpus = nodes * 8
+def inventory(store: Store, names: list[str], busy: np.ndarray, at: datetime) -> None:
+    """One inventory snapshot at ``at``: every node, and a pod on each busy GPU (the same
+    rows at every call: each version continues, only a snapshot time is added)."""
+    nodes = len(names)
     store.append(
         "nodes",
         pa.table(
             {
-                "ts": pa.array([NOW] * nodes, TS),
+                "ts": pa.array([at] * nodes, TS),
                 "node": names,
                 "gpu_allocatable": pa.array([8] * nodes, pa.int32()),
                 "gpu_memory_bytes": [80 * GIB] * nodes,
@@ -80,19 +79,16 @@ def fill(store: Store, nodes: int, seed: int = 7) -> tuple[list[str], np.ndarray
             }
         ),
     )
-    busy = rng.random(gpus) < 0.5
-    pods = [f"p{g}" if busy[g] else None for g in range(gpus)]
-    namespaces = [f"ns-{g % 50}" if busy[g] else None for g in range(gpus)]
     idx = np.flatnonzero(busy)
     start = NOW - timedelta(seconds=600)
     store.append(
         "pods",
         pa.table(
             {
-                "ts": pa.array([NOW] * idx.size, TS),
+                "ts": pa.array([at] * idx.size, TS),
                 "pod_uid": [f"u{g}" for g in idx],
-                "namespace": [namespaces[g] for g in idx],
-                "pod": [pods[g] for g in idx],
+                "namespace": [f"ns-{g % 50}" for g in idx],
+                "pod": [f"p{g}" for g in idx],
                 "workload": [f"w{g % 400}" for g in idx],
                 "node": [names[g // 8] for g in idx],
                 "phase": ["Running"] * idx.size,
@@ -106,6 +102,15 @@ def fill(store: Store, nodes: int, seed: int = 7) -> tuple[list[str], np.ndarray
             }
         ),
     )
+
+
+def fill(store: Store, nodes: int, seed: int = 7) -> tuple[list[str], np.ndarray]:
+    """Five minutes of a fleet of ``nodes`` x 8 GPUs, half of the GPUs busy; returns the
+    node names and which GPUs are busy (for :func:`tick`)."""
+    rng = np.random.default_rng(seed)
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    busy = rng.random(nodes * 8) < 0.5
+    inventory(store, names, busy, NOW)
     for k in range(20):  # one sample per GPU every 15 s, cgroup samples 1 s later
         tick(store, names, busy, NOW - timedelta(seconds=300 - 15 * k), rng)
     n = 200_000
@@ -289,13 +294,15 @@ def incremental(
     rng = np.random.default_rng(99)
     out: dict[str, tuple[Timing, float]] = {}
 
-    def case(name: str, *, new_rows: bool, clock_s: float) -> None:
+    def case(name: str, *, new_rows: bool, clock_s: float, snapshot: bool = False) -> None:
         seconds = Timing()
         reused, built = derived.cache.reused, derived.cache.rebuilt
         for _ in range(runs):
             clock.at += timedelta(seconds=clock_s)
             if new_rows:
                 tick(store, names, busy, clock.at - timedelta(seconds=2), rng)
+            if snapshot:
+                inventory(store, names, busy, clock.at - timedelta(seconds=1))
             clock.mono_s += 15
             seconds.run(derived.passes)  # due: the pass runs (inline here, a thread in serve)
         share = (derived.cache.reused - reused) / max(
@@ -304,6 +311,12 @@ def incremental(
         out[name] = (seconds, share)
 
     case("new tick of every GPU, clock +15 s", new_rows=True, clock_s=15)
+    case(
+        "new tick of every GPU and a new inventory snapshot, clock +15 s",
+        new_rows=True,
+        clock_s=15,
+        snapshot=True,
+    )
     case("no new row, clock +15 s", new_rows=False, clock_s=15)
     case("nothing changed", new_rows=False, clock_s=0)
     return out

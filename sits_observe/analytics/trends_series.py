@@ -13,6 +13,10 @@ max fb_total_bytes`` (a whole GPU is one instance). Per node it is the same sum 
 GPUs: capacity-weighted occupancy. Raw ``gpu_samples`` are used; when ``bucket_s`` is a
 multiple of 60, minutes that retention already folded into ``gpu_samples_1m`` are used too
 (``fb_used_bytes_sum / samples``), for minutes with no raw sample of that GPU.
+
+:func:`read_newest_occupancy` gives only each series' newest point, from that bucket's rows
+alone (the exporter's ``sits_gpu_framebuffer_used_ratio``): the same bucket and value as the
+last point of :func:`read_occupancy_series`, checked equal in the tests.
 """
 
 from __future__ import annotations
@@ -87,8 +91,10 @@ SELECT min(t), max(t) FROM (
 )
 """
 
-_SERIES = """
-WITH raw AS (
+#: The rows behind the series: raw samples, and roll-up minutes (when the bucket is a whole
+#: number of minutes). Named parameters: ``bucket_s``, ``since``, ``until``, ``use_rollups``.
+_ROWS = """
+raw AS (
     SELECT date_trunc('minute', ts) AS minute,
            time_bucket(to_seconds($bucket_s), ts) AS bucket,
            node, gpu_uuid, coalesce(mig_instance_id, -1) AS mig_key,
@@ -97,20 +103,29 @@ WITH raw AS (
     WHERE ($since IS NULL OR ts >= $since) AND ($until IS NULL OR ts < $until)
       AND node IS NOT NULL AND gpu_uuid IS NOT NULL
       AND fb_used_bytes IS NOT NULL AND fb_total_bytes > 0
-), raw_b AS (
-    SELECT bucket, node, gpu_uuid, mig_key, sum(fb_used_bytes)::DOUBLE AS used_sum,
-           count(*)::DOUBLE AS n, max(fb_total_bytes)::DOUBLE AS total
-    FROM raw GROUP BY ALL
-), roll_b AS (
-    SELECT time_bucket(to_seconds($bucket_s), r.minute) AS bucket, r.node, r.gpu_uuid,
-           r.mig_instance_id AS mig_key, sum(r.fb_used_bytes_sum)::DOUBLE AS used_sum,
-           sum(r.samples)::DOUBLE AS n, max(r.fb_total_bytes_max)::DOUBLE AS total
+), roll AS (
+    SELECT r.minute, time_bucket(to_seconds($bucket_s), r.minute) AS bucket, r.node,
+           r.gpu_uuid, r.mig_instance_id AS mig_key, r.fb_used_bytes_sum, r.samples,
+           r.fb_total_bytes_max
     FROM gpu_samples_1m AS r
     WHERE $use_rollups AND ($since IS NULL OR r.minute >= $since)
       AND ($until IS NULL OR r.minute < $until)
       AND r.samples > 0 AND r.fb_total_bytes_max > 0 AND r.fb_used_bytes_sum IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM raw WHERE raw.minute = r.minute AND raw.node = r.node
-                      AND raw.gpu_uuid = r.gpu_uuid AND raw.mig_key = r.mig_instance_id)
+)"""
+
+#: Bucket means from the rows of ``{raw}`` and ``{roll}`` (a roll-up minute counts only where
+#: no raw sample of that instance is left in it), summed per GPU, then per ``{key}``.
+_MEANS = """
+raw_b AS (
+    SELECT bucket, node, gpu_uuid, mig_key, sum(fb_used_bytes)::DOUBLE AS used_sum,
+           count(*)::DOUBLE AS n, max(fb_total_bytes)::DOUBLE AS total
+    FROM {raw} GROUP BY ALL
+), roll_b AS (
+    SELECT r.bucket, r.node, r.gpu_uuid, r.mig_key, sum(r.fb_used_bytes_sum)::DOUBLE AS used_sum,
+           sum(r.samples)::DOUBLE AS n, max(r.fb_total_bytes_max)::DOUBLE AS total
+    FROM {roll} AS r
+    WHERE NOT EXISTS (SELECT 1 FROM {raw} AS w WHERE w.minute = r.minute AND w.node = r.node
+                      AND w.gpu_uuid = r.gpu_uuid AND w.mig_key = r.mig_key)
     GROUP BY ALL
 ), inst AS (
     SELECT bucket, node, gpu_uuid, mig_key, sum(used_sum) / sum(n) AS used, max(total) AS total
@@ -124,6 +139,27 @@ SELECT {key} AS key, any_value(node) AS node, epoch_us(bucket) / 1e6 AS t_s,
 FROM gpu GROUP BY {key}, bucket
 ORDER BY key, t_s
 """
+
+_SERIES = "WITH " + _ROWS + "," + _MEANS.format(raw="raw", roll="roll", key="{key}")
+
+#: Only each series' newest bucket: its bucket is the latest of its raw and roll-up rows (a
+#: roll-up minute a raw sample overrides lies in the bucket of that sample), and only the rows
+#: in it are summed. A raw sample that overrides a roll-up minute of the newest bucket is in
+#: that bucket too, so the override reads the same rows as in :data:`_SERIES`.
+_NEWEST = (
+    "WITH "
+    + _ROWS
+    + """, newest AS (
+    SELECT key, max(bucket) AS bucket FROM (
+        SELECT {key} AS key, bucket FROM raw UNION ALL SELECT {key} AS key, bucket FROM roll
+    ) GROUP BY key
+), raw_n AS (
+    SELECT raw.* FROM raw JOIN newest AS x ON raw.{key} = x.key AND raw.bucket = x.bucket
+), roll_n AS (
+    SELECT roll.* FROM roll JOIN newest AS x ON roll.{key} = x.key AND roll.bucket = x.bucket
+),"""
+    + _MEANS.format(raw="raw_n", roll="roll_n", key="{key}")
+)
 
 
 def read_occupancy_series(
@@ -168,6 +204,36 @@ def read_occupancy_series(
         raise StoreError(f"reading occupancy series failed: {exc}") from exc
 
 
+def read_newest_occupancy(
+    store: Store,
+    *,
+    bucket_s: int,
+    since: datetime | None = None,
+    level: TrendLevel = TrendLevel.gpu,
+    until: datetime | None = None,
+) -> OccupancySeries:
+    """The newest point of each series of :func:`read_occupancy_series` with the same
+    arguments (one point per series, sorted by key): the same bucket and value, read from that
+    bucket's rows only. A series' ``nodes`` entry is a node of its newest bucket (the full
+    read names a node of its first one: they differ only for a GPU seen on two nodes).
+
+    Raises :class:`ConfigError` for a bucket outside 1 s - 1 day."""
+    if not 1 <= bucket_s <= 86_400:
+        raise ConfigError(f"bucket of {bucket_s} s is out of range; allowed: 1 to 86400 s")
+    key = "gpu_uuid" if level is TrendLevel.gpu else "node"
+    params = {
+        "bucket_s": float(bucket_s),
+        "since": None if since is None else utc_naive(since),
+        "until": None if until is None else utc_naive(until),
+        "use_rollups": bucket_s % 60 == 0,
+    }
+    try:
+        table = store.cursor().sql(_NEWEST.format(key=key), params=params).to_arrow_table()
+    except duckdb.Error as exc:
+        raise StoreError(f"reading the newest occupancy failed: {exc}") from exc
+    return series_from_batches(table.to_batches(), level=level, bucket_s=bucket_s)
+
+
 def series_from_arrow(
     table: pa.Table, *, level: TrendLevel = TrendLevel.gpu, bucket_s: int = 60
 ) -> OccupancySeries:
@@ -205,14 +271,14 @@ def series_from_batches(
         encoded = pc.dictionary_encode(batch.column("key"))
         local = [str(k) for k in encoded.dictionary.to_pylist()]
         local_codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-        # Keys are sorted, so this batch continues the last key seen or starts new ones.
+        # Keys are sorted, so this batch continues the last key seen or starts new ones, and
+        # its runs' codes are 0, 1, 2 ... in order: the runs after the continued one are new.
         offset = len(keys) - 1 if keys and local[0] == keys[-1] else len(keys)
         starts = np.flatnonzero(np.r_[True, local_codes[1:] != local_codes[:-1]])
-        node_col = batch.column("node")
-        for code, start in zip(local_codes[starts], starts, strict=True):
-            if offset + int(code) == len(keys):
-                keys.append(local[int(code)])
-                nodes.append(str(node_col[int(start)].as_py() or ""))
+        fresh = starts[offset + local_codes[starts] >= len(keys)]
+        keys.extend(local[int(code)] for code in local_codes[fresh])
+        first_nodes = batch.column("node").take(pa.array(fresh, pa.int64())).to_pylist()
+        nodes.extend(str(node or "") for node in first_nodes)
         codes.append(local_codes + offset)
         times.append(np.asarray(_seconds(batch.column("t_s")).to_numpy(), dtype=np.float64))
         value = batch.column("value").cast(pa.float64()).fill_null(float("nan"))

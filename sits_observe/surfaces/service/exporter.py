@@ -80,8 +80,9 @@ Monotonic = Callable[[], float]
 #: Runs a job without blocking the caller (default: a daemon thread); tests run it inline.
 Spawn = Callable[[Callable[[], None]], None]
 Builder = Callable[[PassInputs], list[Metric]]
-#: The spans of rows a signal's builder reads in one pass (:mod:`.exporter_reads`).
-Reads = Callable[[PassInputs], tuple[RowSpan, ...]]
+#: The spans of rows a signal's builder reads in one pass (:mod:`.exporter_reads`); None
+#: when they cannot be declared in this pass (the signal is rebuilt).
+Reads = Callable[[PassInputs], tuple[RowSpan, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ REGISTRY: tuple[Signal, ...] = (
             ("sits_fgd_fragmentation_amount_ratio", _G),
             ("sits_fgd_node_fragmentation_gpus", _G),
         ),
+        reads=reads.fragmentation,
     ),
     Signal(
         "interference",
@@ -157,7 +159,9 @@ REGISTRY: tuple[Signal, ...] = (
         reads=reads.gpu_window,
     ),
     Signal("quotas", cluster.quotas, (("sits_quota", _G),), reads=reads.decisions),
-    Signal("pod_start", cluster.pod_start, (("sits_pod_start_seconds", _G),)),
+    Signal(
+        "pod_start", cluster.pod_start, (("sits_pod_start_seconds", _G),), reads=reads.pod_start
+    ),
     Signal(
         "collector_drops",
         fast.collector_drops,
@@ -387,29 +391,34 @@ class DerivedSignals(Collector):
         else:
             self.computations += 1
         inputs = PassInputs(self._store, self._settings, self._clock())
+        signals = [signal for signal in self._signals if signal.slow is slow]
+        # Each signal's spans are listed once a pass (some read the snapshot times to list
+        # them); one whose reads() raised is absent here and counted in the loop below.
+        declared: dict[str, tuple[RowSpan, ...] | None] = {}
+        for signal in signals:
+            if signal.reads is not None:
+                try:
+                    declared[signal.name] = signal.reads(inputs)
+                except Exception:
+                    log.debug("listing the rows of %s failed", signal.name, exc_info=True)
         prints = PassFingerprints(self._store)
-        try:  # every span of the pass read together: one scan per table
-            prints.prefetch(
-                [
-                    span
-                    for signal in self._signals
-                    if signal.slow is slow and signal.reads is not None
-                    for span in signal.reads(inputs)
-                ]
-            )
-        except Exception:  # a broken reads(): the loop below counts it against its signal
-            log.debug("reading the pass's fingerprints together failed", exc_info=True)
+        # Every span of the pass read together: one scan per table.
+        prints.prefetch([span for spans in declared.values() if spans for span in spans])
         families: list[Metric] = []
         texts: list[bytes] = []
         incomplete = False
-        for signal in self._signals:
-            if signal.slow is not slow:
-                continue
+        for signal in signals:
             if background and self._cancel.is_set():
                 log.info("derived-signal pass cancelled before %s (shutdown)", signal.name)
                 return tuple(families), tuple(texts), True
             try:
-                seen = None if signal.reads is None else prints.of(signal.reads(inputs))
+                if signal.reads is None:
+                    spans = None
+                elif signal.name in declared:
+                    spans = declared[signal.name]
+                else:  # its reads() raised above: raises again, counted below
+                    spans = signal.reads(inputs)
+                seen = None if spans is None else prints.of(spans)
                 built = self.cache.get(signal.name, seen) or self.cache.build(
                     signal.name, seen, partial(signal.build, inputs)
                 )

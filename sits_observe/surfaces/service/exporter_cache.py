@@ -188,6 +188,10 @@ class SignalCache:
         self.reused = 0
         self.rebuilt = 0
 
+    def last(self, name: str) -> Built | None:
+        """The latest build of ``name``, whatever its inputs (None before the first)."""
+        return self._built.get(name)
+
     def get(self, name: str, inputs: Inputs) -> Built | None:
         """The last build of ``name`` when it came from exactly ``inputs`` (None: rebuild)."""
         last = self._built.get(name)

@@ -8,17 +8,24 @@ while the wider span stays the same. When every span's fingerprint
 (:mod:`sits_observe.analytics.row_changes`) equals the previous pass's, the builder would
 return the same families, so the pass keeps them and their rendered text.
 
+The inventory signals (``fragmentation``, ``pod_start``) read the ``pods`` / ``nodes`` views;
+their spans are the snapshot times and the versions behind the views' rows
+(:mod:`sits_observe.analytics.inventory_spans`, which reads the snapshot times to find them),
+so an unchanged inventory keeps their text. A reads function may return None for one pass
+(FGD while a pod names assigned GPUs: it then reads an hour of GPU samples): the signal is
+rebuilt in that pass.
+
 A signal whose result depends on more than such spans (the clock itself, a window floored to
-a bin, rows found relative to the newest snapshot, a whole sample table whose fingerprint
-would cost as much as the signal) declares none and is rebuilt on every pass:
-``fragmentation``, ``pod_start``, ``collector_last_seen``, ``heatmap``, ``memory_classes``
-and ``gpu_idle``.
+a bin, a whole sample table whose fingerprint would cost as much as the signal) declares none
+and is rebuilt on every pass: ``collector_last_seen``, ``heatmap``, ``memory_classes`` and
+``gpu_idle``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from sits_observe.analytics.inventory_spans import live_cluster_spans, pod_start_spans
 from sits_observe.analytics.row_changes import RowSpan
 from sits_observe.surfaces.service.exporter_signals import PassInputs
 
@@ -79,3 +86,14 @@ def collector_drops(_: PassInputs) -> tuple[RowSpan, ...]:
 
 def _occupancy(_: PassInputs, since: datetime) -> tuple[RowSpan, ...]:
     return (RowSpan("gpu_samples", since), RowSpan("gpu_samples_1m", since, column="minute"))
+
+
+def fragmentation(p: PassInputs) -> tuple[RowSpan, ...] | None:
+    """FGD's inventory: the latest node and pod snapshots and the pods of the ``fgd_since_s``
+    before the latter (None, rebuilt, while a pod names assigned GPUs)."""
+    return live_cluster_spans(p.store, since_s=p.settings.fgd_since_s)
+
+
+def pod_start(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The pods before now and those created in the last ``pod_start_window_s``."""
+    return pod_start_spans(p.store, p.ago(p.settings.pod_start_window_s), p.until)

@@ -1,12 +1,12 @@
 """Per-signal builders of the exporter, part 2: fragmentation, GPUs, quotas and pod start.
 
 Each builder calls the analytics function the matching CLI command calls (FGD over the live
-inventory, the SMF alignment, the framebuffer occupancy series of trend clustering, the pod
-start timelines) and only groups and caps the result for labels. GPU attribution (which pod /
-MIG instance holds each GPU's framebuffer, how many pods share a GPU) is read by
-:mod:`sits_observe.reports.gpu_holders`. Quotas come from the controller's own records
-(:func:`sits_observe.reports.decision_totals.latest_quotas`): the ``decisions`` table holds,
-per namespace quota, the value in effect when the controller read the ResourceQuota
+inventory, the SMF alignment, the newest minute of trend clustering's framebuffer occupancy
+series, the pod start timelines) and only groups and caps the result for labels. GPU
+attribution (which pod / MIG instance holds each GPU's framebuffer, how many pods share a GPU)
+is read by :mod:`sits_observe.reports.gpu_holders`. Quotas come from the controller's own
+records (:func:`sits_observe.reports.decision_totals.latest_quotas`): the ``decisions`` table
+holds, per namespace quota, the value in effect when the controller read the ResourceQuota
 (``current``) and its proposal.
 
 Signals that read the Kubernetes inventory (FGD, pod start) export nothing, without counting
@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import fmean
 
-import numpy as np
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from sits_observe.analytics.fgd import fragmentation as fgd_report
@@ -29,7 +28,7 @@ from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.interference import load_gpu_samples, node_scores
 from sits_observe.analytics.smf_latest import read_latest_smf
 from sits_observe.analytics.timeline import load_pods, pod_timelines
-from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
+from sits_observe.analytics.trends_series import TrendLevel, read_newest_occupancy
 from sits_observe.control.model import QUOTA_ACTIONS
 from sits_observe.control.settings import QUOTA_CPU
 from sits_observe.reports.decision_totals import latest_quotas
@@ -145,7 +144,7 @@ def smf(p: PassInputs) -> list[Metric]:
 def framebuffer(p: PassInputs) -> list[Metric]:
     """``sits_gpu_framebuffer_used_ratio{Hostname, gpu, UUID, modelName}``: the newest
     minute's mean occupancy."""
-    series = read_occupancy_series(
+    newest = read_newest_occupancy(
         p.store, since=p.since, level=TrendLevel.gpu, bucket_s=FRAMEBUFFER_BUCKET_S
     )
     family = GaugeMetricFamily(
@@ -154,15 +153,10 @@ def framebuffer(p: PassInputs) -> list[Metric]:
         "minute with samples",
         labels=GPU_LABELS,
     )
-    codes = series.codes
-    if codes.size == 0:
-        return [family]
-    # Points are sorted by series then time: the last point of each run is the newest.
-    last = np.flatnonzero(np.append(codes[1:] != codes[:-1], True))
     rows = [
-        (label(series.nodes[int(codes[i])]), label(series.keys[int(codes[i])]), v)
-        for i in last
-        if (v := finite(series.values[i])) is not None
+        (label(newest.nodes[code]), label(newest.keys[code]), v)
+        for code, value in zip(newest.codes.tolist(), newest.values.tolist(), strict=True)
+        if (v := finite(value)) is not None
     ]
     names = p.gpu_names()
     for node, gpu, value in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1])):
@@ -202,13 +196,12 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
     for instance in sorted(used):
         if (instance[0], instance[2]) in kept:
             used_family.add_metric(instance, used[instance])
-    rows = [
-        (
-            (label(r["node"]), label(r["gpu_index"]), label(r["gpu_uuid"]), label(r["model_name"])),
-            int(r["pods"]),
-        )
-        for r in gpu_sharing(p.store, p.span).to_pylist()
-    ]
+    sharing = gpu_sharing(p.store, p.span)
+    gpus = zip(
+        *(labels_of(sharing.column(c)) for c in ("node", "gpu_index", "gpu_uuid", "model_name")),
+        strict=True,
+    )
+    rows = list(zip(gpus, sharing.column("pods").to_pylist(), strict=True))
     shared_family = GaugeMetricFamily(
         "sits_gpu_shared_pods",
         f"distinct attributed pods seen on each physical GPU in the last "

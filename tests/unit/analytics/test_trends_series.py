@@ -15,6 +15,7 @@ from sits_observe.analytics.trends import cluster_trends
 from sits_observe.analytics.trends_series import (
     TrendLevel,
     auto_bucket_s,
+    read_newest_occupancy,
     read_occupancy_series,
     series_from_arrow,
     series_from_batches,
@@ -166,3 +167,74 @@ def test_batches_split_anywhere_give_the_same_series() -> None:
         assert split.t_s.tolist() == whole.t_s.tolist()
     empty = series_from_batches([])
     assert empty.keys == () and empty.points == 0
+
+
+def _random_fleet(store: Store, seed: int) -> None:
+    """Raw samples of whole and MIG GPUs on three nodes at random times over 10 minutes (some
+    without a value), and roll-up minutes, some overlapping raw minutes of the same instance."""
+    rng = np.random.default_rng(seed)
+    gpus = [("n1", "GPU-a"), ("n1", "GPU-b"), ("n2", "GPU-c"), ("n3", "GPU-m")]
+    rows: list[dict[str, Any]] = []
+    for node, uuid in gpus:
+        migs = [1, 2] if uuid == "GPU-m" else [None]
+        for mig in migs:
+            for t in np.sort(rng.uniform(0, 600, int(rng.integers(1, 25)))):
+                rows.append(
+                    {
+                        "ts": at(float(t)),
+                        "node": node,
+                        "gpu_uuid": uuid,
+                        "mig_instance_id": mig,
+                        "fb_used_bytes": None
+                        if rng.random() < 0.1
+                        else int(rng.uniform(0, 40) * GIB),
+                        "fb_total_bytes": 40 * GIB if mig else 80 * GIB,
+                    }
+                )
+    add_gpu(store, rows)
+    with store.transaction() as con:
+        for node, uuid in gpus:
+            for minute in rng.choice(14, size=4, replace=False):
+                mig = 1 if uuid == "GPU-m" else -1
+                samples = int(rng.integers(1, 60))
+                con.execute(
+                    "INSERT INTO gpu_samples_1m (minute, node, gpu_uuid, mig_instance_id, "
+                    "samples, fb_used_bytes_sum, fb_total_bytes_max) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [at(60 * int(minute)), node, uuid, mig, samples,
+                     samples * int(rng.uniform(0, 40) * GIB), 80 * GIB],
+                )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("level", list(TrendLevel))
+@pytest.mark.parametrize("bucket_s", [60, 120, 30, 7])
+@pytest.mark.parametrize(("since_s", "until_s"), [(None, None), (200, None), (100, 500)])
+def test_the_newest_read_is_the_last_point_of_each_series(
+    store: Store,
+    seed: int,
+    level: TrendLevel,
+    bucket_s: int,
+    since_s: float | None,
+    until_s: float | None,
+) -> None:
+    _random_fleet(store, seed)
+    window: dict[str, Any] = {
+        "since": None if since_s is None else at(since_s),
+        "until": None if until_s is None else at(until_s),
+        "level": level,
+        "bucket_s": bucket_s,
+    }
+    full = read_occupancy_series(store, **window)
+    newest = read_newest_occupancy(store, **window)
+    last = np.flatnonzero(np.append(full.codes[1:] != full.codes[:-1], True))
+    assert newest.points == len(full.keys) == last.size > 0
+    assert newest.keys == full.keys and newest.nodes == full.nodes
+    assert newest.codes.tolist() == list(range(last.size))
+    assert newest.t_s.tolist() == full.t_s[last].tolist()
+    np.testing.assert_allclose(newest.values, full.values[last], rtol=1e-12)
+
+
+def test_the_newest_read_of_an_empty_store_and_a_bad_bucket(store: Store) -> None:
+    assert read_newest_occupancy(store, bucket_s=60).points == 0
+    with pytest.raises(ConfigError, match="out of range"):
+        read_newest_occupancy(store, bucket_s=0)
