@@ -1,6 +1,6 @@
 """Tenant isolation closed loop: the controller's throttle brings a victim back inside its SLA.
 
-A simulated hour, minute by minute, against the Kubernetes emulator and a real DuckDB file:
+34 simulated minutes, minute by minute, against the Kubernetes emulator and a real DuckDB file:
 
 - ``batch`` (the aggressor) is a job queue of one-GPU best-effort pods that each run three
   minutes; it keeps 2 pods running for ten minutes, then wants 8. Each replacement pod goes
@@ -46,7 +46,7 @@ QUOTA = "sits-noncritical"
 GPU = "requests.nvidia.com/gpu"
 SLA_S = 0.015
 LIFETIME_MIN = 3
-MINUTES = 45
+MINUTES = 34
 
 
 def _latency_s(busy_gpus: int, rng: np.random.Generator, n: int) -> list[float]:
