@@ -12,7 +12,7 @@ store and a resolved :class:`~sits_observe.reports.window.Window`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -103,8 +103,37 @@ def run_report(
     ``kube_api``, through the spec's ``live`` builder when it has one)."""
     window = window_for(spec, store, request, now)
     if kube_api is not None and spec.live is not None:
-        return spec.live(store, window, settings, kube_api)
-    return spec.build(store, window, settings)
+        report = spec.live(store, window, settings, kube_api)
+    else:
+        report = spec.build(store, window, settings)
+    note = raw_retention_note(spec, store, window)
+    return report if note is None else replace(report, notes=(*report.notes, note))
+
+
+#: Raw sample tables and the one-minute roll-ups that keep them past raw retention.
+ROLLED_UP = {"gpu_samples": "gpu_samples_1m", "container_samples": "container_samples_1m"}
+
+
+def raw_retention_note(spec: ReportSpec[Any], store: Store, window: Window) -> str | None:
+    """A note when the window starts before the raw rows a report reads (raw retention, 6 h by
+    default, rolled older ones into minute roll-ups, which reports do not read), so a 7-day
+    window that answers from 6 h says so; None otherwise (or when nothing older exists)."""
+    if window.since is None:
+        return None
+    for table, rollup in ROLLED_UP.items():
+        if table not in spec.reads:
+            continue
+        oldest = store.scalar(f"SELECT min(ts) FROM {table}")
+        if oldest is None or oldest <= window.since:
+            continue
+        if store.scalar(f"SELECT min(minute) FROM {rollup} WHERE minute < ?", [oldest]) is None:
+            continue
+        return (
+            f"the window starts {window.since:%Y-%m-%d %H:%M:%S}, but {table} keeps raw rows "
+            f"only from {oldest:%Y-%m-%d %H:%M:%S} (raw retention; older ones are one-minute "
+            "roll-ups, which this report does not read): it answers from there"
+        )
+    return None
 
 
 def run_promql_report(
