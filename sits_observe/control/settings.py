@@ -22,6 +22,7 @@ from sits_observe.analytics.settings import (
     InterferenceSettings,
     TenantSettings,
 )
+from sits_observe.domain.validation import comma_separated
 
 #: Every label and annotation the controller writes starts with this prefix.
 PREFIX = "sits.io/"
@@ -375,13 +376,7 @@ class ControllerSettings(BaseModel):
             raise ValueError(f"{value!r} is not a valid label or annotation key")
         return value
 
-    @field_validator("rules_off", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: object) -> object:
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            return value
-        return tuple(a.strip() for item in items for a in str(item).split(",") if a.strip())
+    _split_rules_off = field_validator("rules_off", mode="before")(comma_separated)
 
     @field_validator("rules_off")
     @classmethod

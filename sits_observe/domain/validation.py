@@ -25,6 +25,16 @@ S = TypeVar("S", bound=BaseModel)
 NEST = "__"
 
 
+def comma_separated(value: object) -> object:
+    """A list setting given as ``a,b`` or repeated (``--arms a --arms b,c``) as one tuple of
+    its stripped, non-empty items; anything else unchanged (for a ``mode="before"``
+    validator)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        return value
+    return tuple(a.strip() for item in items for a in str(item).split(",") if a.strip())
+
+
 def validate_settings(
     model: type[S],
     values: Mapping[str, Any],

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sits_observe.domain.validation import comma_separated
 from sits_observe.surfaces.demo_settings import SCHEDULER_CONFIG
 
 #: The arms, with what each runs (the parts are built in :mod:`.experiment_parts`).
@@ -126,13 +126,7 @@ class ExperimentSettings(BaseModel):
         "temporary folder, removed after each run)",
     )
 
-    @field_validator("arms", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            return value
-        return tuple(a.strip() for item in items for a in str(item).split(",") if a.strip())
+    _split_arms = field_validator("arms", mode="before")(comma_separated)
 
     @field_validator("arms")
     @classmethod
