@@ -14,6 +14,9 @@ throughput bin, the default), ``cells`` (requests per latency x throughput cell)
 and so is ``bins`` when it is not the main table; the knee and the safe maximum are in
 ``facts.heatmaps`` too. The first time bin starts at the first bin boundary in the window,
 so every bin read is whole and no request before the window is read.
+
+From a PromQL store (``--promql-url``) the same tables come from vLLM's latency histograms,
+one point per time bin, with estimated quantiles (:func:`build_promql`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from sits_observe.analytics.heatmap import (
@@ -33,16 +37,18 @@ from sits_observe.analytics.heatmap import (
     compute_heatmaps,
     exact,
 )
+from sits_observe.analytics.heatmap_histograms import histogram_heatmaps
 from sits_observe.analytics.heatmap_json import HeatmapJson, heatmap_json
 from sits_observe.analytics.latency import RequestSelection, explain_empty, known_values
 from sits_observe.domain.units import Unit
-from sits_observe.errors import NoDataError
+from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.latency import GROUP_COLUMNS, LatencyGroup
 from sits_observe.reports.names import gpu_labels
 from sits_observe.reports.result import Column, Report, ReportTable, col, table_of
-from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.promql_source import PromQLServerSource
 
 FILLED_BY = (
     "`sits-observe ingest requests`, the node agent following a request log or `sits-observe demo`"
@@ -154,7 +160,7 @@ def key_name(by: HeatmapBy | None) -> str | None:
     return "gpu_uuid" if by is HeatmapBy.gpu else by.value
 
 
-def _bins_columns(by: HeatmapBy | None, slo: bool) -> tuple[Column, ...]:
+def _bins_columns(by: HeatmapBy | None, slo: bool, *, estimate: bool = False) -> tuple[Column, ...]:
     return (
         *key_columns(by),
         col("throughput_lo_rps", "rps bin", Unit.rate),
@@ -163,6 +169,7 @@ def _bins_columns(by: HeatmapBy | None, slo: bool) -> tuple[Column, ...]:
         col("requests", "requests", Unit.integer),
         col("p50_s", "P50", Unit.seconds),
         col("p95_s", "P95", Unit.seconds),
+        *((col("p95_error_s", "P95 +-", Unit.seconds),) if estimate else ()),
         col("p99_s", "P99", Unit.seconds),
         col("used", "used", Unit.flag),
         *((col("within_slo", "in SLO", Unit.flag),) if slo else ()),
@@ -221,26 +228,104 @@ def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
     docs = [heatmap_json(h) for h in maps]
     main = _main_table(query, maps, keys, docs)
     others = () if query.table is HeatmapTable.bins else (_bins_table(query, keys, docs),)
-    limits = table_of(
+    limits = _limits_table(query, maps, keys, docs)
+    facts = {**_facts(query, selection, maps, keys, docs), "store": "duckdb"}
+    notes = [*_model_notes(store, query, window), *_verdict_notes(query, maps, keys)]
+    return Report("heatmap", window, main, (*others, limits), tuple(notes), facts)
+
+
+def build_promql(reader: PromQLReader, window: Window, query: HeatmapQuery) -> Report:
+    """The ``heatmap`` from the vLLM latency histograms of a PromQL store: read one point per
+    time bin, each bin's requests are the difference of two points, and every quantile is an
+    ESTIMATE within its bucket (:mod:`sits_observe.analytics.heatmap_histograms`)."""
+    if query.by is HeatmapBy.gpu:
+        raise ConfigError(
+            "latency histograms do not know the GPU: with --promql-url use --by model, pod or "
+            "node (--by gpu needs the request log: --db)"
+        )
+    if reader.step_s is not None and reader.step_s != query.bin_s:
+        raise ConfigError(
+            f"heatmap reads one point per time bin: --promql-step-s {reader.step_s:g} differs "
+            f"from --bin-s {query.bin_s:g}; leave --promql-step-s out"
+        )
+    assert window.since is not None  # run_promql_report requires --since
+    selection = query.selection(window)
+    assert selection.since is not None
+    if selection.since >= window.until:
+        raise NoDataError(f"no whole time bin of {query.bin_s:g} s in {window.describe()}")
+    source = PromQLServerSource(reader.client, matchers=reader.matchers)
+    snapshots = source.histogram_snapshots(selection.since, window.until, step_s=query.bin_s)
+    if query.model is not None:
+        snapshots = snapshots.filter(pc.equal(snapshots.column("model"), query.model))
+    group = None if query.by is None else GROUP_COLUMNS[query.by]
+    result = histogram_heatmaps(snapshots, query.heatmap(), by=group)
+    if not result.maps:
+        raise NoDataError(
+            f"no vLLM latency histogram with requests in {window.describe()}"
+            + ("" if query.model is None else f" for model {query.model}")
+            + "; check --promql-url, --promql-matchers and --since"
+        )
+    maps = result.maps
+    keys = [_keys(query.by, h.group, {}) for h in maps]
+    docs = [heatmap_json(h) for h in maps]
+    errors = [{e.throughput_lo_rps: e.p95_error_s for e in per} for per in result.errors]
+    bins = _bins_table(query, keys, docs, errors)
+    main = bins if query.table is HeatmapTable.bins else _main_table(query, maps, keys, docs)
+    others = () if query.table is HeatmapTable.bins else (bins,)
+    limits = _limits_table(query, maps, keys, docs)
+    facts = {**_facts(query, selection, maps, keys, docs), "store": "promql"}
+    notes = [
+        "ESTIMATES from histogram buckets: request counts and throughput are exact; each "
+        "quantile lies within its bucket (P95 +- in the bins table; a P95 SLO on a bucket bound "
+        "makes the safe maximum's verdict exact); the cells' latency axis is the histogram's "
+        "buckets, not --latency-bin-ms",
+        *(f"left out {n} time bin(s) of a series: {why}" for why, n in result.skipped.items()),
+        *_verdict_notes(query, maps, keys),
+    ]
+    if not query.include_failed:
+        notes.insert(1, "histograms count every finished request: failed ones are not set apart")
+    return Report("heatmap", window, main, (*others, limits), tuple(notes), facts)
+
+
+def _limits_table(
+    query: HeatmapQuery,
+    maps: Sequence[Heatmap],
+    keys: Sequence[Mapping[str, Any]],
+    docs: Sequence[HeatmapJson],
+) -> ReportTable:
+    return table_of(
         "limits",
         "knee and safe maximum throughput"
         + ("" if query.slo_ms is None else f" at P95 <= {query.slo_ms:g} ms"),
         [_limits_row(k, h, d) for k, h, d in zip(keys, maps, docs, strict=True)],
         _limits_columns(query.by),
     )
-    facts = _facts(query, selection, maps, keys, docs)
-    notes = _notes(store, query, window, maps, keys)
-    return Report("heatmap", window, main, (*others, limits), tuple(notes), facts)
 
 
 def _bins_table(
-    query: HeatmapQuery, keys: Sequence[Mapping[str, Any]], docs: Sequence[HeatmapJson]
+    query: HeatmapQuery,
+    keys: Sequence[Mapping[str, Any]],
+    docs: Sequence[HeatmapJson],
+    errors: Sequence[Mapping[float, float]] | None = None,
 ) -> ReportTable:
+    """Per throughput bin; with ``errors`` (per heatmap, P95 error bound by bin) estimates."""
+    if errors is None:
+        return table_of(
+            "bins",
+            "P95 per throughput bin (exact; the evidence for knee and safe max)",
+            [{**k, **b} for k, d in zip(keys, docs, strict=True) for b in d["throughput_bins"]],
+            _bins_columns(query.by, query.slo_ms is not None),
+        )
     return table_of(
         "bins",
-        "P95 per throughput bin (exact; the evidence for knee and safe max)",
-        [{**k, **b} for k, d in zip(keys, docs, strict=True) for b in d["throughput_bins"]],
-        _bins_columns(query.by, query.slo_ms is not None),
+        "P95 per throughput bin (ESTIMATES from histogram buckets; the evidence for knee and "
+        "safe max)",
+        [
+            {**k, **b, "p95_error_s": e[b["throughput_lo_rps"]]}
+            for k, d, e in zip(keys, docs, errors, strict=True)
+            for b in d["throughput_bins"]
+        ],
+        _bins_columns(query.by, query.slo_ms is not None, estimate=True),
     )
 
 
@@ -317,22 +402,23 @@ def _facts(
     }
 
 
-def _notes(
-    store: Store,
-    query: HeatmapQuery,
-    window: Window,
-    maps: Sequence[Heatmap],
-    keys: Sequence[Mapping[str, Any]],
+def _model_notes(store: Store, query: HeatmapQuery, window: Window) -> list[str]:
+    if query.by is not None or query.model is not None:
+        return []
+    models = known_values(store, "model", since=window.since, until=window.until)
+    if len(models) <= 1:
+        return []
+    return [
+        f"one heatmap over {len(models)} models "
+        f"({', '.join(models[:5])}{' ...' if len(models) > 5 else ''}); "
+        "pick one with --model, or --by model for one each"
+    ]
+
+
+def _verdict_notes(
+    query: HeatmapQuery, maps: Sequence[Heatmap], keys: Sequence[Mapping[str, Any]]
 ) -> list[str]:
     notes: list[str] = []
-    if query.by is None and query.model is None:
-        models = known_values(store, "model", since=window.since, until=window.until)
-        if len(models) > 1:
-            notes.append(
-                f"one heatmap over {len(models)} models "
-                f"({', '.join(models[:5])}{' ...' if len(models) > 5 else ''}); "
-                "pick one with --model, or --by model for one each"
-            )
     if query.by is not None and any(h.group is None for h in maps):
         notes.append(
             f"requests without a recorded {query.by.value} form one heatmap "
@@ -351,4 +437,5 @@ SPEC = ReportSpec(
     settings=HeatmapQuery,
     reads=("requests",),
     build=build,
+    promql=build_promql,
 )

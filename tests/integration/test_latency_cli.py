@@ -245,7 +245,7 @@ HEATMAP_SETTINGS = {
     "include_failed",
     "table",
 }
-HEATMAP_FACTS = {*HEATMAP_SETTINGS, "first_bin_at", "requests", "heatmaps"}
+HEATMAP_FACTS = {*HEATMAP_SETTINGS, "first_bin_at", "requests", "heatmaps", "store"}
 
 
 def test_heatmap_json(db: Path) -> None:

@@ -21,6 +21,7 @@ import typer
 
 from sits_observe.analytics.heatmap import Heatmap
 from sits_observe.analytics.heatmap_png import render_png
+from sits_observe.errors import ConfigError
 from sits_observe.reports.heatmap import SPEC, HeatmapTable
 from sits_observe.reports.heatmap_maps import heatmaps_of
 from sits_observe.reports.result import Report
@@ -60,6 +61,11 @@ def after(report: Report, flags: dict[str, Any]) -> None:
     grid = bool(flags.get("grid"))
     if png is None and not grid:
         return
+    if png is not None and report.facts.get("store") == "promql":
+        raise ConfigError(
+            "--png draws latency bins of --latency-bin-ms; a PromQL store's histogram buckets "
+            "are not evenly wide: use --grid or --table cells -o csv"
+        )
     cells = report.facts.get("table") == HeatmapTable.cells.value
     maps = heatmaps_of(report if cells else _with_cells(report, flags))
     if grid:
@@ -77,19 +83,25 @@ def after(report: Report, flags: dict[str, Any]) -> None:
 def _with_cells(report: Report, flags: dict[str, Any]) -> Report:
     """The same report with ``--table cells``, over exactly ``report``'s window."""
     # report_commands imports this module for COMMAND_EXTRAS: import it when called.
-    from sits_observe.surfaces.cli.report_commands import read_report
+    from sits_observe.surfaces.cli.report_commands import promql_reader, read_report
 
     window = report.window
     values = {name: flags.get(name) for name in SPEC.settings.model_fields}
-    return read_report(
-        SPEC,
-        db=flags.get("db"),
-        service=flags.get("service"),
-        token_file=flags.get("token_file"),
-        since=None if window.seconds is None else f"{window.seconds}s",
-        until=window.until.isoformat(),
-        values={**values, "table": HeatmapTable.cells.value},
-    )
+    reader = promql_reader(flags)
+    try:
+        return read_report(
+            SPEC,
+            db=flags.get("db"),
+            service=flags.get("service"),
+            token_file=flags.get("token_file"),
+            since=None if window.seconds is None else f"{window.seconds}s",
+            until=window.until.isoformat(),
+            values={**values, "table": HeatmapTable.cells.value},
+            promql=reader,
+        )
+    finally:
+        if reader is not None:
+            reader.client.close()
 
 
 def png_paths(path: Path, maps: Sequence[Heatmap]) -> list[Path]:

@@ -181,6 +181,15 @@ def kube_parameters() -> list[inspect.Parameter]:
     ]
 
 
+def promql_reader(flags: dict[str, Any]) -> PromQLReader | None:
+    """The PromQL store ``--promql-url`` names (the caller closes its client), or None."""
+    if flags.get("promql_url") is None:
+        return None
+    return PromQLReader(
+        PromQLClient(flags["promql_url"]), flags["promql_matchers"], flags["promql_step_s"]
+    )
+
+
 def _kube_api(kwargs: dict[str, Any]) -> Any:
     """The ApiClient the kube flags ask for, or None when none is given."""
     if kwargs.get("kubeconfig") is None and not kwargs.get("in_cluster"):
@@ -266,13 +275,7 @@ def make_command(
 
     def command(**kwargs: Any) -> None:
         def go() -> None:
-            reader = None
-            if kwargs.get("promql_url") is not None:
-                reader = PromQLReader(
-                    PromQLClient(kwargs["promql_url"]),
-                    kwargs["promql_matchers"],
-                    kwargs["promql_step_s"],
-                )
+            reader = promql_reader(kwargs)
             api = _kube_api(kwargs)
             try:
                 report = read_report(

@@ -164,7 +164,7 @@ def test_settings_are_validated_with_the_flag_names() -> None:
     with pytest.raises(ConfigError, match="--throughput-bin-rps"):
         validate_settings(spec.settings, {"throughput_bin_rps": "0"}, what="heatmap")
     assert spec.validate({"bin_s": "10", "by": "gpu"}).heatmap().window_s == 10
-    assert REPORTS["latency"].promql is not None and spec.promql is None
+    assert REPORTS["latency"].promql is not None and spec.promql is not None
 
 
 @pytest.mark.parametrize("width", [80, 160])
