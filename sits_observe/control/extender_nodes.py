@@ -19,7 +19,7 @@ Read with each new inventory snapshot (:func:`sits_observe.control.extender_view
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -45,11 +45,19 @@ def gpu_uuids_by_index(
         "AND gpu_index IS NOT NULL AND gpu_uuid IS NOT NULL GROUP BY node, gpu_index",
         [nodes_at - timedelta(seconds=window_s)],
     ).to_pylist()
+    return uuids_by_index(names, gpu_count, rows)
+
+
+def uuids_by_index(
+    names: Sequence[str], gpu_count: IntArray, rows: Iterable[Mapping[str, object]]
+) -> tuple[tuple[str, ...], ...]:
+    """Per node (in ``names`` order), the UUID of each index from ``rows`` (``node``,
+    ``idx``, ``uuid``: each GPU index's latest UUID); "" where no row names one."""
     position = {name: i for i, name in enumerate(names)}
     table = [[""] * int(c) for c in gpu_count.tolist()]
     for r in rows:
         i = position.get(str(r["node"]))
-        index = int(r["idx"])
+        index = int(str(r["idx"]))
         if i is not None and 0 <= index < len(table[i]):
             table[i][index] = str(r["uuid"])
     return tuple(tuple(u) for u in table)

@@ -11,6 +11,10 @@ Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recompu
 - the measured inputs behind them: each node's NUMA miss ratio (``numa_samples``,
   :mod:`sits_observe.analytics.numa`) enters its interference score, and its latest GPU
   topology read in the window (:mod:`sits_observe.analytics.topology`) the distance term.
+
+:func:`slow_signals` reads a DuckDB store; a view read from PromQL computes the same
+interference with :func:`node_interference` over dcgm-exporter series, without NUMA miss
+ratios or topology (:mod:`sits_observe.control.extender_source_promql`).
 """
 
 from __future__ import annotations

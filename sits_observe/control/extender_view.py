@@ -26,32 +26,36 @@ What a view holds, per node row (rows in the order of the FGD cluster state):
   interference score (:mod:`sits_observe.analytics.interference`) and each workload's measured
   GPU memory need (the largest per-GPU ``fb_used_bytes`` of its pods).
 
+The reads behind these are a :class:`~sits_observe.control.extender_source.ViewSource`: the
+DuckDB store's tables (``DuckViewSource``), or, with ``promql_url``, kube-state-metrics and
+dcgm-exporter series in a Prometheus-compatible store
+(:mod:`sits_observe.control.extender_source_promql`), which lacks the measured topology and
+NUMA miss ratios (docs/extender.md, "Without the DuckDB file").
+
 Units: bytes, milli-CPU, whole GPUs; times are UTC.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sits_observe.analytics.fgd_cluster import ClusterState
 from sits_observe.analytics.fgd_index import FragmentationIndex
-from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
-from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
 from sits_observe.analytics.topology import NodeTopology
-from sits_observe.control.extender_nodes import bound_pods, gpu_uuids_by_index, tie_rank
-from sits_observe.control.extender_slow import SlowSignals, slow_signals
+from sits_observe.control.extender_nodes import tie_rank
+from sits_observe.control.extender_slow import SlowSignals
+from sits_observe.control.extender_source import DuckViewSource, ViewSource
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
 
@@ -59,9 +63,6 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-#: Node labels (ours) that override the inferred GPU topology.
-INTERCONNECT_LABEL = "sits.io/gpu-interconnect"
-GPUS_PER_NUMA_LABEL = "sits.io/gpus-per-numa"
 #: Columns per node when a node has no GPU samples and advertises many GPU replicas.
 _MAX_COLUMNS = 16
 
@@ -114,6 +115,28 @@ class ViewSettings(BaseModel):
         default_factory=InterferenceSettings,
         description="interference score weights and the NVLink capacity table",
     )
+    promql_url: str | None = Field(
+        None,
+        description="build the view from kube-state-metrics and dcgm-exporter series at this "
+        "Prometheus-compatible query URL instead of the DuckDB file (docs/extender.md)",
+    )
+    promql_ksm_matchers: str = Field(
+        "",
+        description="with promql_url: extra label matchers for the kube-state-metrics series, "
+        'e.g. job="kube-state-metrics"',
+    )
+    promql_gpu_matchers: str = Field(
+        "",
+        description="with promql_url: extra label matchers for the dcgm-exporter series, "
+        'e.g. job="dcgm-exporter"',
+    )
+
+    @field_validator("promql_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"PromQL URL {value!r} must start with http:// or https://")
+        return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,38 +280,35 @@ class ClusterView:
 
 
 def build_view(
-    store: Store,
+    source: ViewSource | Store,
     now: datetime,
     settings: ViewSettings,
     previous: ClusterView | None = None,
 ) -> ClusterView:
-    """Read the store into a :class:`ClusterView`; raises :class:`StoreError` on store failure.
+    """Read ``source`` (a :class:`~sits_observe.control.extender_source.ViewSource`; a
+    :class:`Store` reads through ``DuckViewSource``) into a :class:`ClusterView`; raises
+    :class:`StoreError` on store failure.
 
     ``previous`` lends its inventory while the ``nodes`` and ``pods`` snapshots are the same
     (only GPU memory is re-read then) and its slow signals while younger than
     ``slow_refresh_s``. The view has no assumed pod: the caller applies those
     (:mod:`sits_observe.control.extender_overlay`).
     """
-    nodes_at: datetime | None = store.scalar("SELECT max(ts) FROM node_snapshots")
+    if isinstance(source, Store):
+        source = DuckViewSource(source)
+    nodes_at, pods_at = source.snapshot_times(now)
     if nodes_at is None:
-        return ClusterView.empty(now, "no node inventory in the store yet")
-    pods_at: datetime | None = store.scalar("SELECT max(ts) FROM pod_snapshots")
+        return ClusterView.empty(now, source.no_inventory)
     inventory = None
     if previous is not None:
         inventory = previous.base_inventory or previous.inventory
     if inventory is None or (inventory.nodes_at, inventory.pods_at) != (nodes_at, pods_at):
-        inventory = _inventory(store, settings, nodes_at, pods_at)
+        inventory = _inventory(source, now, settings, nodes_at, pods_at)
     state = inventory.state
-    memory = _memory(store, now, settings, inventory)
+    memory = _memory(source.gpu_memory(now, settings.gpu_sample_window_s), inventory)
     slow = previous.slow if previous is not None else None
     if slow is None or (now - slow.at).total_seconds() >= settings.slow_refresh_s:
-        slow = slow_signals(
-            store,
-            now,
-            window_s=settings.slow_window_s,
-            chunk_nodes=settings.interference_chunk_nodes,
-            interference=settings.interference,
-        )
+        slow = source.slow_signals(now, settings)
     interference = np.array(
         [slow.interference_ratio.get(n, np.nan) for n in state.node_names], dtype=np.float64
     )
@@ -325,77 +345,26 @@ def shared_pods_estimate(state: ClusterState) -> IntArray:
 
 
 def _inventory(
-    store: Store, settings: ViewSettings, nodes_at: datetime, pods_at: datetime | None
+    source: ViewSource,
+    now: datetime,
+    settings: ViewSettings,
+    nodes_at: datetime,
+    pods_at: datetime | None,
 ) -> Inventory:
-    if pods_at is None:
-        # No pod at all: every node is empty, and there is no workload M to measure against.
-        rows = store.query(
-            "SELECT node, coalesce(gpu_allocatable, 0) AS gpus, gpu_product, "
-            "coalesce(cpu_allocatable_milli, 0) AS cpu FROM nodes "
-            "WHERE ts = ? AND ready IS NOT false AND node IS NOT NULL ORDER BY node",
-            [nodes_at],
-        ).to_pylist()
-        state = ClusterState.empty(
-            [str(r["node"]) for r in rows],
-            [max(int(r["cpu"]), 0) for r in rows],
-            [max(int(r["gpus"]), 0) for r in rows],
-            [str(r["gpu_product"] or "unknown") for r in rows],
-        )
-        fgd = None
-        warnings: tuple[str, ...] = ("no pods in the store: no FGD target workload",)
-    else:
-        live = live_cluster(store, since_s=settings.workload_window_s)
-        state, warnings = live.state, live.warnings
-        fgd = FragmentationIndex(state, typical_pods(live.shapes))
-    memory: dict[str, int] = {}
-    interconnect: dict[str, bool] = {}
-    per_numa: dict[str, int] = {}
-    rows = store.query(
-        "SELECT node, gpu_memory_bytes, labels_json FROM nodes WHERE ts = ?", [nodes_at]
-    ).to_pylist()
-    for r in rows:
-        name = str(r["node"])
-        if r["gpu_memory_bytes"] is not None:
-            memory[name] = int(r["gpu_memory_bytes"])
-        labels = _labels(r["labels_json"])
-        kind = labels.get(INTERCONNECT_LABEL, "").lower()
-        if kind in ("nvlink", "pcie"):
-            interconnect[name] = kind == "nvlink"
-        raw = labels.get(GPUS_PER_NUMA_LABEL, "")
-        if raw.isdigit() and int(raw) > 0:
-            per_numa[name] = int(raw)
-    uuids = gpu_uuids_by_index(
-        store,
-        state.node_names,
-        state.gpu_count,
-        nodes_at=nodes_at,
-        window_s=settings.gpu_sample_window_s,
-    )
+    reads = source.inventory(now, settings, nodes_at, pods_at)
     return Inventory(
         nodes_at,
         pods_at,
-        state,
-        fgd,
-        memory,
-        interconnect,
-        per_numa,
-        warnings,
-        bound_pods=bound_pods(store, pods_at),
-        gpu_uuids=uuids,
-        tie_rank=tie_rank(state.node_names),
+        reads.state,
+        reads.fgd,
+        reads.gpu_memory_label_bytes,
+        reads.interconnect,
+        reads.gpus_per_numa,
+        reads.warnings,
+        bound_pods=reads.bound_pods,
+        gpu_uuids=reads.gpu_uuids,
+        tie_rank=tie_rank(reads.state.node_names),
     )
-
-
-def _labels(text: object) -> dict[str, str]:
-    if not isinstance(text, str) or (
-        INTERCONNECT_LABEL not in text and GPUS_PER_NUMA_LABEL not in text
-    ):
-        return {}  # most nodes carry neither label: skip the JSON parse
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -407,17 +376,8 @@ class _Memory:
     physical: IntArray
 
 
-def _memory(store: Store, now: datetime, settings: ViewSettings, inventory: Inventory) -> _Memory:
-    since = utc_naive(now) - timedelta(seconds=settings.gpu_sample_window_s)
-    rows = store.query(
-        "WITH latest AS (SELECT node, gpu_uuid, arg_max(fb_free_bytes, ts) AS free, "
-        "arg_max(fb_total_bytes, ts) AS total, arg_max(pod IS NOT NULL, ts) AS busy "
-        "FROM gpu_samples WHERE ts >= ? AND mig_instance_id IS NULL AND node IS NOT NULL "
-        "GROUP BY node, gpu_uuid) "
-        "SELECT node, free, total, row_number() OVER (PARTITION BY node "
-        "ORDER BY busy, free DESC NULLS LAST, gpu_uuid) - 1 AS rank FROM latest",
-        [since],
-    )
+def _memory(rows: pa.Table, inventory: Inventory) -> _Memory:
+    """The arrays of the ranked latest GPU rows (``ViewSource.gpu_memory``)."""
     state = inventory.state
     n = len(state)
     index = {name: i for i, name in enumerate(state.node_names)}

@@ -20,7 +20,12 @@ from typing import Any
 from sits_observe.domain.quantity import parse_quantity
 
 #: Node labels KSM is told to export (``--metric-labels-allowlist=nodes=[...]``).
-NODE_LABELS_ALLOWED = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory")
+NODE_LABELS_ALLOWED = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.memory",
+    "sits.io/gpu-interconnect",
+    "sits.io/gpus-per-numa",
+)
 #: Pod annotations KSM is told to export (``--metric-annotations-allowlist=pods=[...]``).
 POD_ANNOTATIONS_ALLOWED = ("alibabacloud.com/gpu-milli",)
 _PHASES = ("Pending", "Succeeded", "Failed", "Unknown", "Running")

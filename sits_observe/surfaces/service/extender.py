@@ -62,6 +62,7 @@ from sits_observe.control.extender_cache import ViewCache
 from sits_observe.control.extender_handler import Answer, ExtenderHandler
 from sits_observe.control.extender_overlay import AssumedPods
 from sits_observe.control.extender_scoring import ScoringSettings
+from sits_observe.control.extender_source import DuckViewSource, ViewSource
 from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
 from sits_observe.control.extender_wire import binding_result, encode, filter_error
 from sits_observe.store import Store
@@ -240,8 +241,10 @@ def register_extender(
     now = clock or _utc_now
     metrics = ExtenderMetrics(registry)
 
+    source = view_source(store, settings.view)
+
     def build(previous: ClusterView | None) -> ClusterView:
-        view = build_view(store, now(), settings.view, previous)
+        view = build_view(source, now(), settings.view, previous)
         metrics.view_builds.labels("ok").inc()
         return view
 
@@ -285,6 +288,22 @@ def register_extender(
         )
     app.state.extender = endpoints
     return endpoints
+
+
+def view_source(store: Store, view: ViewSettings) -> ViewSource:
+    """Where the view reads: the store, or with ``view.promql_url`` kube-state-metrics and
+    dcgm-exporter series there (no DuckDB data needed; docs/extender.md)."""
+    if view.promql_url is None:
+        return DuckViewSource(store)
+    from sits_observe.control.extender_source_promql import PromQLViewSource
+    from sits_observe.store.promql import PromQLClient
+
+    return PromQLViewSource(
+        PromQLClient(view.promql_url),
+        ksm_matchers=view.promql_ksm_matchers,
+        gpu_matchers=view.promql_gpu_matchers,
+        lookback_s=view.max_snapshot_age_s,
+    )
 
 
 async def _read_body(request: Request, limit: int) -> bytes | str:

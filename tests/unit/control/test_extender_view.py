@@ -219,3 +219,9 @@ def test_cache_keeps_the_last_view_when_a_build_fails() -> None:
     assert cache.refresh() is good
     assert cache.errors == 1
     assert [str(e) for e in errors] == ["database is gone"]
+
+
+def test_a_promql_url_must_be_http() -> None:
+    assert ViewSettings(promql_url="http://vm:8428").promql_url == "http://vm:8428"
+    with pytest.raises(ValueError, match="must start with http"):
+        ViewSettings(promql_url="vm:8428")
