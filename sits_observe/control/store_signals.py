@@ -1,8 +1,11 @@
 """Adapter: the latest signals in the store -> :class:`~sits_observe.control.inputs.Signals`.
 
-This is the one place where the controller decides *what is measured how*; the rules never
-see the store. Where an analytics function exists it is used (FGD node fragmentation,
-the interference report); the rest is plain SQL over the sample tables:
+:class:`DuckSignalSource` is the DuckDB implementation of the controller's signal seam
+(:class:`~sits_observe.control.signal_source.SignalSource`; the PromQL one is
+:mod:`.signal_source_promql`). This is where the controller decides *what is measured how*
+from the DuckDB store; the rules never see the store. Where an analytics function exists it
+is used (FGD node fragmentation, the interference report); the rest is plain SQL over the
+sample tables:
 
 - subjects: nodes of the latest ``nodes`` snapshot; pods of the latest ``pods`` snapshot that
   are bound to a node and not finished;
@@ -37,7 +40,8 @@ the interference report); the rest is plain SQL over the sample tables:
   cluster's allocatable of each resource (latest node snapshot) the rule holds quotas under.
 
 The node signal families (fragmentation, interference) and the tenants are computed each
-under a guard: a family without enough data (``NoDataError``; ``StoreError`` from
+under a guard (:func:`~sits_observe.control.signal_source.guarded`): a family without
+enough data (``NoDataError``; ``StoreError`` from
 :func:`~sits_observe.analytics.fgd_live.live_cluster`, which signals an empty inventory that
 way) is logged at info and left null; any other failure is logged with its traceback and
 counted in ``sits_controller_signal_errors_total{signal}`` (:class:`SignalMetrics`), and the
@@ -46,20 +50,13 @@ other signals are still measured.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import polars as pl
-from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics import class_rules
 from sits_observe.analytics.cluster_allocatable import cluster_allocatable
 from sits_observe.analytics.elastic import elastic_inputs, load_elastic_samples, pod_elastic_inputs
-from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_live import live_cluster
-from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.interference import (
     interference_report,
     load_gpu_samples,
@@ -70,48 +67,20 @@ from sits_observe.analytics.tenants import tenant_report
 from sits_observe.control.inputs import TENANT_SIGNALS, CurrentState, Signals
 from sits_observe.control.model import ACTIONS, Action
 from sits_observe.control.settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY, ControllerSettings
+from sits_observe.control.signal_source import (
+    INTERFERENCE_SCHEMA,
+    SignalMetrics,
+    StoreSignalSettings,
+    fragmentation_frame,
+    pod_signals,
+    signals_of,
+)
 from sits_observe.errors import NoDataError, StoreError
 from sits_observe.store.duck import Store, utc_naive
-
-log = logging.getLogger(__name__)
 
 _DONE = ("Succeeded", "Failed")
 #: The store's timestamp resolution: ``(a, b]`` is ``[a + 1 µs, b + 1 µs)``.
 _TICK = timedelta(microseconds=1)
-
-
-class SignalMetrics:
-    """The adapter's metric on an explicit ``registry``:
-    ``sits_controller_signal_errors_total{signal}``, signal families that failed for a reason
-    other than missing data (an analytics bug, a broken row)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.errors = Counter(
-            "sits_controller_signal_errors",
-            "Signal families (fragmentation, interference, tenants) that failed for a reason "
-            "other than missing data, by signal",
-            ["signal"],
-            registry=registry,
-        )
-
-
-class StoreSignalSettings(BaseModel):
-    """Windows the store adapter measures over."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    window_s: float = Field(
-        300.0, gt=0, le=86_400, description="seconds of latency and interference samples used"
-    )
-    peak_window_s: float = Field(
-        86_400.0, gt=0, le=30 * 86_400, description="seconds over which GPU memory peaks count"
-    )
-    fgd_since_s: float = Field(
-        86_400.0, gt=0, description="seconds of pods the FGD typical workload is built from"
-    )
-    gpu_namespaces_only: bool = Field(
-        True, description="give quota advice only to namespaces that requested a GPU"
-    )
 
 
 def _floor(since: datetime | None) -> datetime:
@@ -121,35 +90,6 @@ def _floor(since: datetime | None) -> datetime:
 
 def _frame(store: Store, sql: str, params: list[object]) -> pl.DataFrame:
     return pl.DataFrame(store.query(sql, params))
-
-
-_FRAG_SCHEMA = {"node": pl.String(), "fragmentation_ratio": pl.Float64()}
-_INTERFERENCE_SCHEMA = {
-    "node": pl.String(),
-    "interference_score": pl.Float64(),
-    "interference_partial": pl.Boolean(),
-    "sync_delay_breached": pl.Boolean(),
-}
-
-
-def _guarded(
-    what: str,
-    compute: Callable[[], pl.DataFrame],
-    schema: dict[str, pl.DataType],
-    metrics: SignalMetrics | None,
-) -> pl.DataFrame:
-    """``compute()``, or an empty frame when it fails: one broken signal family must not
-    stop every other recommendation. Missing data is logged at info; anything else is
-    logged with its traceback and counted in ``metrics``."""
-    try:
-        return compute()
-    except (NoDataError, StoreError) as exc:
-        log.info("no %s signal: %s", what, exc)
-    except Exception:  # not a data gap: an analytics bug or a broken row
-        log.exception("computing the %s signal failed", what)
-        if metrics is not None:
-            metrics.errors.labels(signal=what).inc()
-    return pl.DataFrame(schema=schema)
 
 
 def _start(at: datetime, seconds: float, since: datetime | None) -> datetime:
@@ -165,14 +105,7 @@ def _fragmentation(
     live = live_cluster(
         store, since_s=window.fgd_since_s, since=since, until=at + timedelta(microseconds=1)
     )
-    report = fragmentation(live.state, typical_pods(live.shapes))
-    idle = report.node_idle_milli
-    ratio = [
-        float(f / i) if i > 0 else 0.0 for f, i in zip(report.node_frag_milli, idle, strict=True)
-    ]
-    return pl.DataFrame(
-        {"node": list(live.state.node_names), "fragmentation_ratio": ratio}, schema=_FRAG_SCHEMA
-    )
+    return fragmentation_frame(live)
 
 
 def _interference(
@@ -204,37 +137,8 @@ def _interference(
                 for n in names
             ],
         },
-        schema=_INTERFERENCE_SCHEMA,
+        schema=INTERFERENCE_SCHEMA,
     )
-
-
-def _nodes(
-    store: Store,
-    settings: ControllerSettings,
-    at: datetime,
-    window: StoreSignalSettings,
-    since: datetime | None = None,
-    *,
-    metrics: SignalMetrics | None = None,
-) -> pl.DataFrame:
-    nodes = _frame(
-        store,
-        "SELECT DISTINCT node FROM nodes WHERE ts = (SELECT max(ts) FROM node_snapshots "
-        "WHERE ts <= ? AND ts >= ?) AND node IS NOT NULL ORDER BY node",
-        [at, _floor(since)],
-    )
-    if nodes.height == 0:
-        return pl.DataFrame(schema={"node": pl.String()})
-    frag = _guarded(
-        "fragmentation", lambda: _fragmentation(store, at, window, since), _FRAG_SCHEMA, metrics
-    )
-    scores = _guarded(
-        "interference",
-        lambda: _interference(store, settings, at, window, since),
-        _INTERFERENCE_SCHEMA,
-        metrics,
-    )
-    return nodes.join(frag, on="node", how="left").join(scores, on="node", how="left")
 
 
 _PODS_SQL = """
@@ -294,44 +198,6 @@ def _elastic(
     return pod_elastic_inputs(inputs)
 
 
-def _violation_ratios(pods: pl.DataFrame) -> pl.Series:
-    """``sla_violation_ratio`` of each row of ``pods``: of its requests where it has any (a
-    ``latencies`` list or failures), else the share of its ``server_windows`` P99s above the
-    SLA; null without an SLA or either source."""
-    rows = pods.select("sla_p99_s", "latencies", "w_p99s", "failed").with_row_index("_row")
-    sla = pl.col("sla_p99_s")
-
-    def above_sla(column: str) -> pl.DataFrame:
-        return (
-            rows.select("_row", "sla_p99_s", pl.col(column).alias("_v"))
-            .explode("_v")
-            .group_by("_row")
-            .agg(
-                (pl.col("_v") > sla).sum().alias(f"{column}_slow"),
-                pl.col("_v").count().alias(f"{column}_n"),
-            )
-        )
-
-    failed = pl.col("failed").fill_null(0)
-    ratio = (
-        pl.when(sla.is_null())
-        .then(pl.lit(None, pl.Float64))
-        .when(pl.col("latencies").is_not_null() | (failed > 0))
-        .then(
-            class_rules.sla_violation_ratio(pl.col("latencies_slow"), failed, pl.col("latencies_n"))
-        )
-        .when(pl.col("w_p99s_n") > 0)
-        .then(pl.col("w_p99s_slow") / pl.col("w_p99s_n"))
-    )
-    return (
-        rows.join(above_sla("latencies"), on="_row", how="left")
-        .join(above_sla("w_p99s"), on="_row", how="left")
-        .sort("_row")
-        .select(ratio.cast(pl.Float64).alias("sla_violation_ratio"))
-        .to_series()
-    )
-
-
 def _pods(
     store: Store,
     settings: ControllerSettings,
@@ -348,45 +214,17 @@ def _pods(
         "namespace", "pod", pl.col("peak").alias("_dcgm")
     )
     nvml = peaks.filter(pl.col("src") == "nvml").select("pod_uid", pl.col("peak").alias("_nvml"))
-    pods = pods.join(dcgm, on=["namespace", "pod"], how="left").join(nvml, on="pod_uid", how="left")
     start = _start(at, window.window_s, since)
     lat = _frame(store, _LATENCY_SQL, [start, at])
     win = _frame(store, _WINDOWS_SQL, [start, at])
-    slas = settings.classes.namespace_sla_p99_s
-    pods = (
-        pods.join(lat, on=["namespace", "pod"], how="left")
-        .join(win, on=["namespace", "pod"], how="left")
-        .with_columns(
-            pl.col("namespace")
-            .replace_strict(slas, default=None, return_dtype=pl.Float64)
-            .alias("sla_p99_s")
-        )
-    )
-    pods = pods.with_columns(
-        pl.coalesce("_dcgm", "_nvml").cast(pl.Int64).alias("peak_gpu_memory_bytes"),
-        pl.coalesce("p95", "w_p95").alias("p95_latency_s"),
-        pl.coalesce("p99", "w_p99").alias("p99_latency_s"),
-        pl.col("seq").cast(pl.Float64).alias("sequence_tokens"),
-        _violation_ratios(pods),
-    )
-    pods = pods.join(
-        _elastic(store, settings, at, window, since), on=["namespace", "pod"], how="left"
-    )
-    return pods.select(
-        "namespace",
-        "pod",
-        "workload",
-        "node",
-        "priority_class",
-        "peak_gpu_memory_bytes",
-        "p95_latency_s",
-        "p99_latency_s",
-        "sequence_tokens",
-        "sla_p99_s",
-        "sla_violation_ratio",
-        "gpu_util_ratio",
-        "link_saturation_ratio",
-        "link_capacity_bytes_per_s",
+    return pod_signals(
+        pods,
+        settings,
+        dcgm=dcgm,
+        nvml=nvml,
+        latency=lat,
+        windows=win,
+        elastic=_elastic(store, settings, at, window, since),
     )
 
 
@@ -493,6 +331,72 @@ def _tenants(
     return pl.DataFrame(rows, schema=TENANT_SIGNALS)
 
 
+class DuckSignalSource:
+    """The signals' reads from the service's DuckDB store (the module docstring's SQL and
+    analytics); :class:`~sits_observe.control.signal_source.SignalSource`."""
+
+    name = "duckdb"
+    #: ``StoreError`` is how :func:`~sits_observe.analytics.fgd_live.live_cluster` signals
+    #: an empty inventory.
+    no_data: tuple[type[Exception], ...] = (NoDataError, StoreError)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def nodes(
+        self, at: datetime, window: StoreSignalSettings, since: datetime | None
+    ) -> pl.DataFrame:
+        """The nodes of the latest ``nodes`` snapshot at ``at``."""
+        return _frame(
+            self.store,
+            "SELECT DISTINCT node FROM nodes WHERE ts = (SELECT max(ts) FROM node_snapshots "
+            "WHERE ts <= ? AND ts >= ?) AND node IS NOT NULL ORDER BY node",
+            [at, _floor(since)],
+        )
+
+    def fragmentation(
+        self, at: datetime, window: StoreSignalSettings, since: datetime | None
+    ) -> pl.DataFrame:
+        """FGD over the live cluster of the inventory."""
+        return _fragmentation(self.store, at, window, since)
+
+    def interference(
+        self,
+        at: datetime,
+        settings: ControllerSettings,
+        window: StoreSignalSettings,
+        since: datetime | None,
+    ) -> pl.DataFrame:
+        """The interference report over ``gpu_samples``, NUMA and sync delays."""
+        return _interference(self.store, settings, at, window, since)
+
+    def pods(
+        self,
+        at: datetime,
+        settings: ControllerSettings,
+        window: StoreSignalSettings,
+        since: datetime | None,
+    ) -> pl.DataFrame:
+        """The latest ``pods`` snapshot's bound pods and their signals."""
+        return _pods(self.store, settings, at, window, since)
+
+    def namespaces(
+        self,
+        at: datetime,
+        settings: ControllerSettings,
+        window: StoreSignalSettings,
+        since: datetime | None,
+    ) -> pl.DataFrame:
+        """Daily request peaks over the inventory snapshots."""
+        return _namespaces(self.store, settings, at, window, since)
+
+    def tenants(
+        self, at: datetime, settings: ControllerSettings, since: datetime | None
+    ) -> pl.DataFrame:
+        """The tenant report over ``requests`` and ``gpu_samples``."""
+        return _tenants(self.store, settings, at, since)
+
+
 def signals_from_store(
     store: Store,
     at: datetime,
@@ -506,22 +410,7 @@ def signals_from_store(
     ``since`` (a report's window) cuts every look-back so no row before it is read;
     ``metrics`` counts the signal families that failed for a reason other than missing data
     (None: they are only logged)."""
-    window = window or StoreSignalSettings()
-    naive = utc_naive(at)
-    floor = None if since is None else utc_naive(since)
-    nodes = _nodes(store, settings, naive, window, floor, metrics=metrics)
-    pods = _pods(store, settings, naive, window, floor)
-    namespaces = _namespaces(store, settings, naive, window, floor)
-    tenants = _guarded(
-        "tenants", lambda: _tenants(store, settings, naive, floor), TENANT_SIGNALS, metrics
-    )
-    return Signals.of(
-        at,
-        nodes=nodes if nodes.height else None,
-        pods=pods if pods.height else None,
-        namespaces=namespaces if namespaces.height else None,
-        tenants=tenants if tenants.height else None,
-    )
+    return signals_of(DuckSignalSource(store), at, settings, window, since=since, metrics=metrics)
 
 
 def state_from_store(store: Store, at: datetime, since: datetime | None = None) -> CurrentState:

@@ -1,8 +1,10 @@
 """CLI: ``sits-observe controller``, the control loop.
 
 ``controller --db DB [--kubeconfig PATH | --in-cluster] [--act | --annotate]`` runs the
-level-triggered loop against a cluster: signals from the store, state from the API, decisions
-recorded in the store's ``decisions`` table. Dry-run unless ``--annotate`` or ``--act``
+level-triggered loop against a cluster: signals from the store (or, with ``--promql-url``,
+from kube-state-metrics, dcgm-exporter and vLLM series in a Prometheus-compatible store:
+:mod:`sits_observe.control.signal_source_promql`), state from the API, decisions recorded in
+the store's ``decisions`` table. Dry-run unless ``--annotate`` or ``--act``
 (docs/controller.md says what each mode writes). It owns the DuckDB file for writing, like
 ``serve``; inside a cluster run it next to (or, later, inside) the service.
 
@@ -35,11 +37,14 @@ from sits_observe.control.leader import LeaderElector
 from sits_observe.control.loop import HISTORY_WINDOW, ControllerLoop
 from sits_observe.control.record import ControllerMetrics, StoreRecorder, load_history
 from sits_observe.control.settings import ControllerSettings, Mode
+from sits_observe.control.signal_source import SignalMetrics, SignalSource, signals_of
+from sits_observe.control.signal_source_promql import PromQLSignalSettings, PromQLSignalSource
 from sits_observe.control.state import read_state
 from sits_observe.control.store_queues import queue_signals
-from sits_observe.control.store_signals import SignalMetrics, signals_from_store
+from sits_observe.control.store_signals import DuckSignalSource
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
+from sits_observe.store.promql import PromQLClient
 from sits_observe.surfaces.cli.common import out, run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.ingest_k8s import build_api_client
@@ -52,6 +57,7 @@ log = logging.getLogger(__name__)
 CONTROLLER = SettingFlags(
     ControllerSettings, skip=("mode", "replica_id"), panel="Controller settings"
 )
+PROMQL = SettingFlags(PromQLSignalSettings, panel="Signals from a PromQL store")
 METRICS = SettingFlags(MetricsEndpointSettings, panel="Process")
 LOG = SettingFlags(LogSettings, panel="Process")
 
@@ -72,10 +78,18 @@ def build_loop(
     settings: ControllerSettings,
     registry: CollectorRegistry,
     leader_election: bool = True,
+    signals: SignalSource | None = None,
+    signal_metrics: SignalMetrics | None = None,
 ) -> ControllerLoop:
-    """The loop with every collaborator built from ``settings`` (also used by tests)."""
+    """The loop with every collaborator built from ``settings`` (also used by tests).
+
+    ``signals``: where the signals are read (None: ``store``); the Kueue / KAI queues'
+    measured use reads the store's inventory, so a source other than the store measures
+    none. ``signal_metrics``: the source's error counter when it already has one (on
+    ``registry``)."""
     metrics = ControllerMetrics(registry)
-    signal_metrics = SignalMetrics(registry)
+    signal_metrics = signal_metrics or SignalMetrics(registry)
+    source = signals or DuckSignalSource(store)
     now = datetime.now(UTC)
     recorder = StoreRecorder(
         store, metrics, settings.replica_id, history=load_history(store, now - HISTORY_WINDOW)
@@ -88,9 +102,13 @@ def build_loop(
     )
     return ControllerLoop(
         settings=settings,
-        read_signals=lambda at: signals_from_store(store, at, settings, metrics=signal_metrics),
+        read_signals=lambda at: signals_of(source, at, settings, metrics=signal_metrics),
         read_state=lambda: read_state(kube, settings),
-        read_queue_signals=lambda at, members: queue_signals(store, at, settings, members),
+        read_queue_signals=(
+            (lambda at, members: queue_signals(store, at, settings, members))
+            if signals is None
+            else None
+        ),
         applier=applier,
         recorder=recorder,
         metrics=metrics,
@@ -122,10 +140,12 @@ def register(app: typer.Typer) -> None:
     app.command("controller", cls=SectionedCommand)(controller)
 
 
-@with_flags(CONTROLLER, METRICS, LOG)
+@with_flags(CONTROLLER, PROMQL, METRICS, LOG)
 def controller(
     *,
-    db: Path = typer.Option(..., "--db", help="DuckDB file (signals in, decisions out)"),
+    db: Path = typer.Option(
+        ..., "--db", help="DuckDB file (signals in unless --promql-url, decisions out)"
+    ),
     kubeconfig: Path | None = typer.Option(
         None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)"
     ),
@@ -162,8 +182,14 @@ def controller(
             replica_id=replica_id or socket.gethostname(),
         )
         endpoint = METRICS.validate(flags, what="controller")
+        promql = PROMQL.validate(flags, what="controller")
         api = build_api_client(kubeconfig, context, in_cluster)
         registry = CollectorRegistry()
+        signal_metrics = SignalMetrics(registry)
+        client = None if promql.promql_url is None else PromQLClient(promql.promql_url)
+        source = (
+            None if client is None else PromQLSignalSource(client, promql, metrics=signal_metrics)
+        )
         if endpoint.enabled:
             start_http_server(
                 endpoint.metrics_port or 0, addr=endpoint.metrics_host, registry=registry
@@ -178,12 +204,15 @@ def controller(
                     settings=settings,
                     registry=registry,
                     leader_election=leader_election,
+                    signals=source,
+                    signal_metrics=signal_metrics,
                 )
                 log.info(
-                    "controller %s in %s mode against %s",
+                    "controller %s in %s mode against %s, signals from %s",
                     settings.replica_id,
                     settings.mode,
                     api.configuration.host,
+                    db if client is None else client.base_url,
                 )
                 loop.run(stop, passes=1 if once else None)
                 if loop.last_plan is not None and once:
@@ -193,6 +222,8 @@ def controller(
                     )
         finally:
             restore()
+            if client is not None:
+                client.close()
             api.close()  # type: ignore[no-untyped-call]
 
     run_cli(go)
