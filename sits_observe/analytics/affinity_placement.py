@@ -34,6 +34,7 @@ from sits_observe.analytics.affinity import AffinityRules, generation_of
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape, normalise_gpu_types
 from sits_observe.collectors.kube_gpu_stack import MODEL_KEY, PRECISION_KEY
 from sits_observe.store.duck import Store
+from sits_observe.store.inventory_reads import last_seen_params, last_seen_sql
 
 #: The class of a pod that declares no precision.
 UNDECLARED = "undeclared"
@@ -124,6 +125,19 @@ def rule_violations(placed: pl.DataFrame, rules: AffinityRules) -> pl.DataFrame:
     return with_rule.filter(pl.col("rule").is_not_null())
 
 
+#: The pod columns :func:`precision_shapes` reads.
+_SHAPE_COLUMNS = (
+    "pod_uid",
+    "namespace",
+    "pod",
+    "gpu_request",
+    "gpu_milli",
+    "gpu_types",
+    "cpu_request_milli",
+    "gpu_stack_json",
+)
+
+
 def precision_shapes(
     store: Store, since: datetime | None, until: datetime | None
 ) -> dict[str, tuple[PodShape, ...]]:
@@ -131,13 +145,15 @@ def precision_shapes(
     in the window (each pod's latest row), as :func:`sits_observe.analytics.fgd_live.
     live_cluster` builds the workload M; empty when no pod declares a precision."""
     precision_sql, precision_params = _declared(PRECISION_KEY)
-    window, bounds = _window(since, until)
+    # Each version at its latest snapshot in the window: as the pods view, without expanding
+    # every snapshot (sits_observe.store.inventory_reads).
+    seen = last_seen_sql("pods", _SHAPE_COLUMNS)
     rows = store.query(
         f"SELECT lower({precision_sql}) AS precision, coalesce(cpu_request_milli, 0) AS cpu, "
-        "gpu_request AS gpus, gpu_milli AS milli, gpu_types AS types FROM pods "
-        f"WHERE {window} AND coalesce(gpu_request, 0) > 0 QUALIFY row_number() OVER ("
+        f"gpu_request AS gpus, gpu_milli AS milli, gpu_types AS types FROM ({seen}) "
+        "WHERE coalesce(gpu_request, 0) > 0 QUALIFY row_number() OVER ("
         "PARTITION BY coalesce(pod_uid, namespace || '/' || pod) ORDER BY ts DESC) = 1",
-        [*precision_params, *bounds],
+        [*precision_params, *last_seen_params(since, until)],
     ).to_pylist()
     if not any(r["precision"] for r in rows):
         return {}

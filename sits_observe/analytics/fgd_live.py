@@ -32,6 +32,13 @@ same rows.
   are not read), and with ``since`` no row before ``since`` is read (snapshots, pods of M,
   device samples): the inventory at the end of a report's window (``since <= ts < until``).
 
+The snapshots and the workload are read from the inventory's versions
+(:mod:`sits_observe.store.inventory_reads`), never by expanding the ``pods`` view over the
+window: the same rows, in time that grows with the pods and their versions, not with
+pods x snapshots (a week of 2,000 pods is 40 M view rows, about 400,000 versions).
+:func:`cluster_at` is the cluster at two given snapshot times (the ``fleet`` series reads one
+per chart bucket).
+
 Inconsistent rows (a pod on a node missing from the snapshot, requests above what is left, a
 share outside 1-1000 or a partial share of several GPUs) never fail the measure: they are
 reported in :attr:`LiveCluster.warnings`, clamped, or counted as whole GPUs.
@@ -52,6 +59,7 @@ from sits_observe.analytics.fgd_cluster import ClusterState
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape, normalise_gpu_types
 from sits_observe.errors import StoreError
 from sits_observe.store.duck import Store
+from sits_observe.store.inventory_reads import latest_rows, rows_at
 
 #: Free CPU given to a node whose allocatable CPU is unknown: never the limiting resource.
 UNKNOWN_CPU_MILLI = 1 << 40
@@ -107,18 +115,19 @@ def live_cluster(
             "no node inventory in the store; run the inventory collector "
             "(sits-observe ingest k8s, or serve with the inventory loop) first"
         )
-    nodes = store.query(f"SELECT {', '.join(NODE_COLUMNS)} FROM nodes WHERE ts = ?", [nodes_at])
     pods_at = store.scalar(f"SELECT max(ts) FROM pod_snapshots WHERE {bounds.sql}", bounds.params)
-    pods = workload = None
+    workload = None
     if pods_at is not None:
-        pods = store.query(f"SELECT {', '.join(POD_COLUMNS)} FROM pods WHERE ts = ?", [pods_at])
         start = None if since_s is None else pods_at - timedelta(seconds=since_s)
         workload = _workload_rows(store, pods_at, bounds.clipped(start))
-    device_bounds = bounds.clipped(nodes_at - timedelta(seconds=devices_since_s))
-    live = live_cluster_of(
-        InventoryTables(nodes, nodes_at, pods, pods_at, workload),
-        devices=lambda: _device_rows(store, device_bounds),
+    live = cluster_at(
+        store,
+        nodes_at,
+        pods_at,
+        workload=workload,
         devices_since_s=devices_since_s,
+        since=since,
+        until=until,
     )
     if not live.shapes:
         within = "in the window" if since_s is None else f"within {since_s:g} s"
@@ -127,6 +136,32 @@ def live_cluster(
             "the workload M is built from recent pods (widen --since)"
         )
     return live
+
+
+def cluster_at(
+    store: Store,
+    nodes_at: datetime,
+    pods_at: datetime | None,
+    *,
+    workload: pa.Table | None = None,
+    devices_since_s: float = DEVICES_SINCE_S,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> LiveCluster:
+    """The live cluster of the node snapshot stored at ``nodes_at`` and the pod snapshot
+    stored at ``pods_at`` (None = no pod placed), read from the inventory's versions
+    (:func:`sits_observe.store.inventory_reads.rows_at`), with the workload M of ``workload``
+    (:data:`POD_COLUMNS` rows, one per pod; None = no shapes). ``since`` / ``until`` bound the
+    GPU samples that name assigned devices, as in :func:`live_cluster`. No error when the
+    workload is empty; :func:`live_cluster` is this at the latest snapshots of a window."""
+    nodes = rows_at(store, "nodes", nodes_at, NODE_COLUMNS)
+    pods = None if pods_at is None else rows_at(store, "pods", pods_at, POD_COLUMNS)
+    device_bounds = _Bounds(since, until).clipped(nodes_at - timedelta(seconds=devices_since_s))
+    return live_cluster_of(
+        InventoryTables(nodes, nodes_at, pods, pods_at, workload),
+        devices=lambda: _device_rows(store, device_bounds),
+        devices_since_s=devices_since_s,
+    )
 
 
 #: Columns of the ``nodes`` table the live cluster reads.
@@ -389,13 +424,15 @@ def _default(state: ClusterState, h: _Holding, count: int, warnings: list[str]) 
 
 
 def _workload_rows(store: Store, at: datetime, bounds: _Bounds) -> pa.Table:
-    """Each pod's latest ``pods`` row in ``bounds`` up to ``at`` (the workload M)."""
-    return store.query(
-        f"SELECT {', '.join(POD_COLUMNS)} FROM pods "
-        "WHERE (? IS NULL OR ts >= ?) AND ts <= ? "
-        "QUALIFY row_number() OVER ("
-        "PARTITION BY coalesce(pod_uid, namespace || '/' || pod) ORDER BY ts DESC) = 1",
-        [bounds.since, bounds.since, at],
+    """Each pod's latest ``pods`` row in ``bounds`` up to ``at`` (the workload M), read from
+    the versions: the pods seen in the window, not every snapshot's rows."""
+    return latest_rows(
+        store,
+        "pods",
+        POD_COLUMNS,
+        key="coalesce(pod_uid, namespace || '/' || pod)",
+        since=bounds.since,
+        until=at + timedelta(microseconds=1),
     )
 
 

@@ -3,8 +3,9 @@ collector freshness and dropped samples, all over one window (``since <= ts < un
 
 Every read takes the window's two ends; none counts back from a newest row of its own.
 The inventory is a series of snapshots (the inventory collector stamps each with one
-time), so "the nodes" are the latest snapshot inside the window. Power is a mean per GPU
-(one sample is one GPU at one time), never a per-node sum.
+time), so "the nodes" are the latest snapshot inside the window (found from the node
+versions, :mod:`sits_observe.store.inventory_reads`, not by expanding every snapshot).
+Power is a mean per GPU (one sample is one GPU at one time), never a per-node sum.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ import pyarrow as pa
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.freshness import newest_by_node
+from sits_observe.store.inventory_reads import last_seen_params, last_seen_sql
 
 #: ``ts`` inside the window: three parameters (until, since, since).
 _IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
 
 _NODES = f"""
 WITH snapshot AS (
-    SELECT * FROM nodes WHERE {_IN_WINDOW} AND node IS NOT NULL
-    QUALIFY ts = max(ts) OVER ()
+    SELECT * FROM nodes WHERE node IS NOT NULL AND ts = (
+        SELECT max(ts) FROM ({last_seen_sql("nodes", ("node",))}) WHERE node IS NOT NULL
+    )
 ),
 gpu AS (
     SELECT node, gpu_uuid,
@@ -95,8 +98,8 @@ def window_params(window: Window) -> list[object]:
 
 def node_rows(store: Store, window: Window, idle_below_ratio: float) -> pa.Table:
     """One row per node of the latest inventory snapshot or with GPU samples in ``window``."""
-    params = [*window_params(window), *window_params(window), idle_below_ratio]
-    return store.query(_NODES, [*params, *window_params(window)])
+    params = [*last_seen_params(window.since, window.until), *window_params(window)]
+    return store.query(_NODES, [*params, idle_below_ratio, *window_params(window)])
 
 
 def gpu_rows(store: Store, window: Window) -> pa.Table:

@@ -8,7 +8,9 @@ the Unix epoch, so buckets fall on round times):
   allocated, the allocation ratio and the FGD fragmentation ratio (Weng et al., ATC'23;
   :mod:`sits_observe.analytics.fgd`) for the workload M of the whole window, so a change
   along the chart is a change of placement, not of M. A bucket with no snapshot has no
-  allocation or fragmentation (a gap in the chart, not a guess).
+  allocation or fragmentation (a gap in the chart, not a guess). The cost grows with the
+  buckets (two snapshot reads from the versions each, one FGD evaluation per distinct
+  cluster), not with the snapshots in the window.
 - ``latency_over_time``: per bucket and model, the requests completed and their exact P95
   latency (``quantile_cont``, as ``sits-observe latency``; failed requests left out).
 
@@ -18,24 +20,28 @@ The bucket width, when not given, is the smallest round width giving at most
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import datetime, timedelta
 
+import numpy as np
 import pyarrow as pa
 
 from sits_observe.analytics.fgd import fragmentation
-from sits_observe.analytics.fgd_live import live_cluster
+from sits_observe.analytics.fgd_cluster import ClusterState
+from sits_observe.analytics.fgd_live import cluster_at
 from sits_observe.analytics.fgd_workload import TargetWorkload
 from sits_observe.analytics.latency import RequestSelection
-from sits_observe.errors import ConfigError, StoreError
+from sits_observe.errors import ConfigError
 from sits_observe.reports.fleet_reads import window_params
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.inventory_reads import bucket_snapshots
 
 #: Buckets an automatic width aims at (a chart of 30 points reads at a glance).
 TARGET_BUCKETS = 30
-#: Most buckets a given width may make (each bucket with an inventory snapshot is one FGD
-#: evaluation of the live cluster).
+#: Most buckets a given width may make (each bucket with an inventory snapshot reads one
+#: live cluster, and evaluates FGD on it unless an earlier bucket had the same cluster).
 MAX_BUCKETS = 1000
 #: Round bucket widths, seconds.
 ROUND_WIDTHS_S = (
@@ -53,11 +59,6 @@ WITH per_gpu AS (
 SELECT start_at, count(*) AS gpus_sampled, count(*) FILTER (WHERE util < ?) AS idle_gpus,
        avg(util) AS gpu_util_ratio
 FROM per_gpu GROUP BY start_at ORDER BY start_at
-"""
-
-_SNAPSHOTS = f"""
-SELECT {_BUCKET} AS start_at, max(ts) AS snapshot_at FROM nodes WHERE {_IN_WINDOW}
-GROUP BY start_at ORDER BY start_at
 """
 
 
@@ -93,31 +94,30 @@ def inventory_series(
     store: Store, window: Window, bin_s: float, workload: TargetWorkload | None
 ) -> pa.Table:
     """Per bucket with an inventory snapshot: ``start_at``, ``total_gpus``, ``allocated_gpus``,
-    ``alloc_ratio`` and ``frag_ratio`` (None without a workload M)."""
-    snapshots = store.query(_SNAPSHOTS, [_micros(bin_s), *window_params(window)]).to_pylist()
+    ``alloc_ratio`` and ``frag_ratio`` (None without a workload M).
+
+    One read of the snapshot times gives each bucket's last node snapshot and the pod snapshot
+    placed on it; each bucket's cluster is read from the versions at those two times
+    (:func:`cluster_at`), and FGD is evaluated once per distinct cluster state (a bucket whose
+    cluster equals an earlier one's gives its answer again)."""
+    buckets = bucket_snapshots(store, _micros(bin_s), window.since, window.until).to_pylist()
+    answers: dict[bytes, dict[str, float | None]] = {}
     rows = []
-    for snap in snapshots:
-        try:
-            live = live_cluster(
-                store,
-                since_s=None,
-                since=window.since,
-                until=snap["snapshot_at"] + timedelta(microseconds=1),
-            )
-        except StoreError:
+    for bucket in buckets:
+        if bucket["pods_at"] is None:
             continue  # no pod seen yet at this snapshot: no allocation to speak of
-        total = live.state.total_gpu_milli
-        allocated = total - live.state.idle_gpu_milli
-        frag = None if workload is None else fragmentation(live.state, workload).frag_ratio
-        rows.append(
-            {
-                "start_at": snap["start_at"],
-                "total_gpus": total / 1000,
-                "allocated_gpus": allocated / 1000,
-                "alloc_ratio": allocated / total if total else None,
-                "frag_ratio": frag,
-            }
+        nodes_at = bucket["nodes_at"]
+        live = cluster_at(
+            store,
+            nodes_at,
+            bucket["pods_at"],
+            since=window.since,
+            until=nodes_at + timedelta(microseconds=1),
         )
+        key = _state_key(live.state)
+        if key not in answers:
+            answers[key] = _measures(live.state, workload)
+        rows.append({"start_at": bucket["start_at"], **answers[key]})
     schema = pa.schema(
         [
             ("start_at", pa.timestamp("us")),
@@ -128,6 +128,33 @@ def inventory_series(
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _measures(state: ClusterState, workload: TargetWorkload | None) -> dict[str, float | None]:
+    total = state.total_gpu_milli
+    allocated = total - state.idle_gpu_milli
+    return {
+        "total_gpus": total / 1000,
+        "allocated_gpus": allocated / 1000,
+        "alloc_ratio": allocated / total if total else None,
+        "frag_ratio": None if workload is None else fragmentation(state, workload).frag_ratio,
+    }
+
+
+def _state_key(state: ClusterState) -> bytes:
+    """Everything FGD reads of ``state``, as bytes: equal keys, equal measures."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in (*state.node_names, "|", *state.gpu_models):
+        digest.update(name.encode() + b"\0")
+    for array in (
+        state.gpu_model_id,
+        state.gpu_count,
+        state.cpu_capacity_milli,
+        state.cpu_free_milli,
+        state.gpu_free_milli,
+    ):
+        digest.update(np.ascontiguousarray(array).tobytes() + str(array.shape).encode())
+    return digest.digest()
 
 
 def over_time(

@@ -7,7 +7,8 @@ short batch pods that come and go, each Pending for one snapshot before it runs;
 attributed to the pods, cgroup samples and requests. It is written twice: through
 ``Store.append`` (pods and nodes stored as versions, a full snapshot every 10 minutes) and
 into a store whose ``pods`` / ``nodes`` are plain tables the same rows are inserted into (its
-``pod_snapshots`` / ``node_snapshots`` are the distinct times of those tables' rows). Each
+``pod_snapshots`` / ``node_snapshots`` are the distinct times of those tables' rows, its
+``pod_versions`` / ``node_versions`` each row valid until the next snapshot time). Each
 report of the registry is then run on both, over the whole history and over windows that end
 inside it, and the documents (or the errors) must be equal.
 """
@@ -196,10 +197,20 @@ def stores() -> tuple[Store, Store]:
             con.execute(f"DROP VIEW {name}")
             con.execute(f"ALTER TABLE {name}_plain RENAME TO {name}")
             # What the readers that need only the latest time read: here, as before version
-            # 6, the times of the plain table's rows.
+            # 6, the times of the plain table's rows (each its own epoch: every snapshot full).
             con.execute(
                 f"CREATE OR REPLACE VIEW {name[:-1]}_snapshots AS "
-                f"SELECT DISTINCT ts, NULL::TIMESTAMP AS epoch_at FROM {name}"
+                f"SELECT DISTINCT ts, ts AS epoch_at FROM {name}"
+            )
+            # What the readers that go to the versions read (store.inventory_reads, the
+            # timeline's): each plain row a version of its own, valid until the next snapshot.
+            con.execute(f"DROP TABLE {name[:-1]}_versions")
+            con.execute(
+                f"CREATE VIEW {name[:-1]}_versions AS "
+                f"WITH t AS (SELECT ts, lead(ts) OVER (ORDER BY ts) AS next_ts "
+                f"FROM (SELECT DISTINCT ts FROM {name})) "
+                f"SELECT p.ts AS epoch_at, p.ts AS valid_from, t.next_ts AS valid_to, "
+                f"p.* EXCLUDE (ts) FROM {name} AS p JOIN t ON t.ts = p.ts"
             )
     for store in (changes, plain):
         store.append_batch(samples)
