@@ -8,13 +8,16 @@ QoS tier's quotas, per GPU over the last 5 s of its samples in the window (the o
 the controller uses too, :mod:`sits_observe.analytics.elastic`). docs/analytics/workloads.md
 gives every rule with its source.
 
-With ``--promql-url`` only ``view=elastic`` runs (its inputs are GPU series); ``view=classes``
-needs the pods inventory (QoS class, priority, GPU requests), which is DuckDB's.
+With ``--promql-url`` both run: ``view=elastic`` on the same GPU series; ``view=classes`` on
+kube-state-metrics' pods of the window, dcgm-exporter's frame buffer by pod label and vLLM's
+request histograms, through the same rules (:mod:`sits_observe.analytics.classes_series`
+says what is estimated and within which bound; the report's notes repeat it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -22,16 +25,29 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field
 
-from sits_observe.analytics.classes import WorkloadClass, class_report, load_class_inputs
+from sits_observe.analytics.classes import (
+    WorkloadClass,
+    class_report,
+    load_class_inputs,
+    pod_memory_peaks,
+)
+from sits_observe.analytics.classes_series import (
+    estimated_pods,
+    node_gpu_memory,
+    pods_of,
+    requests_from_histograms,
+)
 from sits_observe.analytics.elastic import SAMPLE_COLUMNS, elastic_rows, elastic_rows_from
 from sits_observe.analytics.settings import ClassSettings
 from sits_observe.domain.units import Unit
-from sits_observe.errors import ConfigError, NoDataError
+from sits_observe.errors import NoDataError
 from sits_observe.reports.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.promql_kube import PromQLKubeSource
+from sits_observe.store.promql_requests import PromQLRequestHistograms
 from sits_observe.store.promql_source import PromQLGpuSource
 
 PODS_FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
@@ -126,6 +142,17 @@ def build(store: Store, window: Window, query: ClassQuery) -> Report:
     # The inventory is the latest snapshot before the window's end, however old.
     require_rows(store, Window(None, window.until, window.rule), "pods", PODS_FILLED_BY)
     pods, memory, requests, gpu_memory = load_class_inputs(store, window.since, window.until)
+    return _classes(window, query, (pods, memory, requests, gpu_memory), ())
+
+
+def _classes(
+    window: Window,
+    query: ClassQuery,
+    inputs: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int]],
+    notes: tuple[str, ...],
+    facts: Mapping[str, Any] | None = None,
+) -> Report:
+    pods, memory, requests, gpu_memory = inputs
     result = class_report(
         pods,
         memory,
@@ -137,7 +164,7 @@ def build(store: Store, window: Window, query: ClassQuery) -> Report:
     )
     if not result:
         raise NoDataError(
-            "no pod requests a GPU or has GPU memory measured in the window; gpu_samples need "
+            "no pod requests a GPU or has GPU memory measured in the window; GPU samples need "
             "pod labels (dcgm-exporter with the kubelet pod-resources mount)"
         )
     main = table_of(
@@ -146,22 +173,37 @@ def build(store: Store, window: Window, query: ClassQuery) -> Report:
         [_class_row(w) for w in result],
         _CLASSES,
     )
-    notes = []
     if query.fragmentation_ratio is None:
-        notes.append(
-            "preemption undecided: give --fragmentation-ratio (the fragmentation report's)"
-        )
-    return Report("classes", window, main, (), tuple(notes), {"by": query.by.value})
+        notes += ("preemption undecided: give --fragmentation-ratio (the fragmentation report's)",)
+    return Report("classes", window, main, (), notes, {"by": query.by.value, **(facts or {})})
+
+
+#: Seconds of histogram scrapes before the window searched for each counter's start value.
+HISTOGRAM_PRIME_S = 300.0
+#: Seconds before the window's end searched for the newest kube-state-metrics scrape (the
+#: nodes' GPU memory); the pods are every pod KSM served in the window.
+KSM_LOOKBACK_S = 300.0
+
+_PROMQL_NOTES = (
+    "from series: pods from kube-state-metrics (every pod with a kube_pod_info series in the "
+    "window; QoS class from kube_pod_status_qos_class), GPU memory from DCGM_FI_DEV_FB_USED "
+    "by pod label (no per-process memory: a shared GPU's peak includes its other pods'), "
+    "requests from vLLM's histograms",
+    "ESTIMATES from histograms, each request at its bucket's upper bound: P95 latency and "
+    "P95 sequence length at most one bucket width above the exact P95 (the +Inf bucket reads "
+    "as the largest bound); the sequence pairs the i-th shortest prompt with the i-th "
+    "shortest output (the exact P95 lies between the larger single P95 and the sum of the "
+    "P97.5s); the SLA-violation rate is exact when the SLA is a bucket bound, else too high "
+    "by at most the share of the bucket holding the SLA; failed requests are not told apart "
+    "(none counts as a violation)",
+)
 
 
 def build_promql(reader: PromQLReader, window: Window, query: ClassQuery) -> Report:
-    """``view=elastic`` over ``window`` of a PromQL store's GPU series."""
-    if query.view is not ClassView.elastic:
-        raise ConfigError(
-            "classes --view classes needs --db or --service: it reads the pods inventory "
-            "(QoS class, priority, GPU requests); with --promql-url use --view elastic"
-        )
+    """The ``classes`` report over ``window`` of a PromQL store's series."""
     assert window.since is not None  # run_promql_report requires --since
+    if query.view is ClassView.classes:
+        return _classes_promql(reader, window, query, window.since)
     table = PromQLGpuSource(reader.client, matchers=reader.matchers).gpu_samples(
         window.since, window.until, step_s=reader.step_s, columns=list(SAMPLE_COLUMNS[1:])
     )
@@ -175,6 +217,47 @@ def build_promql(reader: PromQLReader, window: Window, query: ClassQuery) -> Rep
     )
     rows = elastic_rows_from(samples, query, tier=query.tier)
     return _elastic_report(window, query, rows, gpu_labels_of(table))
+
+
+def _classes_promql(
+    reader: PromQLReader, window: Window, query: ClassQuery, since: datetime
+) -> Report:
+    """``view=classes`` from KSM, dcgm-exporter and vLLM series (module docstring)."""
+    ksm = PromQLKubeSource(reader.client, matchers=reader.matchers).inventory(
+        since, window.until, lookback_s=KSM_LOOKBACK_S
+    )
+    pods = pods_of(ksm.workload)
+    if pods.height == 0:
+        raise NoDataError(
+            f"no kube_pod_info series in {window.describe()} at the PromQL store; check "
+            "--promql-url, --promql-matchers and --since"
+        )
+    samples = PromQLGpuSource(reader.client, matchers=reader.matchers).gpu_samples(
+        since, window.until, step_s=reader.step_s, columns=["fb_used_bytes"]
+    )
+    labelled = pl.DataFrame(samples.select(["ts", "gpu_uuid", "namespace", "pod", "fb_used_bytes"]))
+    memory = pod_memory_peaks(pl.DataFrame(), labelled.filter(pl.col("pod").is_not_null()), pods)
+    buckets = PromQLRequestHistograms(reader.client, matchers=reader.matchers).window_buckets(
+        since, window.until, prime_s=HISTOGRAM_PRIME_S
+    )
+    inputs = (pods, memory, requests_from_histograms(buckets), node_gpu_memory(ksm.nodes))
+    notes = list(_PROMQL_NOTES)
+    if reader.step_s is not None:
+        notes.append(
+            f"GPU memory peaks on a {reader.step_s:g} s grid: a peak between grid points is "
+            "missed (leave --promql-step-s out for every raw sample)"
+        )
+    if estimated := estimated_pods(buckets):
+        notes.append(
+            "counters reset in the window (a restarted server), counted by the store's "
+            f"increase(): {', '.join(estimated)}"
+        )
+    if pods.get_column("qos_class").null_count() == pods.height:
+        notes.append(
+            "no kube_pod_status_qos_class series (kube-state-metrics before v2.8?): every QoS "
+            "class unknown, so every pod reads as shared with no memory share"
+        )
+    return _classes(window, query, inputs, tuple(notes), {"source": "promql"})
 
 
 def _elastic(store: Store, window: Window, query: ClassQuery) -> Report:

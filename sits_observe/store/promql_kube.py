@@ -19,7 +19,8 @@ character outside ``[a-zA-Z0-9_]`` becoming ``_``: ``nvidia.com/gpu`` is ``nvidi
   without it every node's product is unknown);
 - pods: ``kube_pod_info{uid, namespace, pod, node, created_by_kind, created_by_name,
   priority_class}`` (``node=""`` = not bound), ``kube_pod_status_phase{phase}`` (the phase
-  whose value is 1), ``kube_pod_container_resource_requests`` and
+  whose value is 1), ``kube_pod_status_qos_class{qos_class}`` (the class whose value is 1;
+  KSM v2.8 and later, from ``status.qosClass``), ``kube_pod_container_resource_requests`` and
   ``kube_pod_init_container_resource_requests{container, resource}`` (KSM exports
   ``spec.containers[].resources.requests``, which the API server has defaulted from the
   limits), ``kube_pod_init_container_info{restart_policy}`` (sidecars), and, where KSM was
@@ -78,6 +79,7 @@ CONDITION = "kube_node_status_condition"
 NODE_LABELS = "kube_node_labels"
 POD_INFO = "kube_pod_info"
 POD_PHASE = "kube_pod_status_phase"
+POD_QOS = "kube_pod_status_qos_class"
 REQUESTS = "kube_pod_container_resource_requests"
 INIT_REQUESTS = "kube_pod_init_container_resource_requests"
 INIT_INFO = "kube_pod_init_container_info"
@@ -100,6 +102,7 @@ _SNAPSHOT: tuple[tuple[str, str], ...] = (
     (NODE_LABELS, ""),
     (POD_INFO, ""),
     (POD_PHASE, ""),
+    (POD_QOS, ""),
     (REQUESTS, f'resource=~"{"|".join(_RESOURCES)}"'),
     (INIT_REQUESTS, f'resource=~"{"|".join(_RESOURCES)}"'),
     (INIT_INFO, 'restart_policy="Always"'),
@@ -108,7 +111,7 @@ _SNAPSHOT: tuple[tuple[str, str], ...] = (
 )
 _NODE_FAMILIES = (ALLOCATABLE, CONDITION, NODE_LABELS)
 _RAW = (*_NODE_FAMILIES, POD_INFO)
-_POD_SERIES = (POD_INFO, REQUESTS, INIT_REQUESTS, INIT_INFO, NODE_SELECTORS, ANNOTATIONS)
+_POD_SERIES = (POD_INFO, POD_QOS, REQUESTS, INIT_REQUESTS, INIT_INFO, NODE_SELECTORS, ANNOTATIONS)
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,9 @@ class _Pods:
         for p in of(POD_INFO):
             self.info.setdefault(_pod_key(p), p)
         self.phase = {_pod_key(p): p.label("phase") for p in of(POD_PHASE) if p.value == 1}
+        # A pod's QoS class never changes (the API server rejects it), so its newest value
+        # in the window is the class.
+        self.qos = {_pod_key(p): p.label("qos_class") for p in of(POD_QOS) if p.value == 1}
         self.app = _per_container(of(REQUESTS))
         self.init = _per_container(of(INIT_REQUESTS))
         self.sidecars = {(_pod_key(p), p.label("container")) for p in of(INIT_INFO)}
@@ -368,6 +374,7 @@ def _pod_table(pods: _Pods, at: datetime | None) -> pa.Table:
                 "pod": info.label("pod"),
                 "node": info.label("node"),
                 "phase": pods.phase.get(key),
+                "qos_class": pods.qos.get(key),
                 "owner_kind": info.label("created_by_kind"),
                 "owner_name": info.label("created_by_name"),
                 "priority_class": info.label("priority_class"),

@@ -5,8 +5,10 @@ utils.go of kubernetes/kube-state-metrics): resource names sanitised (``[^a-zA-Z
 ``_``), CPU as ``MilliValue / 1000`` cores, memory and extended resources as ``Value()``
 (rounded up), one ``kube_node_status_condition`` series per condition and status
 (``true`` / ``false`` / ``unknown``, 1 for the current one), one ``kube_pod_status_phase``
-series per phase, labels, annotations and node selectors as ``label_*`` / ``annotation_*`` /
-``nodeselector_*`` (the allowlists and the ``kube_pod_nodeselectors`` opt-in are assumed on).
+series per phase, one ``kube_pod_status_qos_class`` series per class when
+``status.qosClass`` is set, labels, annotations and node selectors as ``label_*`` /
+``annotation_*`` / ``nodeselector_*`` (the allowlists and the ``kube_pod_nodeselectors``
+opt-in are assumed on).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ NODE_LABELS_ALLOWED = (
 POD_ANNOTATIONS_ALLOWED = ("alibabacloud.com/gpu-milli",)
 _PHASES = ("Pending", "Succeeded", "Failed", "Unknown", "Running")
 _STATUSES = ("true", "false", "unknown")
+_QOS_CLASSES = ("BestEffort", "Burstable", "Guaranteed")
 
 
 def sanitise(name: str) -> str:
@@ -94,6 +97,11 @@ def pod_lines(pod: Mapping[str, Any]) -> list[str]:
     if phase:
         for p in _PHASES:
             out.append(f"kube_pod_status_phase{{{_labels({**who, 'phase': p})}}} {int(p == phase)}")
+    qos = status.get("qosClass")
+    if qos:  # KSM v2.8+: one series per class, none when the API server set no class
+        for q in _QOS_CLASSES:
+            qos_labels = _labels({**who, "qos_class": q})
+            out.append(f"kube_pod_status_qos_class{{{qos_labels}}} {int(q == qos)}")
     out += _requests("kube_pod_container_resource_requests", who, node, spec.get("containers"))
     init = spec.get("initContainers") or []
     out += _requests("kube_pod_init_container_resource_requests", who, node, init)

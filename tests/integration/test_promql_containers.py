@@ -355,12 +355,10 @@ def test_baselines_agree(loaded: Loaded, table: str, metric: str, keys: list[str
 
 def test_what_only_duckdb_holds_is_refused_with_the_way_out(loaded: Loaded) -> None:
     window = Window(loaded.since, loaded.until, "test")
-    assert BASELINE.promql is not None and CLASSES.promql is not None
+    assert BASELINE.promql is not None
     requests = BASELINE.validate({"table": "requests", "metric": "latency_s"})
     with pytest.raises(ConfigError, match="--db or --service"):
         BASELINE.promql(_reader(loaded), window, requests)
-    with pytest.raises(ConfigError, match="--view elastic"):
-        CLASSES.promql(_reader(loaded), window, CLASSES.validate({}))
 
 
 def test_elastic_classes_agree(loaded: Loaded) -> None:
