@@ -65,8 +65,9 @@ from sits_observe.control.safety import TokenBucket
 from sits_observe.control.scheduler_loop import LiveScheduler, SchedulerLoopSettings
 from sits_observe.control.scheduler_nodes import read_gpu_request
 from sits_observe.control.settings import ControllerSettings, Mode
+from sits_observe.control.signal_source import SignalMetrics
 from sits_observe.control.state import read_state
-from sits_observe.control.store_signals import SignalMetrics, signals_from_store
+from sits_observe.control.store_signals import signals_from_store
 from sits_observe.errors import ConfigError
 from sits_observe.simulator.calibration import GPU_PRODUCTS
 from sits_observe.simulator.cluster import PodEvent, SimulatedCluster
