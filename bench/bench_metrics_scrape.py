@@ -12,8 +12,11 @@ controller decisions), then measures, with medians:
   background while scrapes serve the previous text): after one new tick of samples of every
   GPU with the clock 15 s on (the fleet's normal case: every node's rows changed); the same
   with a new inventory snapshot too (the kube collector's is every 30 s, so every other pass
-  of a 15 s cache sees one); after the clock moved 15 s with no new row (samples leave the
-  windows); and with neither (what a pass costs when nothing changed);
+  of a 15 s cache sees one), once repeating every row and once with 1% of the pods changed
+  (FGD keeps its text only when the rows it reads are the same); after the clock moved 15 s
+  with no new row (samples leave the windows); and with neither (what a pass costs when
+  nothing changed). Each case also prints the CPU of every signal it rebuilt (builder and
+  text, median);
 - a scrape served from the passes' cached text (``metrics_text``, what ``/metrics`` does),
   against the same families written again by ``generate_latest`` on every scrape (the
   exporter before the text cache) and against the peer: the very same samples held in
@@ -43,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 from _docs import write_block
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import Metric
 
 from sits_observe.collectors.exposition import parse_exposition
 from sits_observe.store import Store
@@ -52,6 +56,7 @@ from sits_observe.surfaces.service.exporter import (
     ExporterSettings,
     metrics_text,
 )
+from sits_observe.surfaces.service.exporter_cache import Built, Inputs, SignalCache
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,9 +67,12 @@ GIB = 1024**3
 TS = pa.timestamp("us")
 
 
-def inventory(store: Store, names: list[str], busy: np.ndarray, at: datetime) -> None:
+def inventory(
+    store: Store, names: list[str], busy: np.ndarray, at: datetime, changed: int = 0
+) -> None:
     """One inventory snapshot at ``at``: every node, and a pod on each busy GPU (the same
-    rows at every call: each version continues, only a snapshot time is added)."""
+    rows at every call: each version continues, only a snapshot time is added), except the
+    first ``changed`` pods, whose CPU request differs at every call (a new version each)."""
     nodes = len(names)
     store.append(
         "nodes",
@@ -93,7 +101,9 @@ def inventory(store: Store, names: list[str], busy: np.ndarray, at: datetime) ->
                 "node": [names[g // 8] for g in idx],
                 "phase": ["Running"] * idx.size,
                 "gpu_request": pa.array([1] * idx.size, pa.int32()),
-                "cpu_request_milli": [8000] * idx.size,
+                "cpu_request_milli": [
+                    8000 + (int(at.timestamp()) % 97 if k < changed else 0) for k in range(idx.size)
+                ],
                 "created_at": pa.array([start] * idx.size, TS),
                 "scheduled_at": pa.array([start + timedelta(seconds=1)] * idx.size, TS),
                 "initialized_at": pa.array([start + timedelta(seconds=2)] * idx.size, TS),
@@ -268,6 +278,22 @@ class Clock:
         return self.mono_s
 
 
+class TimedCache(SignalCache):
+    """The exporter's cache, recording the CPU seconds of each signal it rebuilds (builder and
+    text), by signal name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: dict[str, list[float]] = {}
+
+    def build(self, name: str, inputs: Inputs, make: Callable[[], list[Metric]]) -> Built:
+        started = time.process_time()
+        try:
+            return super().build(name, inputs, make)
+        finally:
+            self.seconds.setdefault(name, []).append(time.process_time() - started)
+
+
 def inline(job: Callable[[], None]) -> None:
     job()
 
@@ -290,25 +316,35 @@ def incremental(
         spawn=inline,
         signals=[s for s in REGISTRY if not s.slow],
     )
+    cache = TimedCache()
+    derived.cache = cache
     derived.passes()
     rng = np.random.default_rng(99)
     out: dict[str, tuple[Timing, float]] = {}
 
-    def case(name: str, *, new_rows: bool, clock_s: float, snapshot: bool = False) -> None:
+    def case(
+        name: str, *, new_rows: bool, clock_s: float, snapshot: bool = False, changed: int = 0
+    ) -> None:
         seconds = Timing()
         reused, built = derived.cache.reused, derived.cache.rebuilt
+        cache.seconds.clear()
         for _ in range(runs):
             clock.at += timedelta(seconds=clock_s)
             if new_rows:
                 tick(store, names, busy, clock.at - timedelta(seconds=2), rng)
             if snapshot:
-                inventory(store, names, busy, clock.at - timedelta(seconds=1))
+                inventory(store, names, busy, clock.at - timedelta(seconds=1), changed)
             clock.mono_s += 15
             seconds.run(derived.passes)  # due: the pass runs (inline here, a thread in serve)
         share = (derived.cache.reused - reused) / max(
             1, derived.cache.reused - reused + derived.cache.rebuilt - built
         )
         out[name] = (seconds, share)
+        builders = sorted(cache.seconds.items(), key=lambda kv: -statistics.median(kv[1]))
+        print(
+            f"{name}: CPU of each rebuilt signal (median ms, build and text): "
+            + ", ".join(f"{n} {statistics.median(v) * 1000:.0f}" for n, v in builders)
+        )
 
     case("new tick of every GPU, clock +15 s", new_rows=True, clock_s=15)
     case(
@@ -316,6 +352,15 @@ def incremental(
         new_rows=True,
         clock_s=15,
         snapshot=True,
+    )
+    changed = max(1, int(busy.sum()) // 100)
+    case(
+        f"new tick of every GPU and a new inventory snapshot with {changed} of the "
+        f"{int(busy.sum()):,} pods changed, clock +15 s",
+        new_rows=True,
+        clock_s=15,
+        snapshot=True,
+        changed=changed,
     )
     case("no new row, clock +15 s", new_rows=False, clock_s=15)
     case("nothing changed", new_rows=False, clock_s=0)

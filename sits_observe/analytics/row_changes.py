@@ -14,13 +14,20 @@ column of those rows to hash them. That is a small part of what the analyses ove
 rows cost, and it never reads outside the span. :func:`fingerprints` gives several spans of
 one table from one scan (of the smallest span holding them all), each row hashed once: the
 same fingerprints as :func:`fingerprint` of each.
+
+Some reads depend on fewer rows than any span that holds them: the rows of the latest
+inventory snapshot, whatever its time, are the same after a new snapshot that changed nothing,
+though every span of the snapshot times changed. Such a read is declared as
+:class:`ByContent`: spans that hold every input (equal fingerprints, the same rows read), and
+a query fingerprinting the rows read themselves (:func:`query_fingerprint`), run only when a
+span changed.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,6 +55,33 @@ class RowSpan:
         for name in (self.table, self.column):
             if not _NAME.fullmatch(name):
                 raise ValueError(f"not a table or column name: {name!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class ByContent:
+    """A read declared twice: ``spans`` hold every row it reads (equal fingerprints mean
+    the same rows), and ``rows`` fingerprints the rows it reads themselves (queries), asked
+    only when a span changed: a signal whose spans changed but whose rows did not keeps its
+    build."""
+
+    spans: tuple[RowSpan, ...]
+    rows: Callable[[], tuple[Fingerprint, ...]]
+
+
+#: What a reader declares: a span of a table, or a read declared by content too.
+Read = RowSpan | ByContent
+
+
+def query_fingerprint(
+    store: Store, sql: str, params: Sequence[object] | None = None
+) -> Fingerprint:
+    """The fingerprint of the rows ``sql`` returns (count and sum of whole-row hashes, as for
+    a span): equal for the same multiset of rows, whatever their order."""
+    row = store.query(
+        f"SELECT count(*) AS n, CAST(sum(hash(r)) AS VARCHAR) AS h FROM ({sql}) AS r",
+        params or [],
+    ).to_pylist()[0]
+    return (int(row["n"]), row["h"])
 
 
 def fingerprint(store: Store, span: RowSpan) -> Fingerprint:

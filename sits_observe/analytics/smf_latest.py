@@ -90,6 +90,12 @@ WHERE ts IS NOT NULL AND node IS NOT NULL AND gpu_uuid IS NOT NULL
 
 _HAS_NVML = "SELECT count(*) FROM g WHERE source = 'nvml'"
 
+# LINKS_SQL with the cgroup samples as a view over the input rather than a copy: the same
+# rows, and the few scans of them here cost less than copying every sample of the window
+# (about 35 ms at 1,000 nodes x 8 GPUs).
+_CG_TABLE, _CG_VIEW = "CREATE TEMP TABLE cg AS", "CREATE TEMP VIEW cg AS"
+_LINKS_ON_VIEW = LINKS_SQL.replace(_CG_TABLE, _CG_VIEW, 1)
+
 # Runs after GPU_SQL (or _GPU_WITHOUT_NVML) and LINKS_SQL, on the same private connection.
 _LATEST = """
 -- Step 1: each linked container's latest cgroup sample, as-of joined for each of its links.
@@ -181,7 +187,7 @@ def latest_smf(
         register_inputs(work, inputs.gpu_samples, inputs.container_samples, inputs.gpu_processes)
         nvml = work.sql(_HAS_NVML).fetchall()[0][0]
         gpu_sql = GPU_SQL if nvml else _GPU_WITHOUT_NVML
-        prepare(work, gpu_sql + ";" + LINKS_SQL + ";" + _LATEST, skew_us)
+        prepare(work, gpu_sql + ";" + _LINKS_ON_VIEW + ";" + _LATEST, skew_us)
         if work.sql(_PENDING).fetchall()[0][0]:
             prepare(work, _FALLBACK, skew_us)
         prepare(work, _ROWS, skew_us)

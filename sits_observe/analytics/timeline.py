@@ -37,10 +37,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from sits_observe.analytics.row_changes import Fingerprint, query_fingerprint
 from sits_observe.analytics.settings import TimelineSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
@@ -251,19 +253,104 @@ def compare_to_reference(p95_s: float | None, settings: TimelineSettings) -> str
     return f"{measured}: above the before-fix figure {ref}"
 
 
+#: Each candidate pod's versions (``pod_versions``, store/inventory.py) with the latest
+#: snapshot of their epoch before ``least(valid_to, until)`` (an as-of join: at most one
+#: snapshot per version, however long the history): a version is seen at that snapshot when
+#: it is at or after its ``valid_from``, and a pod's latest row is the version seen latest.
+#: The candidates are the pods with a version created in the window: the creation filter
+#: applies to a pod's latest row, which is one of its versions, so no other pod can pass it.
+_LATEST_POD_VERSIONS = """
+WITH candidates AS (
+    SELECT DISTINCT pod_uid FROM pod_versions
+    WHERE pod_uid IS NOT NULL
+      AND (?::TIMESTAMP IS NULL OR created_at >= ?) AND (?::TIMESTAMP IS NULL OR created_at < ?)
+),
+versions AS (
+    SELECT v.*, least(coalesce(v.valid_to, 'infinity'::TIMESTAMP),
+                      coalesce(?::TIMESTAMP, 'infinity'::TIMESTAMP)) AS read_until
+    FROM pod_versions AS v SEMI JOIN candidates USING (pod_uid)
+)
+SELECT s.ts, {cols}
+FROM versions AS v
+ASOF JOIN pod_snapshots AS s ON s.epoch_at = v.epoch_at AND v.read_until > s.ts
+WHERE s.ts >= v.valid_from
+QUALIFY row_number() OVER (PARTITION BY v.pod_uid ORDER BY s.ts DESC) = 1
+    AND (?::TIMESTAMP IS NULL OR v.created_at >= ?) AND (?::TIMESTAMP IS NULL OR v.created_at < ?)
+"""
+
+
+def _latest_pods(
+    since: datetime | None, until: datetime | None, columns: Sequence[str]
+) -> tuple[str, list[object]]:
+    """:data:`_LATEST_POD_VERSIONS` with ``columns`` and its parameters."""
+    cols = ", ".join(f"v.{c}" for c in columns)
+    lo = utc_naive(since) if since is not None else None
+    hi = utc_naive(until) if until is not None else None
+    return _LATEST_POD_VERSIONS.format(cols=cols), [lo, lo, hi, hi, hi, lo, lo, hi, hi]
+
+
 def load_pods(
     store: Store, since: datetime | None = None, until: datetime | None = None
 ) -> pl.DataFrame:
     """The latest snapshot before ``until`` of each pod created in ``[since, until)`` (NULL
-    creation included only without ``since``)."""
+    creation included only without ``since``): the ``pods`` rows of :data:`POD_COLUMNS` and
+    their ``ts``.
+
+    Read from the versions (:data:`_LATEST_POD_VERSIONS`) rather than the ``pods`` view,
+    which expands every snapshot of the history (tens of millions of rows a day at 10,000
+    pods): the same rows (tests/unit/analytics/test_timeline_versions.py checks them against
+    the view's ``row_number() OVER (PARTITION BY pod_uid ORDER BY ts DESC) = 1``), read in
+    time that grows with the window's pods and their versions, not with the snapshots. Two
+    rows of one pod in one snapshot are a tie either way: one of them is kept.
+    """
+    sql, params = _latest_pods(since, until, POD_COLUMNS)
+    return pl.DataFrame(store.query(sql, params))
+
+
+def pods_fingerprint(
+    store: Store, since: datetime | None = None, until: datetime | None = None
+) -> Fingerprint:
+    """The fingerprint of :func:`load_pods`' rows without their ``ts``
+    (:func:`~sits_observe.analytics.row_changes.query_fingerprint`): what the timelines of
+    those pods are a function of, so a new snapshot that repeats every pod's row keeps it."""
+    sql, params = _latest_pods(since, until, POD_COLUMNS)
     cols = ", ".join(POD_COLUMNS)
-    lo = utc_naive(since) if since is not None else None
-    hi = utc_naive(until) if until is not None else None
-    sql = (
-        f"SELECT ts, {cols} FROM pods WHERE pod_uid IS NOT NULL "
-        "AND (?::TIMESTAMP IS NULL OR ts < ?) "
-        "QUALIFY row_number() OVER (PARTITION BY pod_uid ORDER BY ts DESC) = 1 "
-        "AND (?::TIMESTAMP IS NULL OR created_at >= ?) "
-        "AND (?::TIMESTAMP IS NULL OR created_at < ?)"
+    return query_fingerprint(store, f"SELECT {cols} FROM ({sql})", params)
+
+
+def _gap_us(start: str, end: str) -> pl.Expr:
+    """``end - start`` in whole microseconds (None when either is None)."""
+    return (pl.col(end) - pl.col(start)).dt.total_microseconds()
+
+
+def _seconds(us: pl.Series) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Microseconds to seconds as :func:`_gap` computes them: one correctly rounded
+    division each (numpy's; polars divides a long column by a reciprocal, which can differ
+    in the last bit)."""
+    return us.to_numpy().astype(np.float64) / 1_000_000
+
+
+def ready_start_s(pods: pl.DataFrame) -> pl.DataFrame:
+    """Scheduled -> ready seconds of each pod in ``pods`` (rows with :data:`POD_COLUMNS`,
+    one per pod UID, as :func:`load_pods` returns them) that became ready without an anomaly:
+    columns ``namespace`` (None when unknown) and ``start_s``, the ``init_s + containers_s +
+    readiness_s`` of its :func:`pod_timeline`, summed in that order.
+
+    The same values, to the bit, as looping over :func:`pod_timelines` (checked in
+    tests/unit/analytics/test_timeline_versions.py) in one vectorised pass: the exporter
+    computes it for every pod created in the last hour on each inventory snapshot.
+    """
+    if pods.height == 0:
+        return pl.DataFrame(schema={"namespace": pl.String, "start_s": pl.Float64})
+    gaps = {stage: _gap_us(start, end) for stage, start, end, _ in STAGES}
+    summed = ("init", "containers", "readiness")
+    reached = pl.all_horizontal(gaps[s].is_not_null() for s in summed)
+    # pod_timeline's anomaly: any known gap below 0 (the scheduling one included).
+    anomaly = pl.any_horizontal(gap.fill_null(0) < 0 for gap in gaps.values())
+    kept = pods.filter(reached & ~anomaly).select(
+        pl.col("namespace").cast(pl.String), *(gaps[s].alias(s) for s in summed)
     )
-    return pl.DataFrame(store.query(sql, [hi, hi, lo, lo, hi, hi]))
+    init, containers, readiness = (_seconds(kept[s]) for s in summed)
+    return kept.select("namespace").with_columns(
+        pl.Series("start_s", init + containers + readiness, dtype=pl.Float64)
+    )

@@ -22,6 +22,11 @@ Passes are incremental (:mod:`.exporter_cache`): a signal whose declared rows
 and every family is rendered to text once, in the pass that built it; ``/metrics``
 (:func:`metrics_text`) joins those texts instead of writing every sample on every scrape.
 
+The slow and cluster builders (``exporter_signals_{cluster,slow,idle}.py``) are imported by
+the first pass that runs them, not when the service starts: their analytics are imports the
+scheduler extender's first answer after a restart would otherwise wait for (docs/extender.md,
+cold start).
+
 Every signal (:data:`SIGNALS`) is computed in isolation: a signal that fails (a missing
 table, a bug) is logged, counted in ``sits_exporter_errors_total{signal}`` once per pass, and
 left out of that pass, never breaking the scrape or the other signals. "No inventory yet" is
@@ -31,6 +36,7 @@ not a failure: the signals that need one export nothing. The builders live in
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -49,13 +55,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from sits_observe.analytics.row_changes import RowSpan
+from sits_observe.analytics.row_changes import Read
 from sits_observe.store import Store
 from sits_observe.surfaces.service import exporter_reads as reads
 from sits_observe.surfaces.service import exporter_signals as fast
-from sits_observe.surfaces.service import exporter_signals_cluster as cluster
-from sits_observe.surfaces.service import exporter_signals_idle as idle
-from sits_observe.surfaces.service import exporter_signals_slow as slow
 from sits_observe.surfaces.service.exporter_cache import PassFingerprints, SignalCache, render
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.exporter_signals import QUANTILES, UNKNOWN, PassInputs
@@ -82,7 +85,7 @@ Spawn = Callable[[Callable[[], None]], None]
 Builder = Callable[[PassInputs], list[Metric]]
 #: The spans of rows a signal's builder reads in one pass (:mod:`.exporter_reads`); None
 #: when they cannot be declared in this pass (the signal is rebuilt).
-Reads = Callable[[PassInputs], tuple[RowSpan, ...] | None]
+Reads = Callable[[PassInputs], tuple[Read, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,18 @@ class Signal:
     families: tuple[tuple[str, Callable[[str, str], Metric]], ...]
     slow: bool = False
     reads: Reads | None = None
+
+
+def _later(module: str, builder: str) -> Builder:
+    """``exporter_signals_<module>.<builder>``, imported when a pass first calls it."""
+
+    def build(inputs: PassInputs) -> list[Metric]:
+        found = importlib.import_module(f"sits_observe.surfaces.service.exporter_signals_{module}")
+        built: list[Metric] = getattr(found, builder)(inputs)
+        return built
+
+    build.__name__ = build.__qualname__ = builder
+    return build
 
 
 _G, _C, _H = GaugeMetricFamily, CounterMetricFamily, GaugeHistogramMetricFamily
@@ -126,7 +141,7 @@ REGISTRY: tuple[Signal, ...] = (
     ),
     Signal(
         "fragmentation",
-        cluster.fragmentation,
+        _later("cluster", "fragmentation"),
         (
             ("sits_fgd_fragmentation_ratio", _G),
             ("sits_fgd_fragmentation_amount_ratio", _G),
@@ -136,31 +151,34 @@ REGISTRY: tuple[Signal, ...] = (
     ),
     Signal(
         "interference",
-        cluster.interference,
+        _later("cluster", "interference"),
         (("sits_interference_score_ratio", _G),),
         reads=reads.gpu_window,
     ),
     Signal(
         "smf",
-        cluster.smf,
+        _later("cluster", "smf"),
         (("sits_smf_ratio", _G), ("sits_smf_node_ratio", _G), ("sits_smf_namespace_ratio", _G)),
         reads=reads.smf,
     ),
     Signal(
         "framebuffer",
-        cluster.framebuffer,
+        _later("cluster", "framebuffer"),
         (("sits_gpu_framebuffer_used_ratio", _G),),
         reads=reads.framebuffer,
     ),
     Signal(
         "gpu_attribution",
-        cluster.gpu_attribution,
+        _later("cluster", "gpu_attribution"),
         (("sits_gpu_framebuffer_used_bytes", _G), ("sits_gpu_shared_pods", _G)),
         reads=reads.gpu_window,
     ),
-    Signal("quotas", cluster.quotas, (("sits_quota", _G),), reads=reads.decisions),
+    Signal("quotas", _later("cluster", "quotas"), (("sits_quota", _G),), reads=reads.decisions),
     Signal(
-        "pod_start", cluster.pod_start, (("sits_pod_start_seconds", _G),), reads=reads.pod_start
+        "pod_start",
+        _later("cluster", "pod_start"),
+        (("sits_pod_start_seconds", _G),),
+        reads=reads.pod_start,
     ),
     Signal(
         "collector_drops",
@@ -187,23 +205,26 @@ REGISTRY: tuple[Signal, ...] = (
     ),
     Signal(
         "heatmap",
-        slow.heatmap,
+        _later("slow", "heatmap"),
         (("sits_knee_requests_per_second", _G), ("sits_safe_max_requests_per_second", _G)),
         slow=True,
     ),
     Signal(
-        "memory_classes", slow.memory_classes, (("sits_memory_class_workloads", _G),), slow=True
+        "memory_classes",
+        _later("slow", "memory_classes"),
+        (("sits_memory_class_workloads", _G),),
+        slow=True,
     ),
     Signal(
         "gpu_trends",
-        slow.gpu_trends,
+        _later("slow", "gpu_trends"),
         (("sits_gpu_trend_cluster", _G),),
         slow=True,
         reads=reads.gpu_trends,
     ),
     Signal(
         "gpu_idle",
-        idle.gpu_idle,
+        _later("idle", "gpu_idle"),
         (
             ("sits_gpu_idle_gpus", _G),
             ("sits_gpu_idle_wasted_gpu_hours", _G),
@@ -394,7 +415,7 @@ class DerivedSignals(Collector):
         signals = [signal for signal in self._signals if signal.slow is slow]
         # Each signal's spans are listed once a pass (some read the snapshot times to list
         # them); one whose reads() raised is absent here and counted in the loop below.
-        declared: dict[str, tuple[RowSpan, ...] | None] = {}
+        declared: dict[str, tuple[Read, ...] | None] = {}
         for signal in signals:
             if signal.reads is not None:
                 try:

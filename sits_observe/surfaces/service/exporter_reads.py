@@ -9,9 +9,12 @@ while the wider span stays the same. When every span's fingerprint
 return the same families, so the pass keeps them and their rendered text.
 
 The inventory signals (``fragmentation``, ``pod_start``) read the ``pods`` / ``nodes`` views;
-their spans are the snapshot times and the versions behind the views' rows
-(:mod:`sits_observe.analytics.inventory_spans`, which reads the snapshot times to find them),
-so an unchanged inventory keeps their text. A reads function may return None for one pass
+their spans are the snapshot times and the versions behind the views' rows, and, since every
+new snapshot changes those, they declare the rows they read too
+(:mod:`sits_observe.analytics.inventory_spans`): when a span changed, the pass compares the
+fingerprints of those rows without their snapshot times, so a new snapshot that repeats every
+row keeps their text, while any changed row (or, for pod start, a pod leaving its creation
+window as the clock moves) rebuilds them. A reads function may return None for one pass
 (FGD while a pod names assigned GPUs: it then reads an hour of GPU samples): the signal is
 rebuilt in that pass.
 
@@ -25,8 +28,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sits_observe.analytics.inventory_spans import live_cluster_spans, pod_start_spans
-from sits_observe.analytics.row_changes import RowSpan
+from sits_observe.analytics.inventory_spans import live_cluster_reads, pod_start_reads
+from sits_observe.analytics.row_changes import Read, RowSpan
 from sits_observe.surfaces.service.exporter_signals import PassInputs
 
 
@@ -88,12 +91,14 @@ def _occupancy(_: PassInputs, since: datetime) -> tuple[RowSpan, ...]:
     return (RowSpan("gpu_samples", since), RowSpan("gpu_samples_1m", since, column="minute"))
 
 
-def fragmentation(p: PassInputs) -> tuple[RowSpan, ...] | None:
+def fragmentation(p: PassInputs) -> tuple[Read, ...] | None:
     """FGD's inventory: the latest node and pod snapshots and the pods of the ``fgd_since_s``
-    before the latter (None, rebuilt, while a pod names assigned GPUs)."""
-    return live_cluster_spans(p.store, since_s=p.settings.fgd_since_s)
+    before the latter, as spans and by content (None, rebuilt, while a pod names assigned
+    GPUs)."""
+    return live_cluster_reads(p.store, since_s=p.settings.fgd_since_s)
 
 
-def pod_start(p: PassInputs) -> tuple[RowSpan, ...]:
-    """The pods before now and those created in the last ``pod_start_window_s``."""
-    return pod_start_spans(p.store, p.ago(p.settings.pod_start_window_s), p.until)
+def pod_start(p: PassInputs) -> tuple[Read, ...]:
+    """The pods before now and those created in the last ``pod_start_window_s``, as spans
+    and by content (each such pod's latest row, its snapshot time left out)."""
+    return pod_start_reads(p.store, p.ago(p.settings.pod_start_window_s), p.until)

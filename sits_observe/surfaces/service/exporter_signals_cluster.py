@@ -27,13 +27,14 @@ from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.interference import load_gpu_samples, node_scores
 from sits_observe.analytics.smf_latest import read_latest_smf
-from sits_observe.analytics.timeline import load_pods, pod_timelines
+from sits_observe.analytics.timeline import load_pods, ready_start_s
 from sits_observe.analytics.trends_series import TrendLevel, read_newest_occupancy
 from sits_observe.control.model import QUOTA_ACTIONS
 from sits_observe.control.settings import QUOTA_CPU
 from sits_observe.reports.decision_totals import latest_quotas
 from sits_observe.reports.gpu_holders import gpu_instances, gpu_sharing
 from sits_observe.store.reads import has_inventory
+from sits_observe.surfaces.service.exporter_cache import GaugeRows
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS, NODE
 from sits_observe.surfaces.service.exporter_signals import (
     PassInputs,
@@ -70,14 +71,16 @@ def fragmentation(p: PassInputs) -> list[Metric]:
         "cluster FGD fragmentation: fragmented share of all GPU capacity (0-1), latest inventory",
         value=report.frag_amount_ratio,
     )
-    nodes = GaugeMetricFamily(
+    per_node = list(zip(cluster.state.node_names, report.node_frag_milli.tolist(), strict=True))
+    nodes = GaugeRows(
         "sits_fgd_node_fragmentation_gpus",
         "FGD fragmentation F_n(M) of each node, in GPUs (latest inventory)",
-        labels=(NODE,),
+        (NODE,),
+        (
+            ((node,), milli / MILLI_PER_GPU)
+            for node, milli in capped(per_node, p.settings.max_nodes, lambda x: (-x[1], x[0]))
+        ),
     )
-    per_node = list(zip(cluster.state.node_names, report.node_frag_milli.tolist(), strict=True))
-    for node, milli in capped(per_node, p.settings.max_nodes, lambda x: (-x[1], x[0])):
-        nodes.add_metric((node,), milli / MILLI_PER_GPU)
     return [ratio, amount, nodes]
 
 
@@ -85,15 +88,17 @@ def interference(p: PassInputs) -> list[Metric]:
     """``sits_interference_score_ratio{Hostname}`` over the window's GPU samples."""
     samples = load_gpu_samples(p.store, since=p.since, until=p.until)
     per_node = node_scores(samples, p.settings.interference)
-    family = GaugeMetricFamily(
+    scores = [(label(node), score.score) for node, score in per_node.items()]
+    family = GaugeRows(
         "sits_interference_score_ratio",
         f"interference score per node (0-1: 0.4 bandwidth + 0.35 NVLink conflict + "
         f"0.25 NUMA miss) over the last {p.settings.window_s:g} s",
-        labels=(NODE,),
+        (NODE,),
+        (
+            ((node,), score)
+            for node, score in capped(scores, p.settings.max_nodes, lambda x: (-x[1], x[0]))
+        ),
     )
-    scores = [(label(node), score.score) for node, score in per_node.items()]
-    for node, score in capped(scores, p.settings.max_nodes, lambda x: (-x[1], x[0])):
-        family.add_metric((node,), score)
     return [family]
 
 
@@ -116,28 +121,36 @@ def smf(p: PassInputs) -> list[Metric]:
     for c in latest.containers.to_pylist():
         if (value := finite(c["latest_smf"])) is not None:
             per_namespace[label(c["namespace"])].append(value)
-    gpu_family = GaugeMetricFamily(
+    names = p.gpu_names()
+    gpu_family = GaugeRows(
         "sits_smf_ratio",
         "SMF fragmentation rate of each GPU (0-1), latest aligned sample",
-        labels=GPU_LABELS,
-    )
-    names = p.gpu_names()
-    for node, gpu, value in capped(gpus, s.max_gpus, lambda x: (-x[2], x[0], x[1])):
-        gpu_family.add_metric(names.labels(node, gpu), value)
-    node_family = GaugeMetricFamily(
-        "sits_smf_node_ratio", "mean SMF of the node's GPUs (0-1)", labels=(NODE,)
+        GPU_LABELS,
+        (
+            (names.labels(node, gpu), value)
+            for node, gpu, value in capped(gpus, s.max_gpus, lambda x: (-x[2], x[0], x[1]))
+        ),
     )
     node_means = {n: fmean(v) for n, v in per_node.items()}
-    for node in capped(node_means, s.max_nodes, lambda n: (-node_means[n], n)):
-        node_family.add_metric((node,), node_means[node])
-    ns_family = GaugeMetricFamily(
-        "sits_smf_namespace_ratio",
-        "mean SMF of the namespace's containers (0-1), latest aligned sample of each",
-        labels=("namespace",),
+    node_family = GaugeRows(
+        "sits_smf_node_ratio",
+        "mean SMF of the node's GPUs (0-1)",
+        (NODE,),
+        (
+            ((node,), node_means[node])
+            for node in capped(node_means, s.max_nodes, lambda n: (-node_means[n], n))
+        ),
     )
     ns_means = {n: fmean(v) for n, v in per_namespace.items()}
-    for ns in capped(ns_means, s.max_namespaces, lambda n: (-ns_means[n], n)):
-        ns_family.add_metric((ns,), ns_means[ns])
+    ns_family = GaugeRows(
+        "sits_smf_namespace_ratio",
+        "mean SMF of the namespace's containers (0-1), latest aligned sample of each",
+        ("namespace",),
+        (
+            ((ns,), ns_means[ns])
+            for ns in capped(ns_means, s.max_namespaces, lambda n: (-ns_means[n], n))
+        ),
+    )
     return [gpu_family, node_family, ns_family]
 
 
@@ -147,20 +160,22 @@ def framebuffer(p: PassInputs) -> list[Metric]:
     newest = read_newest_occupancy(
         p.store, since=p.since, level=TrendLevel.gpu, bucket_s=FRAMEBUFFER_BUCKET_S
     )
-    family = GaugeMetricFamily(
-        "sits_gpu_framebuffer_used_ratio",
-        "framebuffer occupancy of each GPU (fb_used / fb_total, 0-1), mean of the newest "
-        "minute with samples",
-        labels=GPU_LABELS,
-    )
     rows = [
         (label(newest.nodes[code]), label(newest.keys[code]), v)
         for code, value in zip(newest.codes.tolist(), newest.values.tolist(), strict=True)
         if (v := finite(value)) is not None
     ]
     names = p.gpu_names()
-    for node, gpu, value in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1])):
-        family.add_metric(names.labels(node, gpu), value)
+    family = GaugeRows(
+        "sits_gpu_framebuffer_used_ratio",
+        "framebuffer occupancy of each GPU (fb_used / fb_total, 0-1), mean of the newest "
+        "minute with samples",
+        GPU_LABELS,
+        (
+            (names.labels(node, gpu), value)
+            for node, gpu, value in capped(rows, p.settings.max_gpus, lambda x: (-x[2], x[0], x[1]))
+        ),
+    )
     return [family]
 
 
@@ -186,30 +201,31 @@ def gpu_attribution(p: PassInputs) -> list[Metric]:
     for instance, value in used.items():
         per_gpu[(instance[0], instance[2])] += value
     kept = set(capped(per_gpu, p.settings.max_gpus, lambda g: (-per_gpu[g], g)))
-    used_family = GaugeMetricFamily(
+    used_family = GaugeRows(
         "sits_gpu_framebuffer_used_bytes",
         f"framebuffer used by each GPU instance (MIG instance, or mig_profile=none for a "
         f"whole GPU) and the pod holding it (unknown = unattributed), newest sample in the "
         f"last {p.settings.window_s:g} s",
-        labels=(*GPU_LABELS, "mig_profile", "namespace", "pod"),
+        (*GPU_LABELS, "mig_profile", "namespace", "pod"),
+        (
+            (instance, used[instance])
+            for instance in sorted(used)
+            if (instance[0], instance[2]) in kept
+        ),
     )
-    for instance in sorted(used):
-        if (instance[0], instance[2]) in kept:
-            used_family.add_metric(instance, used[instance])
     sharing = gpu_sharing(p.store, p.span)
     gpus = zip(
         *(labels_of(sharing.column(c)) for c in ("node", "gpu_index", "gpu_uuid", "model_name")),
         strict=True,
     )
     rows = list(zip(gpus, sharing.column("pods").to_pylist(), strict=True))
-    shared_family = GaugeMetricFamily(
+    shared_family = GaugeRows(
         "sits_gpu_shared_pods",
         f"distinct attributed pods seen on each physical GPU in the last "
         f"{p.settings.window_s:g} s (more than 1: shared by MIG or time-slicing)",
-        labels=GPU_LABELS,
+        GPU_LABELS,
+        capped(rows, p.settings.max_gpus, lambda x: (-x[1], x[0][0], x[0][2])),
     )
-    for gpu_labels, pods in capped(rows, p.settings.max_gpus, lambda x: (-x[1], x[0][0], x[0][2])):
-        shared_family.add_metric(gpu_labels, pods)
     return [used_family, shared_family]
 
 
@@ -252,11 +268,12 @@ def pod_start(p: PassInputs) -> list[Metric]:
     if not has_inventory(p.store):
         return []
     frame = load_pods(p.store, since=p.ago(p.settings.pod_start_window_s), until=p.until)
+    ready = ready_start_s(frame)
     starts: dict[str, list[float]] = defaultdict(list)
-    for t in pod_timelines(frame):
-        gaps = (t.init_s, t.containers_s, t.readiness_s)
-        if t.anomaly is None and all(g is not None for g in gaps):
-            starts[label(t.namespace)].append(sum(g for g in gaps if g is not None))
+    for namespace, start_s in zip(
+        labels_of(ready["namespace"].to_arrow()), ready["start_s"].to_list(), strict=True
+    ):
+        starts[namespace].append(start_s)
     family = GaugeMetricFamily(
         "sits_pod_start_seconds",
         f"mean pod start (scheduled -> ready) per namespace of the pods created in the last "

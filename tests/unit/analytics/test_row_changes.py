@@ -9,7 +9,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.row_changes import RowSpan, fingerprint, fingerprints
+from sits_observe.analytics.row_changes import (
+    RowSpan,
+    fingerprint,
+    fingerprints,
+    query_fingerprint,
+)
 from sits_observe.domain.tables import TABLES, conform
 from sits_observe.store import Store
 
@@ -78,3 +83,15 @@ def test_a_missing_table_raises_as_one_span_does(store: Store) -> None:
 def test_duplicate_spans_are_read_once(store: Store) -> None:
     span = RowSpan("gpu_samples", at(30), at(90))
     assert fingerprints(store, [span, span]) == {span: fingerprint(store, span)}
+
+
+def test_a_query_fingerprint_is_that_of_its_rows_in_any_order(tmp_path: Path) -> None:
+    """:func:`query_fingerprint` of a query is the fingerprint of the rows it returns: equal
+    for the same rows in another order, different when one row differs."""
+    with Store.open(tmp_path / "q.duckdb") as store:
+        a = query_fingerprint(store, "SELECT * FROM (VALUES (1, 'x'), (2, 'y')) AS t(n, s)")
+        b = query_fingerprint(store, "SELECT * FROM (VALUES (2, 'y'), (1, 'x')) AS t(n, s)")
+        c = query_fingerprint(store, "SELECT * FROM (VALUES (2, 'y'), (1, 'z')) AS t(n, s)")
+        empty = query_fingerprint(store, "SELECT 1 AS n WHERE ? = 2", [1])
+        assert a == b and a[0] == 2 and a != c
+        assert empty == (0, None)

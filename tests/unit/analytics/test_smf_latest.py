@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from sits_observe.analytics.smf import (
+    LINKS_SQL,
     SmfGrouping,
     SmfInputs,
     SmfSettings,
@@ -27,6 +28,7 @@ from sits_observe.analytics.smf import (
     summarize_smf,
 )
 from sits_observe.analytics.smf_latest import (
+    _LINKS_ON_VIEW,
     CONTAINER_LATEST_SCHEMA,
     GPU_LATEST_SCHEMA,
     latest_smf,
@@ -250,3 +252,10 @@ def test_from_a_store_window_equals_the_summaries(tmp_path: Path) -> None:
         for r in private.gpus.to_pylist()
     }
     same(summaries(read, SmfGrouping.gpu, cfg), gpus)
+
+
+def test_the_cgroup_samples_are_read_through_a_view() -> None:
+    """latest_smf runs the whole-window path's links SQL with one change: the cgroup samples
+    are a view over the input, not a copy (the tests above check the answers are equal)."""
+    assert _LINKS_ON_VIEW != LINKS_SQL
+    assert LINKS_SQL.replace("CREATE TEMP TABLE cg AS", "CREATE TEMP VIEW cg AS") == _LINKS_ON_VIEW

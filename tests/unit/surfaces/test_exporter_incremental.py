@@ -21,6 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from sits_observe.analytics.row_changes import Fingerprint
 from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter import (
     DerivedSignals,
@@ -28,6 +29,7 @@ from sits_observe.surfaces.service.exporter import (
     Signal,
     metrics_text,
 )
+from sits_observe.surfaces.service.exporter_cache import Key, SignalCache
 from sits_observe.surfaces.service.exporter_signals import PassInputs
 
 T0 = datetime(2026, 11, 1, 12, 0)
@@ -322,3 +324,49 @@ def test_a_scrape_during_a_pass_serves_the_previous_complete_text(store: Store) 
         assert time.monotonic() < deadline, "the background pass never published"
         time.sleep(0.01)
     assert derived.close(30)
+
+
+def test_a_read_by_content_is_compared_only_when_its_spans_changed() -> None:
+    """A :class:`ByContent` read: equal span fingerprints keep the build without running the
+    rows' query; changed spans with the same rows keep it too (and the next pass compares
+    the new spans); changed rows, or a rows query that fails, rebuild it."""
+    asked: list[str] = []
+
+    def key(spans: str, rows: str | None) -> Key:
+        def content() -> tuple[Fingerprint, ...]:
+            asked.append(spans)
+            if rows is None:
+                raise RuntimeError("the rows cannot be read")
+            return ((1, rows),)
+
+        return Key(((1, spans),), content)
+
+    cache = SignalCache()
+    builds: list[str] = []
+
+    def build(name: str) -> Callable[[], list[Metric]]:
+        def make() -> list[Metric]:
+            builds.append(name)
+            return [GaugeMetricFamily("sits_test_ratio", "t", value=len(builds))]
+
+        return make
+
+    def run(k: Key, name: str) -> None:
+        if cache.get("s", k) is None:
+            cache.build("s", k, build(name))
+
+    run(key("a", "x"), "first")
+    assert (builds, asked) == (["first"], ["a"])  # a build takes its rows' fingerprints
+    run(key("a", "changed, but the spans say no"), "again")
+    assert (builds, asked) == (["first"], ["a"])  # equal spans: no query, kept
+    run(key("b", "x"), "new snapshot, same rows")
+    assert (builds, asked) == (["first"], ["a", "b"])  # kept, now keyed by the spans "b"
+    run(key("b", "y"), "again")
+    assert (builds, asked) == (["first"], ["a", "b"])  # spans "b" again: kept, no query
+    run(key("c", "y"), "rows changed")
+    assert builds == ["first", "rows changed"]
+    run(key("d", None), "rows unreadable")
+    assert builds == ["first", "rows changed", "rows unreadable"]
+    run(key("e", "y"), "the last build's rows were unknown")
+    assert builds[-1] == "the last build's rows were unknown"
+    assert cache.reused == 3 and cache.rebuilt == 4

@@ -1,7 +1,9 @@
-"""The inventory signals (FGD, pod start) declare their rows: an unchanged inventory keeps
-their text, and every change of it (a new snapshot, rows added to the latest one, a version
-closed, a pod leaving the creation window as the clock moves) rebuilds them to the text a
-collector with no past computes on the same DuckDB file at the same time.
+"""The inventory signals (FGD, pod start) declare the rows they read by content: an
+unchanged inventory, or a new snapshot that repeats every row, keeps their text, and every
+change of the rows they read (rows added to the latest snapshot, a version closed, a node
+changed, a pod leaving pod start's creation window or FGD's workload window as time moves)
+rebuilds them to the text a collector with no past computes on the same DuckDB file at the
+same time.
 
 ``pods`` / ``nodes`` are views over versions and snapshot times (store/inventory.py); the
 store runs with hourly full snapshots and with a full snapshot every minute, so epochs
@@ -95,11 +97,17 @@ def pods(store: Store, at: datetime, rows: list[dict[str, Any]]) -> None:
 def step(derived: DerivedSignals, store: Store, clock: Clock) -> tuple[bytes, set[str]]:
     """A due pass: its text (checked equal to a pass from scratch) and the signals it
     rebuilt."""
-    before = {name: derived.cache.last(name) for name in INVENTORY}
+    before = {name: built(derived, name) for name in INVENTORY}
     clock.mono_s += 15  # due, whatever the wall clock did
     text = derived.exposition()
     assert text == collector(store, clock).exposition()
-    return text, {name for name in INVENTORY if derived.cache.last(name) is not before[name]}
+    return text, {name for name in INVENTORY if built(derived, name) is not before[name]}
+
+
+def built(derived: DerivedSignals, name: str) -> object:
+    """The families of the signal's latest build (a kept build keeps the same tuple)."""
+    last = derived.cache.last(name)
+    return None if last is None else last.families
 
 
 def test_an_unchanged_inventory_keeps_both_signals_and_every_change_rebuilds_them(
@@ -123,11 +131,15 @@ def test_an_unchanged_inventory_keeps_both_signals_and_every_change_rebuilds_the
     assert (text, rebuilt) == (first, set())
 
     # The next snapshot repeats every row (each version continues): a new snapshot time.
+    # Both signals read the rows, not their snapshot's time, and keep their text.
     clock.advance(30)
     nodes(store, clock.at, names)
     pods(store, clock.at, base)
-    assert step(derived, store, clock)[1] == set(INVENTORY)
+    assert step(derived, store, clock) == (first, set())
     clock.advance(15)
+    assert step(derived, store, clock)[1] == set()
+    clock.advance(15)  # a node snapshot alone, the same rows
+    nodes(store, clock.at, names)
     assert step(derived, store, clock)[1] == set()
 
     # More rows of the latest snapshot: versions added, no new snapshot time.
@@ -142,11 +154,11 @@ def test_an_unchanged_inventory_keeps_both_signals_and_every_change_rebuilds_the
     pods(store, clock.at, [pod(0, 0.0, phase="Succeeded"), *base[1:]])
     assert step(derived, store, clock)[1] == set(INVENTORY)
 
-    # A node snapshot alone changes FGD's rows and the snapshot times both read.
+    # A node snapshot alone changes FGD's rows; pod start reads no node.
     clock.advance(30)
     nodes(store, clock.at, names, gpus=4)
     text, rebuilt = step(derived, store, clock)
-    assert rebuilt == set(INVENTORY)
+    assert rebuilt == {"fragmentation"}
 
     # The clock alone moves pods out of the pod start window: only pod start is rebuilt.
     clock.advance(250)
@@ -176,3 +188,41 @@ def test_fgd_with_assigned_gpus_is_rebuilt_on_every_pass(store: Store) -> None:
     store.append("gpu_samples", conform("gpu_samples", pa.Table.from_pylist(moved)))
     clock.advance(15)
     assert step(derived, store, clock)[1] == {"fragmentation"}
+
+
+def test_a_pod_leaving_the_fgd_workload_window_rebuilds_fgd(tmp_path: Path) -> None:
+    """FGD's workload M holds the pods seen within ``fgd_since_s`` before the latest pod
+    snapshot: a pod seen only in an older snapshot leaves it as snapshots that repeat every
+    other row arrive, and FGD follows (as a pass from scratch does), though no row changed."""
+    clock = Clock()
+    settings = ExporterSettings(cache_s=15, fgd_since_s=60)
+    with Store.open(tmp_path / "window.duckdb") as store:
+
+        def fgd() -> DerivedSignals:
+            return DerivedSignals(
+                store,
+                settings,
+                clock=clock.now,
+                monotonic=clock.monotonic,
+                spawn=lambda job: job(),
+                signals=[s for s in REGISTRY if s.name == "fragmentation"],
+            )
+
+        derived = fgd()
+        names = ["node-0", "node-1", "node-2"]
+        base = [pod(i, -100.0, gpu_request=1, node=f"node-{i % 3}") for i in range(6)]
+        odd = pod(9, -50.0, gpu_request=8, phase="Succeeded")  # fits no node now
+        nodes(store, T0, names)
+        pods(store, T0, [*base, odd])  # the odd pod is done: only M holds it
+        texts = []
+        for _ in range(4):  # snapshots at 30, 60, 90, 120 s: the odd pod leaves M at 90 s
+            clock.advance(30)
+            nodes(store, clock.at, names)
+            pods(store, clock.at, base)
+            before = built(derived, "fragmentation")
+            clock.mono_s += 15
+            text = derived.exposition()
+            assert text == fgd().exposition()
+            texts.append((text, built(derived, "fragmentation") is not before))
+        assert [rebuilt for _, rebuilt in texts] == [True, False, True, False]
+        assert texts[2][0] != texts[1][0]  # M lost a shape: the answer moved

@@ -1,8 +1,11 @@
-"""The exporter's text writer writes what ``prometheus_client.generate_latest`` writes."""
+"""The exporter's text writer writes what ``prometheus_client.generate_latest`` writes, and a
+:class:`GaugeRows` (a gauge given as rows, written from them) is the gauge ``add_metric``
+makes of the same rows: the same samples and the same text."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +20,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from sits_observe.surfaces.service.exporter_cache import TextWriter, render
+from sits_observe.surfaces.service.exporter_cache import GaugeRows, SignalCache, TextWriter, render
 
 LABEL_VALUES = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12
@@ -81,3 +84,65 @@ def test_a_changed_value_is_written_again_with_its_cached_labels() -> None:
     second.add_metric(("GPU-1",), 0.75)
     assert writer.write(first) == render([first])
     assert writer.write(second) == render([second])
+
+
+def _gauge(
+    name: str, names: tuple[str, ...], rows: Sequence[tuple[tuple[str, ...], float]], doc: str = "d"
+) -> Metric:
+    gauge = GaugeMetricFamily(name, doc, labels=names)
+    for key, value in rows:
+        gauge.add_metric(key, value)
+    return gauge
+
+
+@given(st.lists(st.tuples(LABEL_VALUES, LABEL_VALUES, VALUES), max_size=8), st.text(max_size=20))
+def test_gauge_rows_are_the_gauge_add_metric_makes(
+    rows: list[tuple[str, str, float]], doc: str
+) -> None:
+    keyed = [((uuid, host), value) for uuid, host, value in rows]
+    fast = GaugeRows("sits_test_ratio", doc, ("UUID", "Hostname"), keyed)
+    slow = GaugeMetricFamily("sits_test_ratio", doc, labels=("UUID", "Hostname"))
+    for key, value in keyed:
+        slow.add_metric(key, value)
+    assert (fast.name, fast.type, fast.documentation) == (slow.name, slow.type, slow.documentation)
+    assert repr(fast.samples) == repr(slow.samples)  # repr: NaN values compare unequal
+    assert written(fast) == render([slow]) == render([fast])
+    # The writer's two paths on one writer, in turn: neither cache feeds the other wrongly.
+    writer = TextWriter()
+    for family in (fast, slow, fast):
+        assert writer.write(family) == render([slow])
+
+
+def test_gauge_rows_rewritten_with_changed_values_rows_and_unusual_names() -> None:
+    writer = TextWriter()
+    names = ("Hostname", "gpu", "UUID", "modelName")
+    first = [((f"node-{g // 8}", str(g % 8), f"GPU-{g}", 'H100 "SXM"'), g * 1e9) for g in range(20)]
+    second = [(key, value / 3) for key, value in first[5:]] + [(("n", "0", "GPU-x", "A10"), 1.0)]
+    for rows in (first, second, first, []):
+        doc = "a \\ b\nc"  # escaped in the text
+        family = GaugeRows("sits_test_bytes", doc, names, rows)
+        assert writer.write(family) == render([_gauge("sits_test_bytes", names, rows, doc)])
+    for name, labels, key in (
+        ("sits.dotted", ("a",), ("x",)),
+        ("sits_test_label", ("not.legacy",), ("x",)),
+        ("sits_test_twice", ("a", "a"), ("x", "y")),  # one label in a sample's dict
+        ("sits_test_none", (), ()),
+    ):
+        odd = GaugeRows(name, "d", labels, [(key, 1.0)])
+        assert writer.write(odd) == render([_gauge(name, labels, [(key, 1.0)])])
+    more = GaugeRows("sits_test_ratio", "d", ("UUID",), [(("GPU-0",), 0.5)])
+    more.add_metric(("GPU-1",), 0.75)
+    assert more.rows == [(("GPU-0",), 0.5), (("GPU-1",), 0.75)]
+    assert writer.write(more) == render([_gauge("sits_test_ratio", ("UUID",), more.rows)])
+
+
+def test_a_rebuilt_gauge_rows_equal_to_the_last_keeps_its_text() -> None:
+    cache = SignalCache()
+    rows = [(("GPU-0",), 0.5), (("GPU-1",), 0.25)]
+    first = cache.build("s", None, lambda: [GaugeRows("sits_test_ratio", "r", ("UUID",), rows)])
+    same = cache.build("s", None, lambda: [GaugeRows("sits_test_ratio", "r", ("UUID",), rows)])
+    assert same.texts[0] is first.texts[0]  # kept, not written again
+    moved = [(("GPU-0",), 0.5), (("GPU-1",), 0.5)]
+    changed = cache.build("s", None, lambda: [GaugeRows("sits_test_ratio", "r", ("UUID",), moved)])
+    assert changed.texts[0] != first.texts[0]
+    assert changed.texts[0] == render([_gauge("sits_test_ratio", ("UUID",), moved, "r")])
