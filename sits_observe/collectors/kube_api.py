@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import urllib3
-from kubernetes import client as k8s_client
 
 from sits_observe.errors import KubeApiError
+
+if TYPE_CHECKING:  # the client is a type here: importing it costs ``serve`` 0.2 s of start-up
+    from kubernetes import client as k8s_client
 
 JsonObject = dict[str, Any]
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
@@ -44,13 +44,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
-from sits_observe.control.extender_bind import PodApi
 from sits_observe.store import GroupCommitter, Store, enforce_retention
-from sits_observe.surfaces.alerts import (  # alert rules
-    AlertingRuntime,
-    AlertingSettings,
-    start_alerting,
-)
 from sits_observe.surfaces.service.auth import AuthMiddleware, Role, TokenAuth
 from sits_observe.surfaces.service.exporter import (
     REGISTRY,
@@ -70,6 +64,11 @@ from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
 from sits_observe.surfaces.service.report_routes import add_report_routes
 from sits_observe.surfaces.service.settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from sits_observe.control.extender_bind import PodApi
+    from sits_observe.surfaces.alerts.runtime import AlertingRuntime
+    from sits_observe.surfaces.alerts.settings import AlertingSettings
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +113,8 @@ def create_app(
             task = asyncio.create_task(_retention_loop(store, settings, metrics, clock))
         alerts = None  # in-process alert rules -> Alertmanager / webhooks (docs/alerts.md)
         if alerting is not None and alerting.notify.enabled:
+            from sits_observe.surfaces.alerts.runtime import start_alerting  # httpx: when used
+
             alerts = start_alerting(alerting, metrics.registry, clock=clock)
         state.accepting = True
         try:

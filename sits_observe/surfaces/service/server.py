@@ -206,6 +206,8 @@ class Servers:
             config = uvicorn.Config(
                 listener.app,
                 http=guarded_protocol(listener.limits, _drop_counter(listener.app)),
+                # No route is a WebSocket; "auto" would import the websockets package at start.
+                ws="none",
                 log_level=log_level.lower(),
                 access_log=log_level.lower() == "debug",
                 timeout_keep_alive=listener.limits.keep_alive_s,
