@@ -137,17 +137,18 @@ def test_the_real_trace_meets_the_documented_targets(shared_data: Path) -> None:
 @pytest.mark.shared_data
 def test_refitted_hourly_sits_wastes_less_than_krr_at_the_same_risk(shared_data: Path) -> None:
     """docs/analytics/rightsizing.md, refit every hour from hour 4, per container, 48 GiB:
-    krr's rule needs max + 11 % to come down to sits' risk, and there it holds more unused
+    krr's rule at the smallest margin that comes down to sits' risk still holds more unused
     memory than sits' defaults (the same-risk table of bench/bench_rightsizing.py)."""
     folder = shared_data / "traces" / "alibaba-genai-v2026"
     if not (folder / MEMORY_FILE).is_file():
         pytest.skip(f"GenAI per-container telemetry not found under {folder}")
     splits = rolling(load_memory(folder / MEMORY_FILE).frame, first_fit_s=4 * 3600.0, step_s=3600.0)
-    sits, krr11, krr10 = backtest(
-        splits,
-        [vpa_method("sits", RightsizingSettings()), krr_simple(0.11), krr_simple(0.10)],
-        gpu_memory_bytes=GPU,
-    )
+    (sits,) = backtest(splits, [vpa_method("sits", RightsizingSettings())], gpu_memory_bytes=GPU)
     assert len(splits) == 19 and sits.above_ratio < 0.01
-    assert krr11.above_ratio <= sits.above_ratio < krr10.above_ratio
-    assert sits.unused_bytes_mean < 0.9 * krr11.unused_bytes_mean
+    krr = None
+    for percent in range(0, 51):  # krr's risk falls as its margin grows
+        (krr,) = backtest(splits, [krr_simple(percent / 100)], gpu_memory_bytes=GPU)
+        if krr.above_ratio <= sits.above_ratio:
+            break
+    assert krr is not None and krr.above_ratio <= sits.above_ratio
+    assert sits.unused_bytes_mean < 0.9 * krr.unused_bytes_mean
