@@ -23,8 +23,8 @@ Two readings of "workload": each container its own (the trace has no owner), and
 containers one workload (VPA pools the pods of one owner). A risk-matched sweep then moves
 the margin of krr's rule (max x (1 + m)) and of sits' (P95 of 15-minute peaks x (1 + m)) and
 compares the waste at equal risk. The half-life is chosen on half of the containers (by the
-MD5 of their id) and checked on the other half (:func:`held_out`). Idle-GPU detection runs on the duty-cycle file of the same
-containers (:mod:`sits_observe.analytics.idle_gpus`).
+MD5 of their id) and checked on the other half (:func:`held_out`). Idle-GPU detection runs on
+the duty-cycle file of the same containers (:mod:`sits_observe.analytics.idle_gpus`).
 
 ``--record`` writes the report into docs/benchmarks.md and docs/analytics/rightsizing.md
 between the rightsizing-bench markers.
