@@ -247,8 +247,8 @@ def _assemble(
         group=group,
         settings=settings,
         requests=requests,
-        cells=pa.Table.from_pylist(cells, schema=_CELLS),
-        windows=pa.Table.from_pylist(windows, schema=_WINDOWS),
+        cells=pa.Table.from_pylist(cells, schema=CELLS_SCHEMA),
+        windows=pa.Table.from_pylist(windows, schema=WINDOWS_SCHEMA),
         bins=tuple(bins),
         knee=knee,
         safe_max=safe,
@@ -288,7 +288,8 @@ def _cells(merged: hist.Histogram, tbin: int, lo_rps: float) -> list[dict[str, o
     return rows
 
 
-_CELLS = pa.schema(
+#: Columns of a heatmap's ``cells`` and ``windows`` tables.
+CELLS_SCHEMA = pa.schema(
     [
         ("latency_bin", pa.int64()),
         ("throughput_bin", pa.int64()),
@@ -297,7 +298,7 @@ _CELLS = pa.schema(
         ("count", pa.int64()),
     ]
 )
-_WINDOWS = pa.schema(
+WINDOWS_SCHEMA = pa.schema(
     [
         ("start", pa.timestamp("us")),
         ("throughput_rps", pa.float64()),

@@ -57,6 +57,7 @@ from sits_observe.control.extender_nodes import tie_rank
 from sits_observe.control.extender_slow import SlowSignals
 from sits_observe.control.extender_source import DuckViewSource, ViewSource
 from sits_observe.domain.times import utc_naive
+from sits_observe.domain.validation import check_promql_url
 from sits_observe.store import Store
 
 IntArray = npt.NDArray[np.int64]
@@ -131,12 +132,7 @@ class ViewSettings(BaseModel):
         'e.g. job="dcgm-exporter"',
     )
 
-    @field_validator("promql_url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"PromQL URL {value!r} must start with http:// or https://")
-        return value
+    _check_url = field_validator("promql_url")(check_promql_url)
 
 
 @dataclass(frozen=True, eq=False)

@@ -65,6 +65,7 @@ from sits_observe.control.signal_source import (
     guarded,
     pod_signals,
 )
+from sits_observe.domain.validation import check_promql_url
 from sits_observe.errors import NoDataError
 from sits_observe.store.promql import PromQLClient
 from sits_observe.store.promql_kube import KsmInventory, PromQLKubeSource
@@ -123,12 +124,7 @@ class PromQLSignalSettings(BaseModel):
         "latency window, so its first window is whole",
     )
 
-    @field_validator("promql_url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"PromQL URL {value!r} must start with http:// or https://")
-        return value
+    _check_url = field_validator("promql_url")(check_promql_url)
 
 
 class PromQLSignalSource:

@@ -25,6 +25,14 @@ S = TypeVar("S", bound=BaseModel)
 NEST = "__"
 
 
+def check_promql_url(value: object) -> object:
+    """A PromQL query URL setting: None, or an ``http://`` / ``https://`` URL (for an
+    ``after`` field validator)."""
+    if isinstance(value, str) and not value.startswith(("http://", "https://")):
+        raise ValueError(f"PromQL URL {value!r} must start with http:// or https://")
+    return value
+
+
 def comma_separated(value: object) -> object:
     """A list setting given as ``a,b`` or repeated (``--arms a --arms b,c``) as one tuple of
     its stripped, non-empty items; anything else unchanged (for a ``mode="before"``

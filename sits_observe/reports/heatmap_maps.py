@@ -16,23 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sits_observe.analytics.heatmap import Heatmap, HeatmapSettings
+from sits_observe.analytics.heatmap_histograms import CELLS_SCHEMA, WINDOWS_SCHEMA
 from sits_observe.analytics.heatmap_knee import Knee, SafeMax, ThroughputBin, Verdict
 from sits_observe.errors import ConfigError
 from sits_observe.reports.heatmap import HeatmapBy, HeatmapTable, key_name
 from sits_observe.reports.result import Report
 
-_CELLS = ("latency_bin", "throughput_bin", "latency_lo_ms", "throughput_lo_rps", "count")
-_NO_WINDOWS = pa.schema(
-    [
-        ("start", pa.timestamp("us")),
-        ("throughput_rps", pa.float64()),
-        ("count", pa.int64()),
-        ("throughput_bin", pa.int64()),
-        ("p50_s", pa.float64()),
-        ("p95_s", pa.float64()),
-        ("p99_s", pa.float64()),
-    ]
-).empty_table()
+_CELLS = tuple(CELLS_SCHEMA.names)
+_NO_WINDOWS = WINDOWS_SCHEMA.empty_table()
 
 
 def heatmaps_of(report: Report) -> list[Heatmap]:
