@@ -8,8 +8,11 @@ and 200 container rows from ``CgroupCollector`` over a kubelet cgroup tree
 node name and the tick's time, and ``encode_batch`` makes the wire body (``--ship-every n``
 puts n ticks in one body, as the agent's setting does), sent with a fresh batch id; a 5xx,
 429 or lost connection is retried with the same id after the agent's back-off (0.25 s
-doubling, at most 5 s), and the acknowledgement time counts from the first try. The service
-keeps its default limit of 64 requests in progress (``--max-requests``): more get 503 busy.
+doubling, at most 5 s), and the acknowledgement time counts from the first try; a
+connection idle for more than 5 s is closed before the next request (httpx's keep-alive
+expiry, which the agent's shipper has), so it is not reused and found dead. The service
+keeps its default limits: 64 requests in progress (``--max-requests``; more get 503 busy) and
+1,024 open connections (``--max-connections``; one more is answered 503 and closed at once).
 
 Arms, one after the other on the same machine (never at once):
 
@@ -27,7 +30,10 @@ Arms, one after the other on the same machine (never at once):
 ``--interval-s 0`` (default) is closed loop: each agent sends its next batch as soon as the
 last one is acknowledged (capacity). ``--interval-s 1`` paces each agent at one tick a
 second (the target load: ``--agents 1000 --interval-s 1 --seconds 600``; an agent that falls
-behind sends at once and is counted late). Figures are medians over ``--runs``.
+behind sends at once and is counted late). ``rows_s`` counts the rows acknowledged before
+the run's end (batches still in flight then are waited for and checked, their wait is
+``drain_s``); ``cpu_us_row`` is the service's CPU from the start of the load to its stop over
+every row acknowledged. Figures are medians over ``--runs``.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 TOKEN = "bench-ingest-token"
+#: httpx's default ``keepalive_expiry`` (the agent's shipper is an ``httpx.Client``): a
+#: connection idle longer is closed before the next request, not reused and found dead.
+KEEPALIVE_EXPIRY_S = 5.0
 
 
 # -- one node's batch -------------------------------------------------------------------
@@ -125,6 +134,8 @@ class Tally:
     latencies_s: list[float] = field(default_factory=list)
     batches: int = 0
     rows: int = 0
+    rows_in_window: int = 0  # acknowledged before the run's end (rows_s counts these)
+    drain_s: float = 0.0  # seconds past the end until the last acknowledgement
     samples: int = 0
     duplicates: int = 0
     retries: int = 0
@@ -190,6 +201,7 @@ def _agent(
     next_at = time.monotonic() + (period_s * (a % 97) / 97 if period_s else 0.0)  # spread
     first = datetime(2026, 11, 1) + timedelta(hours=a % 24)
     k = 0
+    last_used = time.monotonic()
     while time.monotonic() < end:
         if period_s:
             wait_s = next_at - time.monotonic()
@@ -221,6 +233,8 @@ def _agent(
         started = time.perf_counter()
         retries = 0
         while True:
+            if time.monotonic() - last_used > KEEPALIVE_EXPIRY_S:
+                conn.close()  # the next request connects afresh, as httpx's pool does
             try:
                 conn.request("POST", path, body=body, headers=headers)
                 response = conn.getresponse()
@@ -230,6 +244,7 @@ def _agent(
                 time.sleep(_backoff_s(retries))
                 retries += 1
                 continue
+            last_used = time.monotonic()
             status = response.status
             if status in (200, 204):
                 break
@@ -248,6 +263,10 @@ def _agent(
             tally.latencies_s.append(latency_s)
             tally.batches += 1
             tally.rows += rows_per
+            if time.monotonic() <= end:
+                tally.rows_in_window += rows_per
+            else:
+                tally.drain_s = max(tally.drain_s, time.monotonic() - end)
             tally.samples += len(lines) * job.ship_every
             tally.retries += retries
             tally.duplicates += duplicate
@@ -281,9 +300,10 @@ def drive(target: str, url: str, args: argparse.Namespace, agents: int) -> Tally
     total = Tally()
     for part in parts:
         total.latencies_s += part.latencies_s
-        names = ("batches", "rows", "samples", "duplicates", "retries", "rejected", "late", "cpu_s")
-        for name in names:
+        names = ("batches", "rows", "rows_in_window", "samples", "duplicates", "retries")
+        for name in (*names, "rejected", "late", "cpu_s"):
             setattr(total, name, getattr(total, name) + getattr(part, name))
+        total.drain_s = max(total.drain_s, part.drain_s)
     return total
 
 
@@ -301,7 +321,7 @@ def serve_child(spec: str) -> None:
 
 
 class Service:
-    def __init__(self, work: Path, group: bool, max_requests: int) -> None:
+    def __init__(self, work: Path, group: bool, max_requests: int, max_connections: int) -> None:
         from tests.integration.serve_process import free_port
 
         self.db = work / f"ingest-{'group' if group else 'single'}-{uuid.uuid4().hex[:6]}.duckdb"
@@ -313,7 +333,7 @@ class Service:
             "token": TOKEN,
             "retention_interval_s": 0,
             "group_commit": {"enabled": group},
-            "http": {"max_concurrent_requests": max_requests, "max_connections": max_requests + 64},
+            "http": {"max_concurrent_requests": max_requests, "max_connections": max_connections},
         }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve-child", json.dumps(spec)], cwd=ROOT
@@ -385,7 +405,7 @@ def run_arm(arm: str, agents: int, args: argparse.Namespace, work: Path) -> dict
         lost = extra = 0
         bytes_row = float("nan")
     else:
-        service = Service(work, arm == "group", max_requests=args.max_requests)
+        service = Service(work, arm == "group", args.max_requests, args.max_connections)
         sampler = RssSampler(service.proc.pid)
         sampler.start()
         try:
@@ -403,12 +423,14 @@ def run_arm(arm: str, agents: int, args: argparse.Namespace, work: Path) -> dict
     lat = sorted(tally.latencies_s) or [float("nan")]
     return {
         "batches_s": tally.batches / args.seconds,
-        "rows_s": tally.rows / args.seconds,
+        "rows_s": tally.rows_in_window / args.seconds,
+        "drain_s": tally.drain_s,
         "samples_s": tally.samples / args.seconds,
         "p50_ms": 1000 * lat[len(lat) // 2],
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
         "rss_mib": sampler.peak / 2**20,
         "cpu_ms_batch": 1000 * sampler.cpu_s / max(1, tally.batches),
+        "cpu_us_row": 1e6 * sampler.cpu_s / max(1, tally.rows),
         "bytes_row": bytes_row,
         "load_cpu_ratio": tally.cpu_s / args.seconds,
         "retries": tally.retries,
@@ -422,10 +444,12 @@ def run_arm(arm: str, agents: int, args: argparse.Namespace, work: Path) -> dict
 COLUMNS = (
     "batches_s",
     "rows_s",
+    "drain_s",
     "p50_ms",
     "p99_ms",
     "rss_mib",
     "cpu_ms_batch",
+    "cpu_us_row",
     "bytes_row",
     "load_cpu_ratio",
     "retries",
@@ -436,6 +460,8 @@ COLUMNS = (
 
 
 def main() -> None:
+    from sits_observe.surfaces.service.limits import HttpLimits
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--serve-child", help=argparse.SUPPRESS)
     parser.add_argument("--agents", default="16,64", help="comma-separated agent counts")
@@ -452,6 +478,13 @@ def main() -> None:
         help="the service's max_concurrent_requests (its default, 64); more get 503 busy and "
         "are retried with the agent's back-off",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=HttpLimits().max_connections,
+        help="the service's max_connections (its default, 1,024); an agent past it is answered "
+        "503 at connect and retries with the back-off",
+    )
     args = parser.parse_args()
     if args.serve_child:
         serve_child(args.serve_child)
@@ -459,7 +492,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     print(
         f"# {os.cpu_count()} CPUs; {args.seconds:g} s per arm; interval {args.interval_s:g} s; "
-        f"ship every {args.ship_every}; service max_concurrent_requests {args.max_requests}; "
+        f"ship every {args.ship_every}; service max_concurrent_requests {args.max_requests}, "
+        f"max_connections {args.max_connections}; "
         f"{args.runs} run(s), medians"
     )
     print("| arm | agents | " + " | ".join(COLUMNS) + " |")
@@ -474,7 +508,7 @@ def main() -> None:
                 f"{row[c]:,.2f}"
                 if c == "load_cpu_ratio"
                 else f"{row[c]:,.1f}"
-                if c in ("p50_ms", "cpu_ms_batch")
+                if c in ("p50_ms", "cpu_ms_batch", "cpu_us_row", "drain_s")
                 else f"{row[c]:,.0f}"
                 for c in COLUMNS
             )

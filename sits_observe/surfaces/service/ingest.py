@@ -162,29 +162,17 @@ class IngestEndpoint:
         if isinstance(body, Refusal):
             return self._refused(body)
         self._metrics.bytes.inc(len(body))
-        try:
-            tables = await run_in_threadpool(decode_batch, body)
-        except ParseError as exc:
-            return self._refused(Refusal(400, "undecodable", str(exc)))
-        unknown = sorted(set(tables) - set(AGENT_TABLES))
-        if unknown:
-            detail = (
-                f"table(s) {', '.join(unknown)} cannot be ingested; "
-                f"agents may send: {', '.join(AGENT_TABLES)}"
-            )
-            return self._refused(Refusal(400, "unknown_table", detail))
         now = self._clock()
-        try:
-            screened: Screened = await run_in_threadpool(
-                lambda: screen_batch(tables, now=now, max_future_skew_s=self._max_future_skew_s)
-            )
-        except SchemaError as exc:
-            return self._refused(Refusal(400, "schema", str(exc)))
+        # One worker-thread hop for the body's CPU work (decode, digest, range rules): the
+        # event loop stays free to read other agents' bodies meanwhile.
+        opened = await run_in_threadpool(self._open, body, now)
+        if isinstance(opened, Refusal):
+            return self._refused(opened)
+        screened, digest = opened
         stored = with_drop_rows(screened, at=now, node=node)
         mismatch = self._auth.check_rows(request, stored)  # a node token: its own rows only
         if mismatch is not None:
             return self._refused(mismatch)
-        digest = hashlib.sha256(body).hexdigest()
         try:
             receipt = await self._append(stored, batch_id, node, digest)
         except BatchConflict as exc:
@@ -207,6 +195,26 @@ class IngestEndpoint:
         note({"sits.ingest.rows": receipt.rows, "sits.ingest.duplicate": receipt.duplicate})
         answer = {"batch_id": batch_id, "rows": receipt.rows, "duplicate": receipt.duplicate}
         return StrictJSONResponse({**answer, "dropped": dropped})
+
+    def _open(self, body: bytes, now: datetime) -> tuple[Screened, str] | Refusal:
+        """The body decoded and screened by the range rules, with its SHA-256 (hex), or why
+        it is refused (400: undecodable, a table agents may not send, a schema misfit)."""
+        try:
+            tables = decode_batch(body)
+        except ParseError as exc:
+            return Refusal(400, "undecodable", str(exc))
+        unknown = sorted(set(tables) - set(AGENT_TABLES))
+        if unknown:
+            detail = (
+                f"table(s) {', '.join(unknown)} cannot be ingested; "
+                f"agents may send: {', '.join(AGENT_TABLES)}"
+            )
+            return Refusal(400, "unknown_table", detail)
+        try:
+            screened = screen_batch(tables, now=now, max_future_skew_s=self._max_future_skew_s)
+        except SchemaError as exc:
+            return Refusal(400, "schema", str(exc))
+        return screened, hashlib.sha256(body).hexdigest()
 
     async def _append(
         self, tables: dict[str, pa.Table], batch_id: str, node: str | None, digest: str
