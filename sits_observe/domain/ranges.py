@@ -277,12 +277,39 @@ def _problems(
         non_finite = _flag(pc.and_(present, pc.invert(pc.is_finite(column))))
         problems.append(("non_finite", non_finite))
         finite = pc.and_(present, pc.invert(non_finite))
-    if bound.low is not None:
+    low, high = _limits(bound, column.type)
+    if low is not None:
         why = "negative" if bound.low == 0 else "below_min"
-        problems.append((why, _flag(pc.and_(finite, pc.less(column, bound.low)))))
-    if bound.high is not None:
-        problems.append(("above_max", _flag(pc.and_(finite, pc.greater(column, bound.high)))))
+        problems.append((why, _flag(pc.and_(finite, pc.less(column, low)))))
+    if high is not None:
+        problems.append(("above_max", _flag(pc.and_(finite, pc.greater(column, high)))))
     return problems
+
+
+def _limits(bound: Bound, kind: pa.DataType) -> tuple[pa.Scalar | None, pa.Scalar | None]:
+    """The bounds as scalars of the column's own type. An integer column compared with a
+    float bound would be cast to double, which Arrow refuses past 2**53; for integers
+    ``v < low`` is ``v < ceil(low)`` and ``v > high`` is ``v > floor(high)``, and a bound
+    outside the type's range can break no value (None)."""
+    if not pa.types.is_integer(kind):
+        low = None if bound.low is None else pa.scalar(bound.low, pa.float64())
+        high = None if bound.high is None else pa.scalar(bound.high, pa.float64())
+        return low, high
+    width = kind.bit_width
+    lowest, highest = (
+        (0, 2**width - 1)
+        if pa.types.is_unsigned_integer(kind)
+        else (
+            -(2 ** (width - 1)),
+            2 ** (width - 1) - 1,
+        )
+    )
+    low_i = None if bound.low is None else math.ceil(bound.low)
+    high_i = None if bound.high is None else math.floor(bound.high)
+    return (
+        None if low_i is None or low_i <= lowest else pa.scalar(low_i, kind),
+        None if high_i is None or high_i >= highest else pa.scalar(high_i, kind),
+    )
 
 
 def _flag(mask: pa.ChunkedArray) -> pa.ChunkedArray:
