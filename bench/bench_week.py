@@ -118,25 +118,8 @@ GPU_COLUMNS = (
     "power_w",
     "gpu_temp_c",
 )
-CONTAINER_COLUMNS = (
-    "memory_current_bytes",
-    "memory_max_bytes",
-    "memory_anon_bytes",
-    "memory_file_bytes",
-    "memory_kernel_bytes",
-    "oom_events_total",
-    "oom_kill_events_total",
-    "memory_pressure_some_avg10_ratio",
-    "memory_pressure_full_avg10_ratio",
-    "memory_pressure_some_total_s",
-    "cpu_pressure_some_avg10_ratio",
-    "cpu_pressure_some_total_s",
-    "cpu_usage_s",
-    "cpu_throttled_s",
-    "cpu_periods_total",
-    "cpu_throttled_periods_total",
-    "cpu_limit_cores",
-)
+#: Every value column the agent exports for a container (domain/container_fields.py).
+CONTAINER_COLUMNS = tuple(f.column for f in CONTAINER_FAMILIES)
 #: What the PromQL reports above read (store/promql_source.py): framebuffer and activity for
 #: SMF, trends, interference and the elastic rule; the default baseline's GPU metric; the
 #: cgroup memory for SMF and the container baseline.

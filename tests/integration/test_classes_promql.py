@@ -22,7 +22,6 @@ rate inside a bucket too high by at most that bucket's share.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,9 +34,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.collectors.kube import node_row
-from sits_observe.collectors.kube_pods import pod_row
-from sits_observe.domain.tables import REQUESTS, conform
+from sits_observe.domain.tables import REQUESTS
 from sits_observe.reports import classes
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import PromQLReader
@@ -45,9 +42,14 @@ from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient
 from sits_observe.surfaces.cli.main import app
-from tests.integration.ksm_support import ksm_text
 from tests.integration.promql_support import E2E_BOUNDS, VictoriaMetrics, grid_start, stamped
-from tests.integration.test_extender_view_promql import GPUS, NODES, _dcgm, _on_gpus, _pod
+from tests.integration.test_extender_view_promql import (
+    GPUS,
+    _dcgm,
+    _on_gpus,
+    _pod,
+    write_inventory,
+)
 
 STEP_S = 15
 SCRAPES = 20
@@ -154,18 +156,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     body: list[str] = []
     served = {(ns, pod): Requests([], [], []) for ns, pod, _, _ in SERVERS.values()}
     with Store.open(root / "sits.duckdb") as store:
-        dropped: Counter[str] = Counter()
-        for at in ksm_times:
-            nodes = [{"ts": at, **node_row(n, dropped)} for n in NODES]
-            rows = [{"ts": at, **pod_row(p, dropped)} for p in pods]
-            store.append_batch(
-                {
-                    "nodes": conform("nodes", pa.Table.from_pylist(nodes)),
-                    "pods": conform("pods", pa.Table.from_pylist(rows)),
-                }
-            )
-            body.append(stamped(ksm_text(NODES, pods), at))
-        assert not dropped, dropped
+        write_inventory(store, body, [(at, pods) for at in ksm_times])
         placed = _on_gpus(pods)
         for at in times:
             for node in sorted(GPUS):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 from prometheus_client import CollectorRegistry
@@ -36,9 +34,7 @@ from typer.testing import CliRunner
 
 from sits_observe.analytics.settings import ClassSettings
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.collectors.kube import node_row
 from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.collectors.kube_pods import pod_row
 from sits_observe.collectors.vllm import VllmCollector
 from sits_observe.control.inputs import History, Signals
 from sits_observe.control.plan import plan
@@ -46,12 +42,10 @@ from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.signal_source import SignalMetrics, signals_of
 from sits_observe.control.signal_source_promql import PromQLSignalSettings, PromQLSignalSource
 from sits_observe.control.store_signals import signals_from_store, state_from_store
-from sits_observe.domain.tables import conform
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient
 from sits_observe.surfaces.cli.main import app
-from tests.integration.ksm_support import ksm_text
 from tests.integration.promql_support import VictoriaMetrics, VllmServer, stamped
 from tests.integration.test_extender_view_promql import (
     DCGM_SCRAPES,
@@ -63,6 +57,7 @@ from tests.integration.test_extender_view_promql import (
     _on_gpus,
     _pod,
     _snapshots,
+    write_inventory,
 )
 
 VLLM_SCRAPES = 27
@@ -121,18 +116,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     rng = np.random.default_rng(14)
     body: list[str] = []
     with Store.open(root / "sits.duckdb") as store:
-        dropped: Counter[str] = Counter()
-        for ts, pods in inventory:
-            nodes = [{"ts": ts, **node_row(n, dropped)} for n in NODES]
-            rows = [{"ts": ts, **pod_row(p, dropped)} for p in pods]
-            store.append_batch(
-                {
-                    "nodes": conform("nodes", pa.Table.from_pylist(nodes)),
-                    "pods": conform("pods", pa.Table.from_pylist(rows)),
-                }
-            )
-            body.append(stamped(ksm_text(NODES, pods), ts))
-        assert not dropped, dropped
+        write_inventory(store, body, inventory)
         today = inventory[2:]
         for k in range(DCGM_SCRAPES):
             ts = at - timedelta(seconds=5 + DCGM_STEP_S * (DCGM_SCRAPES - 1 - k))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -139,6 +139,26 @@ def _snapshots() -> list[list[dict[str, Any]]]:
     return [base, second, third]
 
 
+def write_inventory(
+    store: Store, body: list[str], snapshots: Iterable[tuple[datetime, list[dict[str, Any]]]]
+) -> None:
+    """Each (time, pods) snapshot of :data:`NODES` into ``store`` through the inventory
+    collector's row rules, and as kube-state-metrics text stamped with its time into ``body``
+    (for VictoriaMetrics' import)."""
+    dropped: Counter[str] = Counter()
+    for at, pods in snapshots:
+        nodes = [{"ts": at, **node_row(n, dropped)} for n in NODES]
+        rows = [{"ts": at, **pod_row(p, dropped)} for p in pods]
+        store.append_batch(
+            {
+                "nodes": conform("nodes", pa.Table.from_pylist(nodes)),
+                "pods": conform("pods", pa.Table.from_pylist(rows)),
+            }
+        )
+        body.append(stamped(ksm_text(NODES, pods), at))
+    assert not dropped, dropped
+
+
 def _on_gpus(pods: list[dict[str, Any]]) -> dict[str, list[tuple[str, str] | None]]:
     """Which pod dcgm-exporter names on each GPU: Running GPU pods, lowest free index first."""
     out: dict[str, list[tuple[str, str] | None]] = {n: [None] * c for n, c in GPUS.items()}
@@ -202,18 +222,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     rng = np.random.default_rng(14)
     body: list[str] = []
     with Store.open(root / "sits.duckdb") as store:
-        dropped: Counter[str] = Counter()
-        for at, pods in zip(ksm_times, snapshots, strict=True):
-            nodes = [{"ts": at, **node_row(n, dropped)} for n in NODES]
-            rows = [{"ts": at, **pod_row(p, dropped)} for p in pods]
-            store.append_batch(
-                {
-                    "nodes": conform("nodes", pa.Table.from_pylist(nodes)),
-                    "pods": conform("pods", pa.Table.from_pylist(rows)),
-                }
-            )
-            body.append(stamped(ksm_text(NODES, pods), at))
-        assert not dropped, dropped
+        write_inventory(store, body, zip(ksm_times, snapshots, strict=True))
         for k in range(DCGM_SCRAPES):
             at = now - timedelta(seconds=5 + DCGM_STEP_S * (DCGM_SCRAPES - 1 - k))
             current = [p for t, p in zip(ksm_times, snapshots, strict=True) if t <= at]

@@ -41,6 +41,7 @@ from typer.testing import CliRunner
 from sits_observe.analytics.source import DuckContainerSource
 from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.dcgm import parse_dcgm
+from sits_observe.domain.container_fields import FAMILIES
 from sits_observe.domain.tables import conform
 from sits_observe.errors import ConfigError
 from sits_observe.reports.baseline import SPEC as BASELINE
@@ -60,25 +61,7 @@ from tests.integration.promql_support import VictoriaMetrics, grid_start, stampe
 STEP_S = 15
 TICKS = 60
 CGROUP_LAG = timedelta(milliseconds=300)
-VALUE_COLUMNS = (
-    "memory_current_bytes",
-    "memory_max_bytes",
-    "memory_anon_bytes",
-    "memory_file_bytes",
-    "memory_kernel_bytes",
-    "oom_events_total",
-    "oom_kill_events_total",
-    "memory_pressure_some_avg10_ratio",
-    "memory_pressure_full_avg10_ratio",
-    "memory_pressure_some_total_s",
-    "cpu_pressure_some_avg10_ratio",
-    "cpu_pressure_some_total_s",
-    "cpu_usage_s",
-    "cpu_throttled_s",
-    "cpu_periods_total",
-    "cpu_throttled_periods_total",
-    "cpu_limit_cores",
-)
+VALUE_COLUMNS = tuple(f.column for f in FAMILIES)
 
 
 @dataclass(frozen=True)
