@@ -109,7 +109,7 @@ def test_connections_over_the_cap_get_503_and_the_cap_frees_up(tmp_path: Path) -
 
 
 def test_requests_over_the_in_flight_cap_get_503_busy(tmp_path: Path) -> None:
-    flags = ("--max-concurrent-requests", "1", "--body-timeout-s", "60")
+    flags = ("--max-concurrent-requests", "1", "--body-timeout-s", "60", "--queue-timeout-s", "0.2")
     with serving(tmp_path, *flags) as service, connect(service.port) as slow:
         slow.sendall(ingest_head(10_000) + b"x" * 100)  # in flight: its body never ends
         busy: list[httpx.Response] = []
@@ -128,6 +128,33 @@ def test_requests_over_the_in_flight_cap_get_503_busy(tmp_path: Path) -> None:
         assert busy[-1].json()["reason"] == "busy" and busy[-1].headers["Retry-After"] == "1"
         assert httpx.get(service.url + "/healthz", timeout=5).status_code == 200  # exempt
         assert service.metric("sits_http_dropped_total", reason="busy") >= 1
+
+
+def test_a_request_over_the_cap_waits_for_the_slot_and_is_served(tmp_path: Path) -> None:
+    flags = ("--max-concurrent-requests", "1", "--queue-timeout-s", "30")
+    with serving(tmp_path, *flags) as service, connect(service.port) as slow:
+        slow.sendall(ingest_head(10_000) + b"x" * 100)  # holds the one slot
+        answers: list[httpx.Response] = []
+
+        def second() -> None:
+            answers.append(
+                httpx.post(
+                    service.url + "/api/v1/ingest",
+                    content=b"SITSARW1",  # a valid batch with no tables
+                    headers={"Authorization": f"Bearer {TOKEN}", "X-Sits-Batch-Id": "b-2"},
+                    timeout=60,
+                )
+            )
+
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and not answers, "the second request did not wait"
+        assert httpx.get(service.url + "/healthz", timeout=5).status_code == 200  # exempt
+        slow.sendall(b"x" * 9_900)  # the first body ends (a malformed batch: answered 400)
+        waiting.join(30)
+        assert [a.status_code for a in answers] == [200]
+        assert service.metric("sits_http_dropped_total", reason="busy") == 0
 
 
 def test_an_aborted_upload_is_one_warning_line_and_counted(tmp_path: Path) -> None:

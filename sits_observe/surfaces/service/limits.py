@@ -8,10 +8,17 @@ service's memory and connections for as long as they liked. The limits live in t
 - the HTTP protocol (:mod:`.server`): the header timeout, the connection cap, and closing
   connections that trickle a body nobody reads;
 - this ASGI middleware, inside the app: the body timeout for handlers that read the body
-  (408 with ``Connection: close``), the cap on requests in flight (503 ``busy`` with
-  ``Retry-After``; probes and ``/metrics`` are exempt, so a saturated service is neither
-  killed as dead nor blind), and a client that closes the connection mid-body becomes one
-  warning line, not a traceback.
+  (408 with ``Connection: close``), the cap on requests in flight, and a client that closes
+  the connection mid-body becomes one warning line, not a traceback.
+
+A request over the in-flight cap waits for a slot, in arrival order, for up to
+``queue_timeout_s`` (its body is not read meanwhile: uvicorn stops reading the socket once
+64 KiB of it are buffered), and only then, or when ``max_queued_requests`` already wait, gets
+503 ``busy`` with ``Retry-After``. Refusing at once made an overloaded service slower: at
+1,000 agents each refused batch came back after its back-off and cost a connection, its
+headers and a refusal again, several times over (12,200 retries for 2,000 batches in one
+90 s run), CPU the stored batches lacked. Probes and ``/metrics`` are exempt from the cap,
+so a saturated service is neither killed as dead nor blind.
 
 Everything dropped is counted in ``sits_http_dropped_total{reason}`` (docs/api.md, "Limits").
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,8 +80,22 @@ class HttpLimits(BaseModel):
         ge=1,
         le=100_000,
         description="requests in progress at most (/healthz, /readyz and /metrics excepted); "
-        "more get 503 'busy' "
-        "with Retry-After: 1",
+        "more wait for a slot (--queue-timeout-s), then get 503 'busy' with Retry-After: 1",
+    )
+    queue_timeout_s: float = Field(
+        2.0,
+        ge=0,
+        le=600,
+        description="seconds a request over --max-concurrent-requests waits for a slot, in "
+        "arrival order, before 503 'busy' (0: refused at once); keep it under the clients' "
+        "timeout (the agent's --ship-timeout-s, 5)",
+    )
+    max_queued_requests: int = Field(
+        256,
+        ge=0,
+        le=100_000,
+        description="requests waiting for a slot at most; one more gets 503 'busy' at once "
+        "(each holds up to about 64 KiB of its body until it runs)",
     )
 
 
@@ -88,7 +110,7 @@ class LimitsMiddleware:
         self._app = app
         self._limits = limits
         self._on_drop = on_drop
-        self._in_flight = 0
+        self._slots = Slots(limits.max_concurrent_requests, limits.max_queued_requests)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,11 +118,17 @@ class LimitsMiddleware:
             return
         path = str(scope.get("path", ""))
         counted = path not in EXEMPT_PATHS
-        if counted and self._in_flight >= self._limits.max_concurrent_requests:
+        if counted and not await self._slots.acquire(self._limits.queue_timeout_s):
             self._on_drop("busy")
             await _refuse(scope, receive, send, _busy(self._limits.max_concurrent_requests))
             return
-        self._in_flight += counted
+        try:
+            await self._run(scope, receive, send, path)
+        finally:
+            if counted:
+                self._slots.release()
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         started = False
 
         async def note_start(message: Message) -> None:
@@ -135,8 +163,59 @@ class LimitsMiddleware:
                 path,
                 _client(scope),
             )
+
+
+class Slots:
+    """At most ``limit`` holders; up to ``max_waiting`` more wait, first come first served.
+
+    A freed slot is handed to the oldest waiter directly, so a request that arrives as one
+    finishes cannot overtake those already waiting. Runs on one event loop (no locks).
+    """
+
+    def __init__(self, limit: int, max_waiting: int) -> None:
+        self._free = limit
+        self._max_waiting = max_waiting
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return sum(not f.done() for f in self._waiters)
+
+    async def acquire(self, timeout_s: float) -> bool:
+        """Take a slot, waiting up to ``timeout_s``; False when none came (or the queue is
+        full). A caller that gets True must :meth:`release` once."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        if timeout_s <= 0 or self.waiting >= self._max_waiting:
+            return False
+        handed = asyncio.get_running_loop().create_future()
+        self._waiters.append(handed)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await handed
+        except TimeoutError:
+            pass
+        except BaseException:  # cancelled (the client left): give back a slot handed over
+            if _holds(handed):
+                self.release()
+            raise
         finally:
-            self._in_flight -= counted
+            handed.cancel()  # no-op once handed; otherwise release() skips it
+        # A slot handed over just as the timeout fired is still this caller's.
+        return _holds(handed)
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
+def _holds(handed: asyncio.Future[None]) -> bool:
+    return handed.done() and not handed.cancelled()
 
 
 def _deadline(receive: Receive, timeout_s: float) -> Receive:

@@ -20,9 +20,14 @@ MIB = 1024 * 1024
 
 #: The extender port's limits: kube-scheduler sends one call at a time per scheduling cycle
 #: and gives up after its ``httpTimeout`` (2 s in deploy/scheduler-config.yaml), so a few
-#: calls in flight and short timeouts are plenty.
+#: calls in flight and short timeouts are plenty; a call over them is refused at once (the
+#: extender is ``ignorable``: kube-scheduler goes on without it) rather than queued.
 EXTENDER_LIMITS = HttpLimits(
-    header_timeout_s=5.0, body_timeout_s=10.0, max_connections=64, max_concurrent_requests=8
+    header_timeout_s=5.0,
+    body_timeout_s=10.0,
+    max_connections=64,
+    max_concurrent_requests=8,
+    queue_timeout_s=0.0,
 )
 
 
