@@ -97,6 +97,10 @@ class ViewSource(Protocol):
         """Interference, measured memory needs and topology over ``slow_window_s``."""
         ...
 
+    def close(self) -> None:
+        """Release what the reads hold open (an HTTP client); no view is built after."""
+        ...
+
 
 class DuckViewSource:
     """The view's reads from the service's DuckDB store (``nodes`` / ``pods`` snapshots and
@@ -107,6 +111,9 @@ class DuckViewSource:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    def close(self) -> None:
+        """Nothing to release: the store belongs to the service (:class:`ViewSource`)."""
 
     def snapshot_times(self, now: datetime) -> tuple[datetime | None, datetime | None]:
         """``(nodes_at, pods_at)`` of the newest snapshots (:class:`ViewSource`)."""

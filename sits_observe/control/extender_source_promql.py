@@ -104,6 +104,10 @@ class PromQLViewSource:
             schema={"namespace": pl.String, "pod": pl.String, "workload": pl.String}
         )
 
+    def close(self) -> None:
+        """Close the PromQL client's connections (``ViewSource``)."""
+        self.client.close()
+
     def snapshot_times(self, now: datetime) -> tuple[datetime | None, datetime | None]:
         """The newest KSM node / pod sample times (``ViewSource``)."""
         return self._reads.snapshot_times(utc_naive(now), lookback_s=self._lookback_s)

@@ -99,6 +99,10 @@ class PromQLClient:
         if self._own:
             self._client.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._client.is_closed
+
     def __enter__(self) -> PromQLClient:
         return self
 

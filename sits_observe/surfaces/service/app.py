@@ -257,6 +257,15 @@ async def _stop_background(
             log.warning("a retention run is still in progress at shutdown; not waiting for it")
     if derived is not None and not await run_in_threadpool(derived.close, left_s()):
         log.warning("a derived-signal pass is still running at shutdown; not waiting for it")
+    _close_extender(app)
+
+
+def _close_extender(app: FastAPI) -> None:
+    """Release the extender view's reads, on this app or on the extender port's."""
+    for holder in (app, getattr(app.state, "extender_app", None)):
+        endpoints = None if holder is None else getattr(holder.state, "extender", None)
+        if endpoints is not None:
+            endpoints.close()
 
 
 class _State:

@@ -167,6 +167,11 @@ class ExtenderEndpoints:
     cache: ViewCache
     metrics: ExtenderMetrics
     handler: ExtenderHandler
+    source: ViewSource
+
+    def close(self) -> None:
+        """Release the view's reads at shutdown (the PromQL client's connections)."""
+        self.source.close()
 
     async def filter(self, request: Request) -> Response:
         """Handle ``POST /scheduler/filter``."""
@@ -269,7 +274,7 @@ def register_extender(
         binder=binder,
         on_view_age=metrics.view_age.set,
     )
-    endpoints = ExtenderEndpoints(settings, cache, metrics, handler)
+    endpoints = ExtenderEndpoints(settings, cache, metrics, handler, source)
     if settings.warm_view:
         cache.get()  # starts the first build in the background
     app.add_api_route(

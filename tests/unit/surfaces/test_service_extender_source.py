@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from fastapi.testclient import TestClient
+
 from sits_observe.control.extender_source import DuckViewSource
 from sits_observe.control.extender_source_promql import PromQLViewSource
 from sits_observe.control.extender_view import ViewSettings
 from sits_observe.store import Store
-from sits_observe.surfaces.service.extender import view_source
+from sits_observe.surfaces.service.app import create_app
+from sits_observe.surfaces.service.extender import ExtenderSettings, view_source
+from sits_observe.surfaces.service.settings import ServiceSettings
 
 
 def test_the_service_reads_the_store_unless_given_a_promql_url(tmp_path: Path) -> None:
@@ -19,3 +24,17 @@ def test_the_service_reads_the_store_unless_given_a_promql_url(tmp_path: Path) -
     assert isinstance(source, PromQLViewSource)
     assert source.client.base_url == "http://127.0.0.1:9"
     source.client.close()
+
+
+@pytest.mark.parametrize("extender_port", [None, 0], ids=["same-port", "own-port"])
+def test_shutdown_closes_the_views_promql_client(tmp_path: Path, extender_port: int | None) -> None:
+    extender = ExtenderSettings(view=ViewSettings(promql_url="http://127.0.0.1:9"))
+    with Store.open(tmp_path / "view.duckdb") as store:
+        app = create_app(
+            ServiceSettings(token="t", extender_port=extender_port), store, extender=extender
+        )
+        holder = app if extender_port is None else app.state.extender_app
+        client = holder.state.extender.source.client
+        with TestClient(app):
+            assert not client.closed
+        assert client.closed
