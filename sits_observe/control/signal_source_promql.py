@@ -26,7 +26,8 @@ the DuckDB tables' shapes:
   the window prime it, so its first window is whole). Exact per-request latencies and the
   sequence length (``requests``) have no series: ``sequence_tokens`` is null, and the rules
   that need it do not fire; the elastic inputs from the same dcgm-exporter samples;
-- **namespaces**: daily request peaks from KSM for ``quota.history_days``, one subquery a day
+- **namespaces**: daily request peaks from KSM for ``quota.history_days``, one subquery a day,
+  each finished day read once and kept
   (:meth:`~sits_observe.store.promql_signals.PromQLSignalReads.namespace_daily_peaks`; app
   containers only), the allocatable from the KSM snapshot's nodes;
 - **tenants**: the tenant report reads exact per-request latencies, which no series carries:

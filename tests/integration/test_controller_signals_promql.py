@@ -44,7 +44,8 @@ from sits_observe.control.signal_source_promql import PromQLSignalSettings, Prom
 from sits_observe.control.store_signals import signals_from_store, state_from_store
 from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
+from sits_observe.store.promql import PromQLClient, PromSeries
+from sits_observe.store.promql_signals import SETTLE, PromQLSignalReads
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import VictoriaMetrics, VllmServer, stamped
 from tests.integration.test_extender_view_promql import (
@@ -310,3 +311,33 @@ def test_controller_refuses_a_promql_url_that_is_not_http(tmp_path: Path) -> Non
     assert result.exit_code == 2
     assert "--promql-url" in result.output and "http://" in result.output
     assert not (tmp_path / "d.duckdb").exists()  # refused before anything was opened
+
+
+class _Counting(PromQLClient):
+    """The fixture's VictoriaMetrics, counting instant queries."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.queries = 0
+
+    def query(self, expr: str, at: datetime) -> list[PromSeries]:
+        self.queries += 1
+        return super().query(expr, at)
+
+
+def test_finished_days_are_read_once(loaded: Loaded) -> None:
+    client = _Counting(loaded.client.base_url)
+    with client:
+        reads = PromQLSignalReads(client)
+        at = loaded.at.replace(tzinfo=None)
+        start = at - timedelta(days=14)
+        first = reads.namespace_daily_peaks(start, at, KSM_STEP_S)
+        asked = client.queries
+        again = reads.namespace_daily_peaks(start, at + timedelta(seconds=30), KSM_STEP_S)
+        assert asked == 15  # 14 whole days and today's part (the first is cut by start)
+        # Again: the first day (cut by start) and today, which are not finished, and
+        # yesterday too in the first minutes after midnight (its scrapes may still come).
+        midnight = at.replace(hour=0, minute=0, second=0, microsecond=0)
+        assert client.queries - asked == 2 + (at + timedelta(seconds=30) - midnight < SETTLE)
+        assert_frame_equal(first.sort(pl.all()), again.sort(pl.all()))
+        assert first.filter(pl.col("namespace") == "eval").height > 0  # yesterday, kept
