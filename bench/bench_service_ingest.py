@@ -7,8 +7,9 @@ and 200 container rows from ``CgroupCollector`` over a kubelet cgroup tree
 (``bench_agent_cost.write_cgroup_tree``). Each simulated agent restamps those rows with its
 node name and the tick's time, and ``encode_batch`` makes the wire body (``--ship-every n``
 puts n ticks in one body, as the agent's setting does), sent with a fresh batch id; a 5xx,
-429 or lost connection is retried with the same id after the agent's back-off (0.25 s
-doubling, at most 5 s), and the acknowledgement time counts from the first try; a
+429 or lost connection is retried with the same id after the agent's back-off
+(``shipper.retry_delay_s``: 0.25 s doubling, at most 5 s, with jitter, never sooner than the
+answer's Retry-After), and the acknowledgement time counts from the first try; a
 connection idle for more than 5 s is closed before the next request (httpx's keep-alive
 expiry, which the agent's shipper has), so it is not reused and found dead. The service
 keeps its default limits: 64 requests in progress (``--max-requests``; more get 503 busy) and
@@ -185,12 +186,17 @@ def _agent(
     lock: threading.Lock,
     end: float,
 ) -> None:
+    from sits_observe.collectors.agent.settings import AgentSettings
+    from sits_observe.collectors.agent.shipper import retry_delay_s
     from sits_observe.collectors.agent.wire import (
         CONTENT_TYPE,
         HEADER_BATCH_ID,
         HEADER_NODE,
         encode_batch,
     )
+
+    defaults = AgentSettings.model_fields  # the agent's back-off at its defaults
+    backoff_s, backoff_max_s = defaults["backoff_s"].default, defaults["backoff_max_s"].default
 
     host, port = job.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=120)
@@ -241,16 +247,20 @@ def _agent(
                 answer = response.read()
             except (OSError, http.client.HTTPException):
                 conn.close()
-                time.sleep(_backoff_s(retries))
                 retries += 1
+                time.sleep(retry_delay_s(retries, backoff_s, backoff_max_s))
                 continue
             last_used = time.monotonic()
             status = response.status
             if status in (200, 204):
                 break
             if status in (408, 429) or status >= 500:  # 503 busy: the service's limit
-                time.sleep(_backoff_s(retries))
                 retries += 1
+                after = response.getheader("Retry-After", "")
+                wait_s = retry_delay_s(
+                    retries, backoff_s, backoff_max_s, float(after) if after.isdigit() else None
+                )
+                time.sleep(wait_s)
                 continue
             print(f"rejected {status}: {answer[:200]!r}", file=sys.stderr)
             with lock:
@@ -271,11 +281,6 @@ def _agent(
             tally.retries += retries
             tally.duplicates += duplicate
     conn.close()
-
-
-def _backoff_s(retries: int) -> float:
-    """The agent's shipper's back-off: 0.25 s doubling, at most 5 s."""
-    return float(min(5.0, 0.25 * 2**retries))
 
 
 def drive(target: str, url: str, args: argparse.Namespace, agents: int) -> Tally:

@@ -11,9 +11,9 @@ The shipper never raises for a failed delivery: it returns a :class:`ShipResult`
   because a wrong token is fixed by the operator, after which the spooled batches must still
   arrive (they are logged loudly, not dropped).
 
-Retries (for UNAVAILABLE only) back off exponentially and wait on the stop event, so a
-shutdown during a back-off is immediate. A batch id makes every retry idempotent: the
-service stores a batch id at most once.
+Retries (for UNAVAILABLE only) back off exponentially with jitter and wait on the stop
+event, so a shutdown during a back-off is immediate (:func:`retry_delay_s`). A batch id makes
+every retry idempotent: the service stores a batch id at most once.
 
 The service URL is checked once, when the shipper is built (:func:`service_url`): a URL
 httpx cannot send to would otherwise look like an outage, and the agent would spool every
@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import random
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlsplit
@@ -49,6 +51,31 @@ _RETRYABLE_4XX = frozenset({401, 403, 408, 429})
 #: A DNS name: dot-separated labels of letters, digits and inner hyphens (RFC 1123).
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?\Z")
 _URL_SHAPE = "http(s)://HOST:PORT/PATH, e.g. http://sits-observe:8080"
+
+
+def retry_delay_s(
+    attempt: int,
+    backoff_s: float,
+    backoff_max_s: float,
+    retry_after_s: float | None = None,
+    draw: Callable[[], float] = random.random,
+) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1 = the first): ``backoff_s``
+    doubling per attempt up to ``backoff_max_s``, of which a random half to all is waited
+    ("equal jitter": agents refused at the same moment do not all come back at the same
+    moment), and never less than the service's ``Retry-After`` (itself at most
+    ``backoff_max_s``). ``draw`` returns a number in [0, 1)."""
+    full = min(backoff_s * 2.0 ** (attempt - 1), backoff_max_s)
+    delay = full / 2 + draw() * full / 2
+    if retry_after_s is not None:
+        delay = max(delay, min(retry_after_s, backoff_max_s))
+    return delay
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (the delta-seconds form; a date is ignored)."""
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
 
 
 def service_url(text: str) -> str:
@@ -121,6 +148,8 @@ class ShipResult:
     status: int | None
     detail: str
     attempts: int
+    #: The service's ``Retry-After`` on the last answer, in seconds (None: not sent).
+    retry_after_s: float | None = None
 
 
 class Shipper:
@@ -169,7 +198,9 @@ class Shipper:
             result = self._attempt(batch_id, body, attempt)
             if result.outcome is not ShipOutcome.UNAVAILABLE or attempt > allowed:
                 return result
-            delay_s = min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s)
+            delay_s = retry_delay_s(
+                attempt, self.backoff_s, self.backoff_max_s, result.retry_after_s
+            )
             log.debug("batch %s: %s; retrying in %.2f s", batch_id, result.detail, delay_s)
             if self._stop.wait(delay_s):
                 return result
@@ -194,7 +225,9 @@ class Shipper:
         detail = f"HTTP {status}: {_detail(response)}"
         if 400 <= status < 500 and status not in _RETRYABLE_4XX:
             return ShipResult(ShipOutcome.REJECTED, status, detail, attempt)
-        return ShipResult(ShipOutcome.UNAVAILABLE, status, detail, attempt)
+        return ShipResult(
+            ShipOutcome.UNAVAILABLE, status, detail, attempt, _retry_after_s(response)
+        )
 
 
 def _duplicate_flag(response: httpx.Response) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sits_observe.collectors.agent.shipper import ShipOutcome, Shipper
+from sits_observe.collectors.agent.shipper import ShipOutcome, Shipper, retry_delay_s
 from sits_observe.collectors.agent.wire import CONTENT_TYPE
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -106,3 +106,26 @@ def test_back_off_waits_on_the_stop_event() -> None:
     result = ship.ship("b1", b"x")
     assert result.outcome is ShipOutcome.UNAVAILABLE
     assert len(script.requests) == 1
+
+
+def test_the_back_off_doubles_with_jitter_and_keeps_to_retry_after() -> None:
+    # Half of the doubled back-off is always waited, the other half is drawn.
+    assert retry_delay_s(1, 0.25, 5.0, draw=lambda: 0.0) == 0.125
+    assert retry_delay_s(1, 0.25, 5.0, draw=lambda: 0.999) == pytest.approx(0.25, abs=1e-3)
+    assert retry_delay_s(3, 0.25, 5.0, draw=lambda: 0.5) == 0.75  # 1 s: 0.5 + 0.25
+    assert retry_delay_s(10, 0.25, 5.0, draw=lambda: 1.0) == 5.0  # capped
+    # The service's Retry-After is a floor, capped at the longest back-off.
+    assert retry_delay_s(1, 0.25, 5.0, retry_after_s=1.0, draw=lambda: 0.0) == 1.0
+    assert retry_delay_s(1, 0.25, 5.0, retry_after_s=3600.0, draw=lambda: 0.0) == 5.0
+    draws = {retry_delay_s(2, 0.25, 5.0) for _ in range(50)}
+    assert len(draws) > 1 and all(0.25 <= d <= 0.5 for d in draws)
+
+
+def test_a_busy_answer_carries_its_retry_after() -> None:
+    def busy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": "1"}, json={"detail": "busy"})
+
+    client = httpx.Client(transport=httpx.MockTransport(busy))
+    ship = Shipper("http://svc", "t", node="n", client=client, retries=0)
+    result = ship.ship("b1", b"x")
+    assert result.outcome is ShipOutcome.UNAVAILABLE and result.retry_after_s == 1.0
