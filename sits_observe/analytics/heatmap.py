@@ -148,6 +148,16 @@ class Heatmap:
     bins: tuple[ThroughputBin, ...]
     knee: Verdict[Knee]
     safe_max: Verdict[SafeMax] | None
+    #: Lower edge (ms) of each latency bin when the bins are a histogram's buckets (a PromQL
+    #: store's heatmap: bin i spans bucket i, from 0 for the first); None: bins of
+    #: ``settings.latency_bin_ms``.
+    latency_edges_ms: tuple[float, ...] | None = None
+
+    def latency_lo_ms(self, latency_bin: int) -> float:
+        """Lower edge of latency bin ``latency_bin`` in ms, whether or not a cell has it."""
+        if self.latency_edges_ms is not None:
+            return self.latency_edges_ms[latency_bin]
+        return latency_bin * self.settings.latency_bin_ms
 
 
 def compute_heatmaps(
@@ -269,13 +279,20 @@ def _query(
     return windows, cells, bins
 
 
-_NO_BINS = pa.table(
-    {
-        "g": pa.array([], pa.string()),
-        "throughput_bin": pa.array([], pa.int64()),
-        "requests": pa.array([], pa.int64()),
-        "q": pa.array([], pa.list_(pa.float64())),
-    }
+#: The bins of a heatmap without evidence: a table of no batches, not ``pa.table`` of empty
+#: lists, which would make pyarrow import pandas (about 0.15 s; it does on its first conversion
+#: of Python or NumPy values) when ``serve`` imports this module for its settings, before its
+#: port is up (docs/extender.md, cold start).
+_NO_BINS = pa.Table.from_batches(
+    [],
+    pa.schema(
+        [
+            ("g", pa.string()),
+            ("throughput_bin", pa.int64()),
+            ("requests", pa.int64()),
+            ("q", pa.list_(pa.float64())),
+        ]
+    ),
 )
 
 

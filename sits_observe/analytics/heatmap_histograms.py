@@ -11,7 +11,9 @@ completed in that bin; this module builds the same three tables from those diffe
   P95 / P99 ESTIMATES (:func:`sits_observe.collectors.histogram.quantile`, PromQL's
   ``histogram_quantile``);
 - ``cells``: requests per (latency bucket, throughput bin): the latency axis is the
-  histogram's own buckets, not ``latency_bin_ms`` (a bucket cannot be split);
+  histogram's own buckets, not ``latency_bin_ms`` (a bucket cannot be split); the heatmap's
+  ``latency_edges_ms`` holds every bucket's lower edge, so a drawing labels the buckets
+  between two non-empty ones by their bounds too;
 - ``bins``: per throughput bin, the time bins' histograms summed and the quantiles estimated
   on the sum: the estimate of the P95 over every request of the bin, the evidence the knee and
   the safe maximum rest on (the rules of :mod:`sits_observe.analytics.heatmap_knee`).
@@ -216,6 +218,7 @@ def _assemble(
     bins: list[ThroughputBin] = []
     errors: list[BinError] = []
     cells: list[dict[str, object]] = []
+    edges: tuple[float, ...] | None = None
     for tbin in sorted(by_bin):
         merged = by_bin[tbin].histogram()
         q = _quantiles(merged)
@@ -233,6 +236,7 @@ def _assemble(
         )
         errors.append(BinError(lo, *(e.error_bound for e in q)))
         cells.extend(_cells(merged, tbin, lo))
+        edges = edges or _edges_ms(merged)
     knee = find_knee(bins, settings.min_bin_requests)
     safe: Verdict[SafeMax] | None = None
     if settings.slo_ms is not None:
@@ -252,6 +256,7 @@ def _assemble(
         bins=tuple(bins),
         knee=knee,
         safe_max=safe,
+        latency_edges_ms=edges,
     )
     return heatmap, tuple(errors)
 
@@ -266,6 +271,12 @@ def _quantiles(h: hist.Histogram) -> Sequence[hist.QuantileEstimate]:
     found = [hist.quantile(q, h) for q in QUANTILES]
     assert all(e is not None for e in found)  # callers pass histograms with requests
     return [e for e in found if e is not None]
+
+
+def _edges_ms(merged: hist.Histogram) -> tuple[float, ...]:
+    """Lower edge (ms) of each bucket of ``merged``, as :func:`_cells` labels them: 0, then
+    each finite upper bound (the last bucket is ``+Inf``)."""
+    return tuple(0.0 if i == 0 else merged.bounds[i - 1] * 1000 for i in range(len(merged.counts)))
 
 
 def _cells(merged: hist.Histogram, tbin: int, lo_rps: float) -> list[dict[str, object]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 import pyarrow as pa
@@ -141,27 +141,58 @@ def build(store: Store, window: Window, query: ClassQuery) -> Report:
         return _elastic(store, window, query)
     # The inventory is the latest snapshot before the window's end, however old.
     require_rows(store, Window(None, window.until, window.rule), "pods", PODS_FILLED_BY)
-    pods, memory, requests, gpu_memory = load_class_inputs(store, window.since, window.until)
-    return _classes(window, query, (pods, memory, requests, gpu_memory), ())
+    result = workload_classes(
+        store, window, query, by=query.by.value, fragmentation_ratio=query.fragmentation_ratio
+    )
+    return _classes(window, query, result, ())
+
+
+#: The four inputs of the class rules: pods, memory peaks, requests and GPU memory per node.
+ClassInputs = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int]]
+
+
+def workload_classes(
+    store: Store,
+    window: Window,
+    settings: ClassSettings,
+    *,
+    by: Literal["pod", "workload"] = "workload",
+    fragmentation_ratio: float | None = None,
+) -> tuple[WorkloadClass, ...]:
+    """Every GPU pod's (or workload's) classes over ``window``: the rows of the report's
+    classes view (the exporter counts their memory class for
+    ``sits_memory_class_workloads``); empty when no pod requests a GPU or has GPU memory
+    measured."""
+    inputs = load_class_inputs(store, window.since, window.until)
+    return _classify(inputs, settings, by=by, fragmentation_ratio=fragmentation_ratio)
+
+
+def _classify(
+    inputs: ClassInputs,
+    settings: ClassSettings,
+    *,
+    by: Literal["pod", "workload"],
+    fragmentation_ratio: float | None,
+) -> tuple[WorkloadClass, ...]:
+    pods, memory, requests, gpu_memory = inputs
+    return class_report(
+        pods,
+        memory,
+        requests,
+        settings,
+        by=by,
+        fragmentation_ratio=fragmentation_ratio,
+        gpu_memory_bytes=gpu_memory,
+    )
 
 
 def _classes(
     window: Window,
     query: ClassQuery,
-    inputs: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int]],
+    result: tuple[WorkloadClass, ...],
     notes: tuple[str, ...],
     facts: Mapping[str, Any] | None = None,
 ) -> Report:
-    pods, memory, requests, gpu_memory = inputs
-    result = class_report(
-        pods,
-        memory,
-        requests,
-        query,
-        by=query.by.value,
-        fragmentation_ratio=query.fragmentation_ratio,
-        gpu_memory_bytes=gpu_memory,
-    )
     if not result:
         raise NoDataError(
             "no pod requests a GPU or has GPU memory measured in the window; GPU samples need "
@@ -257,7 +288,10 @@ def _classes_promql(
             "no kube_pod_status_qos_class series (kube-state-metrics before v2.8?): every QoS "
             "class unknown, so every pod reads as shared with no memory share"
         )
-    return _classes(window, query, inputs, tuple(notes), {"source": "promql"})
+    result = _classify(
+        inputs, query, by=query.by.value, fragmentation_ratio=query.fragmentation_ratio
+    )
+    return _classes(window, query, result, tuple(notes), {"source": "promql"})
 
 
 def _elastic(store: Store, window: Window, query: ClassQuery) -> Report:

@@ -46,19 +46,21 @@ from sits_observe.analytics.fgd_cluster import ClusterState, apply_placements
 from sits_observe.analytics.fgd_live import (
     UNKNOWN_CPU_MILLI,
     InventoryTables,
+    LiveCluster,
     live_cluster,
     live_cluster_of,
 )
-from sits_observe.analytics.fgd_model import CAUSES, PodShape
+from sits_observe.analytics.fgd_model import CAUSES, MILLI_PER_GPU, PodShape
 from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
 from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
 from sits_observe.domain.units import Unit
-from sits_observe.errors import ConfigError, NoDataError
+from sits_observe.errors import ConfigError, NoDataError, StoreError
 from sits_observe.reports.result import Report, ReportTable, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, utc_text
 from sits_observe.store import Store
 from sits_observe.store.promql_kube import PromQLKubeSource
+from sits_observe.store.reads import has_inventory
 
 FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
 
@@ -152,6 +154,63 @@ class FgdInputs:
     notes: tuple[str, ...]
     by_precision: dict[str, tuple[PodShape, ...]] | None = None
     precision_held: dict[str, Holding] | None = None
+    result: FragmentationReport | None = None
+
+
+@dataclass(frozen=True)
+class LiveFragmentation:
+    """The FGD measure of a store's live cluster: the cluster, the typical-pod set M built
+    from its recent pods, and the measure of M on it."""
+
+    live: LiveCluster
+    workload: TargetWorkload
+    result: FragmentationReport
+
+    def node_fragmentation_gpus(self) -> list[tuple[str, float]]:
+        """Each node's F_n(M) in GPUs (the ``nodes`` table's ``frag_milli`` / 1000), in the
+        inventory's node order."""
+        milli = self.result.node_frag_milli.tolist()
+        return [
+            (n, m / MILLI_PER_GPU) for n, m in zip(self.live.state.node_names, milli, strict=True)
+        ]
+
+
+def live_fragmentation(
+    store: Store,
+    window: Window | None,
+    query: TypicalPodSettings,
+    *,
+    workload_s: float | None = None,
+) -> LiveFragmentation:
+    """The FGD measure of the inventory at the end of ``window`` (its newest node and pods
+    snapshots, no row outside it read; None: the newest stored, whatever their time), for the
+    workload M of the pods seen in the window (``workload_s``: only those of the
+    ``workload_s`` seconds before the pods snapshot).
+
+    The ``fragmentation`` report's cluster, nodes and causes are this measure; the exporter's
+    ``sits_fgd_*`` families read it with ``workload_s`` = ``fgd_since_s``. Raises
+    :class:`~sits_observe.errors.StoreError` with no node snapshot or no pod in M's window.
+    """
+    since = None if window is None else window.since
+    until = None if window is None else window.until
+    live = live_cluster(store, since_s=workload_s, since=since, until=until)
+    workload = _typical_pods(live.shapes, query)
+    return LiveFragmentation(live, workload, fragmentation(live.state, workload))
+
+
+def live_inventory(
+    store: Store, window: Window | None, *, workload_s: float | None = None
+) -> LiveCluster | None:
+    """The live cluster :func:`live_fragmentation` measures (same arguments), or None while
+    the store holds no inventory or no pod in M's window (then nothing can be stranded)."""
+    if not has_inventory(store):
+        return None
+    since = None if window is None else window.since
+    until = None if window is None else window.until
+    try:
+        return live_cluster(store, since_s=workload_s, since=since, until=until)
+    except StoreError:
+        return None
 
 
 def build(store: Store, window: Window, query: FragmentationQuery) -> Report:
@@ -175,7 +234,9 @@ def build_promql(reader: PromQLReader, window: Window, query: FragmentationQuery
 
 def report_of(window: Window, inputs: FgdInputs, query: FragmentationQuery) -> Report:
     """The report of the FGD measure of ``inputs`` (any cluster state and workload)."""
-    result = fragmentation(inputs.state, inputs.workload)
+    result = inputs.result
+    if result is None:
+        result = fragmentation(inputs.state, inputs.workload)
     facts = {
         **inputs.facts,
         "coverage_ratio": query.coverage_ratio,
@@ -221,7 +282,8 @@ def _from_trace(query: FragmentationQuery) -> FgdInputs:
 def _from_store(store: Store, window: Window, query: FragmentationQuery) -> FgdInputs:
     require_rows(store, window, "nodes", FILLED_BY)
     require_rows(store, window, "pods", FILLED_BY)
-    live = live_cluster(store, since_s=None, since=window.since, until=window.until)
+    measured = live_fragmentation(store, window, query)
+    live = measured.live
     facts = {
         "source": "store",
         "nodes": None,
@@ -239,12 +301,13 @@ def _from_store(store: Store, window: Window, query: FragmentationQuery) -> FgdI
     )
     return FgdInputs(
         live.state,
-        _typical_pods(live.shapes, query),
+        measured.workload,
         live.pods_placed,
         facts,
         notes,
         by_precision=precision_shapes(store, window.since, window.until),
         precision_held=precision_holdings(store, live.pods_at),
+        result=measured.result,
     )
 
 
@@ -302,7 +365,7 @@ def _from_ksm(reader: PromQLReader, window: Window, query: FragmentationQuery) -
     return FgdInputs(live.state, workload, live.pods_placed, facts, notes)
 
 
-def _typical_pods(shapes: Iterable[PodShape], query: FragmentationQuery) -> TargetWorkload:
+def _typical_pods(shapes: Iterable[PodShape], query: TypicalPodSettings) -> TargetWorkload:
     settings = TypicalPodSettings(
         coverage_ratio=query.coverage_ratio, include_cpu_only=query.include_cpu_only
     )

@@ -33,12 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from sits_observe.analytics.heatmap import (
     US_PER_S,
     Heatmap,
+    HeatmapGroup,
     HeatmapSettings,
     compute_heatmaps,
     exact,
 )
 from sits_observe.analytics.heatmap_histograms import histogram_heatmaps
 from sits_observe.analytics.heatmap_json import HeatmapJson, heatmap_json
+from sits_observe.analytics.heatmap_knee import SafeMax, Verdict, find_safe_max
 from sits_observe.analytics.latency import RequestSelection, explain_empty, known_values
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError
@@ -220,7 +222,14 @@ def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
     require_rows(store, window, "requests", FILLED_BY)
     selection = query.selection(window)
     group = None if query.by is None else GROUP_COLUMNS[query.by]
-    maps = compute_heatmaps(store, query.heatmap(), selection=selection, by=group)
+    maps = request_heatmaps(
+        store,
+        window,
+        query.heatmap(),
+        by=group,
+        model=query.model,
+        include_failed=query.include_failed,
+    )
     if not maps:
         raise NoDataError(explain_empty(store, selection))
     labels = gpu_labels(store, window) if query.by is HeatmapBy.gpu else {}
@@ -232,6 +241,32 @@ def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
     facts = {**_facts(query, selection, maps, keys, docs), "store": "duckdb"}
     notes = [*_model_notes(store, query, window), *_verdict_notes(query, maps, keys)]
     return Report("heatmap", window, main, (*others, limits), tuple(notes), facts)
+
+
+def request_heatmaps(
+    store: Store,
+    window: Window,
+    settings: HeatmapSettings,
+    *,
+    by: HeatmapGroup | None = "model",
+    model: str | None = None,
+    include_failed: bool = False,
+) -> list[Heatmap]:
+    """The heatmaps of the requests of ``window`` from its first whole time bin on (bins of
+    ``settings.window_s``), one per ``by`` group: the report's tables, knee and safe maximum
+    come from them, and so do the exporter's ``sits_knee_requests_per_second`` and
+    ``sits_safe_max_requests_per_second``. Empty when no request is selected."""
+    since = None if window.since is None else first_bin_at(window.since, settings.window_s)
+    chosen = RequestSelection(
+        model=model, since=since, until=window.until, include_failed=include_failed
+    )
+    return compute_heatmaps(store, settings, selection=chosen, by=by)
+
+
+def safe_max_at(heatmap: Heatmap, slo_s: float, settings: HeatmapSettings) -> Verdict[SafeMax]:
+    """The safe maximum of ``heatmap``'s throughput bins at a P95 SLO of ``slo_s`` (the
+    verdict the heatmap holds for ``settings.slo_ms``, for another SLO: one per model)."""
+    return find_safe_max(heatmap.bins, slo_s, settings.min_bin_requests)
 
 
 def build_promql(reader: PromQLReader, window: Window, query: HeatmapQuery) -> Report:
@@ -396,6 +431,12 @@ def _facts(
                 "knee": d["knee"],
                 "safe_max": d["safe_max"],
                 "notes": d["notes"],
+                # A histogram's uneven latency bins (PromQL), for the grid read back.
+                **(
+                    {}
+                    if h.latency_edges_ms is None
+                    else {"latency_edges_ms": list(h.latency_edges_ms)}
+                ),
             }
             for k, h, d in zip(keys, maps, docs, strict=True)
         ],

@@ -3,7 +3,8 @@
 The picture (``heatmap --png``, :func:`sits_observe.analytics.heatmap_png.render_png`) and the
 text grid draw a :class:`Heatmap`; a report may come from a local file or through the
 service's JSON, so both are drawn from the report's ``cells`` and ``bins`` tables and its
-``facts`` (settings, knee, safe maximum) rather than from a second query. The windows table is
+``facts`` (settings, knee, safe maximum, and a PromQL heatmap's bucket edges) rather than
+from a second query. The windows table is
 left empty: neither drawing reads it.
 """
 
@@ -48,6 +49,7 @@ def heatmaps_of(report: Report) -> list[Heatmap]:
         group = None if key is None else fact.get(key)
         mine = _of_group(bins, key, group).to_pylist()
         notes = list(fact.get("notes") or [])
+        edges = fact.get("latency_edges_ms")
         maps.append(
             Heatmap(
                 by=None if by is None else by.value,
@@ -61,6 +63,7 @@ def heatmaps_of(report: Report) -> list[Heatmap]:
                 safe_max=None
                 if settings.slo_ms is None
                 else Verdict(_safe(fact.get("safe_max")), notes[-1] if len(notes) > 1 else ""),
+                latency_edges_ms=None if edges is None else tuple(float(e) for e in edges),
             )
         )
     return maps

@@ -35,8 +35,14 @@ from sits_observe.analytics.interference import (
     NodeInterference,
     interference_report,
     load_gpu_samples,
+    node_scores,
 )
-from sits_observe.analytics.numa import MeasuredInputs, measured_inputs
+from sits_observe.analytics.numa import (
+    MeasuredInputs,
+    load_numa_samples,
+    measured_inputs,
+    numa_miss_ratios,
+)
 from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
@@ -165,6 +171,18 @@ def build(store: Store, window: Window, query: InterferenceQuery) -> Report:
     samples = load_gpu_samples(store, window.since, window.until, node=query.node)
     measured = measured_inputs(store, window.since, window.until, node=query.node)
     return _report(window, samples, gpu_labels(store, window), query, measured)
+
+
+def node_interference(
+    store: Store, window: Window, settings: InterferenceSettings
+) -> dict[str | None, InterferenceScore]:
+    """The score of every node with GPU samples in ``window``, with its measured NUMA miss
+    ratio: the ``nodes`` table's scores of the report for the same settings (no NUMA ratio
+    or sync delay given), without the per-GPU rows; the exporter's
+    ``sits_interference_score_ratio``."""
+    samples = load_gpu_samples(store, window.since, window.until)
+    numa = numa_miss_ratios(load_numa_samples(store, window.since, window.until))
+    return node_scores(samples, settings, numa_miss_ratio=numa)
 
 
 def build_promql(reader: PromQLReader, window: Window, query: InterferenceQuery) -> Report:

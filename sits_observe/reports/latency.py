@@ -24,8 +24,6 @@ from sits_observe.analytics.latency import (
     GroupBy,
     Metric,
     RequestSelection,
-    estimate_windows,
-    exact_quantiles,
     explain_empty,
     groups_with_only_estimates,
     known_values,
@@ -34,6 +32,7 @@ from sits_observe.analytics.source import SnapshotServerWindows, estimate_window
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.names import gpu_labels
+from sits_observe.reports.request_latency import exact_latency, latency_estimates, selection
 from sits_observe.reports.result import Column, Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
@@ -103,12 +102,7 @@ class LatencyQuery(BaseModel):
 
     def selection(self, window: Window) -> RequestSelection:
         """The requests (or windows) of ``window`` these settings select."""
-        return RequestSelection(
-            model=self.model,
-            since=window.since,
-            until=window.until,
-            include_failed=self.include_failed,
-        )
+        return selection(window, model=self.model, include_failed=self.include_failed)
 
 
 def _key_columns(by: LatencyGroup) -> tuple[Column, ...]:
@@ -148,7 +142,14 @@ def build(store: Store, window: Window, query: LatencyQuery) -> Report:
     by = GROUP_COLUMNS[query.by]
     metric = _METRICS[query.metric]
     selection = query.selection(window)
-    table = exact_quantiles(store, by=by, selection=selection, metric=metric)
+    table = exact_latency(
+        store,
+        window,
+        by=by,
+        model=query.model,
+        include_failed=query.include_failed,
+        metric=metric,
+    )
     if table.num_rows == 0:
         require_rows(store, window, "requests", FILLED_BY["requests"])
         raise NoDataError(explain_empty(store, selection, metric))
@@ -204,7 +205,10 @@ def _estimate_group(query: LatencyQuery) -> GroupBy:
 
 
 def _store_estimates(store: Store, window: Window, query: LatencyQuery) -> pa.Table:
-    table = estimate_windows(store, by=_estimate_group(query), selection=query.selection(window))
+    by = _estimate_group(query)
+    table = latency_estimates(
+        store, window, by=by, model=query.model, include_failed=query.include_failed
+    )
     if table.num_rows == 0:
         require_rows(store, window, "server_windows", FILLED_BY["server_windows"])
         models = known_values(store, "model", "server_windows")

@@ -2,13 +2,16 @@
 
 A GPU UUID (``GPU-5f1c...``, 40 characters) identifies a device exactly but says nothing to a
 person; tables show :func:`gpu_label` and keep the UUID in a ``-o wide`` column.
+
+polars is imported by :func:`gpu_labels_of` alone, on first use: ``serve`` imports this
+module before its port is up (the exporter's GPU labels), and polars (about 0.15 s) would
+delay the scheduler extender's first answer (docs/extender.md, cold start).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-import polars as pl
 import pyarrow as pa
 
 from sits_observe.reports.window import Window
@@ -59,6 +62,8 @@ def gpu_labels(store: Store, window: Window) -> Mapping[str, str]:
 def gpu_labels_of(samples: pa.Table) -> Mapping[str, str]:
     """:func:`gpu_labels` of ``gpu_samples`` rows already read (a PromQL store's): the newest
     node, and the newest known index and model name, of each GPU in ``samples``."""
+    import polars as pl  # on first use: the module docstring
+
     frame = pl.from_arrow(samples.select(["ts", "gpu_uuid", "node", "gpu_index", "model_name"]))
     assert isinstance(frame, pl.DataFrame)
     latest = (

@@ -33,11 +33,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sits_observe.analytics.fgd_live import live_cluster
+from sits_observe.analytics.fgd_live import LiveCluster, live_cluster
 from sits_observe.analytics.idle_gpus import (
+    KINDS,
     Finding,
     IdleReport,
     IdleSettings,
+    Kind,
     find_waste,
     load_held_samples,
 )
@@ -47,7 +49,11 @@ from sits_observe.analytics.rightsizing_stacks import WorkloadSizing, workload_s
 from sits_observe.domain.units import Unit, human
 from sits_observe.errors import StoreError
 from sits_observe.reports.recommend_plan import MAX_REASON, RULE, change_ratio, days_confidence
+from sits_observe.reports.window import Window
 from sits_observe.store import Store
+
+#: The kinds of waste, in the order every total lists them: idle, oversized, stranded.
+WASTE_KINDS: tuple[Kind, ...] = KINDS
 
 WORKLOAD = "Workload"
 HIGH_HELD_H = 24.0
@@ -128,6 +134,19 @@ def waste(
         live = None
         notes.append(f"stranded GPUs not measured: {exc}")
     return find_waste(samples, s, window_s=max(span_s, 0.0), live=live), notes
+
+
+def idle_gpus(
+    store: Store, window: Window, s: IdleSettings, *, window_s: float, live: LiveCluster | None
+) -> IdleReport:
+    """The idle and oversized GPUs held by pods in ``window`` (``window.since`` is
+    required) and the capacity ``live`` strands (None: none measured), the GPU-hours over
+    ``window_s``: the findings :func:`waste` gives the ``recommend`` report for its own
+    window and inventory; the exporter's ``sits_gpu_idle_*`` families, with every kind's
+    total even when nothing is held."""
+    assert window.since is not None
+    samples = load_held_samples(store, window.since, window.until)
+    return find_waste(samples, s, window_s=window_s, live=live)
 
 
 def idle_rows(report: IdleReport, s: IdleSettings) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from sits_observe.analytics.smf import (
     read_smf_sources,
     summarize_smf,
 )
+from sits_observe.analytics.smf_latest import SmfLatest, read_latest_smf
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.names import gpu_labels, gpu_labels_of
@@ -97,6 +98,15 @@ def build(store: Store, window: Window, query: SmfQuery) -> Report:
     require_rows(store, window, "container_samples", FILLED_BY)
     inputs = read_smf_inputs(store, since=window.since, until=window.until, settings=query)
     return _report(window, inputs, query, gpu_labels(store, window))
+
+
+def latest_smf(store: Store, window: Window, settings: SmfSettings) -> SmfLatest:
+    """The latest SMF of every GPU and every container over ``window``: the ``latest_smf``
+    column of the report's ``gpu`` and ``container`` summaries (the same rules and values,
+    a mean over several rows possibly differing in the last bit), read without aligning the
+    whole window (:mod:`sits_observe.analytics.smf_latest`); the exporter's ``sits_smf_*``
+    families."""
+    return read_latest_smf(store, since=window.since, until=window.until, settings=settings)
 
 
 def build_promql(reader: PromQLReader, window: Window, query: SmfQuery) -> Report:

@@ -22,7 +22,12 @@ from pydantic import Field
 
 from sits_observe.analytics.source import OCCUPANCY_COLUMNS, occupancy_from_samples
 from sits_observe.analytics.trends import TrendCluster, TrendClusters, TrendSettings, cluster_trends
-from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
+from sits_observe.analytics.trends_series import (
+    OccupancySeries,
+    TrendLevel,
+    read_newest_occupancy,
+    read_occupancy_series,
+)
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.names import gpu_label, gpu_labels
@@ -78,11 +83,36 @@ _NOISE = (
 def build(store: Store, window: Window, query: TrendsQuery) -> Report:
     """The ``trends`` report over ``window`` of ``store``."""
     _require_samples(store, window)
-    series = read_occupancy_series(
-        store, since=window.since, until=window.until, level=query.level, bucket_s=query.bucket_s
-    )
+    result = trend_clusters(store, window, query, level=query.level, bucket_s=query.bucket_s)
     labels = gpu_labels(store, window) if query.level is TrendLevel.gpu else {}
-    return report_of(window, cluster_trends(series, query), labels)
+    return report_of(window, result, labels)
+
+
+def trend_clusters(
+    store: Store,
+    window: Window,
+    settings: TrendSettings,
+    *,
+    level: TrendLevel = TrendLevel.gpu,
+    bucket_s: int | None = None,
+) -> TrendClusters:
+    """DBSCAN clusters of the framebuffer-occupancy series over ``window``: the report's
+    clusters and noise (the exporter's ``sits_gpu_trend_cluster``); an empty window gives
+    no cluster."""
+    series = read_occupancy_series(
+        store, since=window.since, until=window.until, level=level, bucket_s=bucket_s
+    )
+    return cluster_trends(series, settings)
+
+
+def newest_occupancy(store: Store, window: Window, bucket_s: int) -> OccupancySeries:
+    """The newest point of each GPU's occupancy series over ``window`` in buckets of
+    ``bucket_s`` (:func:`~sits_observe.analytics.trends_series.read_newest_occupancy`: the
+    last point of the series :func:`trend_clusters` reads at that bucket, read from that
+    bucket's rows only); the exporter's ``sits_gpu_framebuffer_used_ratio``."""
+    return read_newest_occupancy(
+        store, since=window.since, until=window.until, level=TrendLevel.gpu, bucket_s=bucket_s
+    )
 
 
 def build_promql(reader: PromQLReader, window: Window, query: TrendsQuery) -> Report:

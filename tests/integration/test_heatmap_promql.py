@@ -28,6 +28,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.domain.tables import REQUESTS
+from sits_observe.reports.heatmap_maps import heatmaps_of
+from sits_observe.reports.result import Report
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import E2E_BOUNDS, VictoriaMetrics, grid_start, stamped
@@ -205,3 +207,16 @@ def test_grid_reads_the_cells_from_the_same_store_and_png_is_refused(
     png = runner.invoke(app, [*common, "--png", str(tmp_path / "h.png")])
     assert png.exit_code == 2 and "--grid or --table cells" in png.stderr
     assert not (tmp_path / "h.png").exists()
+
+
+def test_the_buckets_edges_travel_with_the_report(loaded: Loaded) -> None:
+    """Every bucket's lower edge is in the JSON facts, so a report read back (``--service``)
+    draws its grid rows at the histogram's bounds, a row with no cell included."""
+    doc = _heatmap("--promql-url", loaded.vm_url, "--since", "2h", "--table", "cells")
+    edges = doc["facts"]["heatmaps"][0]["latency_edges_ms"]
+    assert edges == pytest.approx([0.0, *(b * 1000 for b in E2E_BOUNDS)])
+    [h] = heatmaps_of(Report.from_document(doc))
+    assert [h.latency_lo_ms(i) for i in range(len(edges))] == pytest.approx(edges)
+    # The DuckDB path's bins are even: no edges in its facts.
+    even = _heatmap("--db", str(loaded.db), "--since", "2h", "--until", "now")
+    assert all("latency_edges_ms" not in f for f in even["facts"]["heatmaps"])

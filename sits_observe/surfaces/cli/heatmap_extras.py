@@ -137,7 +137,7 @@ def print_grid(h: Heatmap) -> None:
     for j in range(thr_bins[0], thr_bins[-1] + 1):
         table.add_column(f"{thr_lo.get(j, j * s.throughput_bin_rps):g}", justify="right")
     for i in range(lat_bins[-1], lat_bins[0] - 1, -1):
-        label = f"{lat_lo.get(i, i * s.latency_bin_ms):g}"
+        label = f"{lat_lo.get(i, h.latency_lo_ms(i)):g}"
         table.add_row(
             label, *(compact(count.get((i, j))) for j in range(thr_bins[0], thr_bins[-1] + 1))
         )

@@ -153,7 +153,7 @@ REGISTRY: tuple[Signal, ...] = (
         "interference",
         _later("cluster", "interference"),
         (("sits_interference_score_ratio", _G),),
-        reads=reads.gpu_window,
+        reads=reads.interference,
     ),
     Signal(
         "smf",

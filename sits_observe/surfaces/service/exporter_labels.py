@@ -17,11 +17,7 @@ for both.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from sits_observe.reports.names import gpu_identities
-from sits_observe.reports.window import Window
-from sits_observe.store import Store
+import pyarrow as pa
 
 #: The node (dcgm-exporter: the node name when NODE_NAME is set, as its Helm chart and the
 #: GPU Operator do).
@@ -41,16 +37,17 @@ def _text(value: object, unknown: str) -> str:
 
 
 class GpuNames:
-    """Index and model name of each GPU UUID seen in a window of ``gpu_samples``."""
+    """Index and model name of each GPU UUID of ``identities`` (the rows of
+    :func:`~sits_observe.reports.names.gpu_identities` for one window)."""
 
-    def __init__(self, store: Store, since: datetime, until: datetime, *, unknown: str) -> None:
+    def __init__(self, identities: pa.Table, *, unknown: str) -> None:
         self._unknown = unknown
         self._names: dict[str, tuple[str, str]] = {
             str(row["gpu_uuid"]): (
                 _text(row["gpu_index"], unknown),
                 _text(row["model_name"], unknown),
             )
-            for row in gpu_identities(store, Window(since, until, "given")).to_pylist()
+            for row in identities.to_pylist()
         }
 
     def labels(self, node: str, uuid: str) -> tuple[str, str, str, str]:

@@ -49,25 +49,30 @@ def server_windows(p: PassInputs) -> tuple[RowSpan, ...]:
 
 
 def gpu_window(p: PassInputs) -> tuple[RowSpan, ...]:
-    """The window's GPU samples (interference, GPU attribution)."""
+    """The window's GPU samples (GPU attribution; the GPU names of the window)."""
     return (RowSpan("gpu_samples", p.since, p.until),)
 
 
+def interference(p: PassInputs) -> tuple[RowSpan, ...]:
+    """The window's GPU samples and NUMA samples (the measured NUMA miss ratio)."""
+    return (*gpu_window(p), RowSpan("numa_samples", p.since, p.until))
+
+
 def smf(p: PassInputs) -> tuple[RowSpan, ...]:
-    """SMF's inputs (``read_smf_inputs``: from ``since``, GPU samples ``max_skew_s`` earlier,
-    no upper bound) and the GPU names of the window."""
+    """SMF's inputs (``read_smf_inputs`` over the window: GPU samples from ``max_skew_s``
+    before ``since``) and the GPU names of the window."""
     skew = timedelta(seconds=p.settings.smf.max_skew_s)
     return (
-        RowSpan("gpu_samples", p.since - skew),
-        RowSpan("container_samples", p.since),
-        RowSpan("gpu_processes", p.since),
+        RowSpan("gpu_samples", p.since - skew, p.until),
+        RowSpan("container_samples", p.since, p.until),
+        RowSpan("gpu_processes", p.since, p.until),
         *gpu_window(p),
     )
 
 
 def framebuffer(p: PassInputs) -> tuple[RowSpan, ...]:
-    """The occupancy series from ``since`` (raw samples and minute roll-ups, no upper bound)
-    and the GPU names of the window."""
+    """The occupancy series of the window (raw samples and minute roll-ups) and the GPU
+    names of the window."""
     return (*_occupancy(p, p.since), *gpu_window(p))
 
 
@@ -87,8 +92,11 @@ def collector_drops(_: PassInputs) -> tuple[RowSpan, ...]:
     return (RowSpan("collector_drops"),)
 
 
-def _occupancy(_: PassInputs, since: datetime) -> tuple[RowSpan, ...]:
-    return (RowSpan("gpu_samples", since), RowSpan("gpu_samples_1m", since, column="minute"))
+def _occupancy(p: PassInputs, since: datetime) -> tuple[RowSpan, ...]:
+    return (
+        RowSpan("gpu_samples", since, p.until),
+        RowSpan("gpu_samples_1m", since, p.until, column="minute"),
+    )
 
 
 def fragmentation(p: PassInputs) -> tuple[Read, ...] | None:

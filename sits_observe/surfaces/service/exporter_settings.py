@@ -177,3 +177,10 @@ class ExporterSettings(BaseModel):
     def slo_s(self, model: str) -> float:
         """The P95 SLO of ``model``, in seconds."""
         return self.latency_slo_by_model_s.get(model, self.latency_slo_s)
+
+    def heatmap_settings(self) -> HeatmapSettings:
+        """:attr:`heatmap` with its ``slo_ms`` replaced by the latency SLO (the knee and the
+        safe maximum of models without their own SLO)."""
+        return HeatmapSettings.model_validate(
+            {**self.heatmap.model_dump(), "slo_ms": self.latency_slo_s * 1000}
+        )

@@ -1,12 +1,14 @@
 """Per-signal builders of the exporter, part 1: requests, collectors and the controller.
 
 A builder takes the :class:`PassInputs` of one pass and returns metric families. It holds no
-SQL: it reads through the analytics (latency quantiles, estimates and bucket counts under the
-request selection rule), the reports layer (the decision log's totals) and the store's plain
-reads (collector drops, the newest sample time per node), and only turns their rows into
-families. A builder raises when its signal cannot be computed; the collector
-(:mod:`.exporter`) counts that and carries on. "Nothing to export yet" is not an error: a
-builder returns no samples.
+SQL and calls no analysis: it reads what the reports layer answers for the pass's window (the
+``latency`` report's exact quantiles, estimates and bucket counts,
+:mod:`sits_observe.reports.request_latency`; the collectors' drops and newest rows,
+:mod:`sits_observe.reports.collector_health`; the decision log's totals,
+:mod:`sits_observe.reports.decision_totals`), so ``/metrics`` and the command answer alike,
+and only turns their rows into families. A builder raises when its signal cannot be
+computed; the collector (:mod:`.exporter`) counts that and carries on. "Nothing to export
+yet" is not an error: a builder returns no samples.
 
 Label values are bounded: models by ``max_models`` (the busiest in the window), nodes by
 ``max_nodes``; :func:`capped` documents the order that decides which values are kept.
@@ -29,28 +31,21 @@ from prometheus_client.core import (
     Metric,
 )
 
-from sits_observe.analytics.latency import (
-    RequestSelection,
-    estimate_windows,
-    exact_quantiles,
-    latency_buckets,
-    quantile_column,
-)
+from sits_observe.reports import collector_health, request_latency
 from sits_observe.reports.decision_totals import (
     decision_totals,
     failure_totals,
     newest_decision_at,
 )
-from sits_observe.reports.window import Window
-from sits_observe.store import Store, utc_naive
-from sits_observe.store.freshness import newest_by_node
-from sits_observe.store.reads import collector_drop_totals
+from sits_observe.reports.names import gpu_identities
+from sits_observe.reports.window import Window, to_utc_naive
+from sits_observe.store import Store
 from sits_observe.surfaces.durations import prom_duration
 from sits_observe.surfaces.service.exporter_labels import NODE, GpuNames
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 
-#: The latency quantiles exported (label ``quantile``), as in the ``latency`` command.
-QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
+#: The latency quantiles exported (label ``quantile``): the ``latency`` report's.
+QUANTILES: tuple[float, ...] = request_latency.QUANTILES
 #: Label value for a group the store has no name for (NULL model, node, namespace ...).
 UNKNOWN = "unknown"
 #: Failure reasons of the controller always exported (0 until one happens), so the family
@@ -67,7 +62,7 @@ class PassInputs:
     def __init__(self, store: Store, settings: ExporterSettings, now: datetime) -> None:
         self.store = store
         self.settings = settings
-        self.now = utc_naive(now)
+        self.now = to_utc_naive(now)
         self.since = self.now - timedelta(seconds=settings.window_s)
         # Windows are [since, now]: a row stamped after now (a clock ahead, a bad client) is
         # in no window, so it cannot hold a "last N minutes" signal until the clock catches up.
@@ -80,7 +75,8 @@ class PassInputs:
         start) to now, read once per pass and start (:mod:`.exporter_labels`)."""
         start = self.since if since is None else since
         if start not in self._gpu_names:
-            self._gpu_names[start] = GpuNames(self.store, start, self.until, unknown=UNKNOWN)
+            identities = gpu_identities(self.store, Window(start, self.until, "given"))
+            self._gpu_names[start] = GpuNames(identities, unknown=UNKNOWN)
         return self._gpu_names[start]
 
     @cached_property
@@ -94,22 +90,17 @@ class PassInputs:
 
     @cached_property
     def busiest(self) -> list[dict[str, Any]]:
-        """Exact quantiles per model in the window, the busiest ``max_models`` first."""
-        table = exact_quantiles(
-            self.store,
-            by="model",
-            selection=RequestSelection(since=self.since, until=self.until),
-            quantiles=QUANTILES,
-        )
+        """Exact quantiles per model in the window (the ``latency`` report's), the busiest
+        ``max_models`` first."""
+        table = request_latency.exact_latency(self.store, self.span, quantiles=QUANTILES)
         rows = sorted(table.to_pylist(), key=lambda r: (-int(r["count"]), str(r["model"])))
         return rows[: self.settings.max_models]
 
     @cached_property
     def latest_estimates(self) -> list[dict[str, Any]]:
-        """The newest histogram window per model in the window, busiest models first."""
-        table = estimate_windows(
-            self.store, by="model", selection=RequestSelection(since=self.since, until=self.until)
-        )
+        """The newest histogram window per model in the window (of the ``latency`` report's
+        estimates), busiest models first."""
+        table = request_latency.latency_estimates(self.store, self.span)
         latest: dict[str, dict[str, Any]] = {}
         completed: dict[str, float] = {}
         for row in table.to_pylist():  # sorted by model, then window end
@@ -164,7 +155,7 @@ def latency(p: PassInputs) -> list[Metric]:
     )
     for row in p.busiest:
         for q in QUANTILES:
-            value = finite(row[quantile_column(q)])
+            value = finite(row[request_latency.column_of(q)])
             if value is not None:
                 family.add_metric((label(row["model"]), f"{q:g}", p.window), value)
     return [family]
@@ -195,7 +186,7 @@ def latency_estimate(p: PassInputs) -> list[Metric]:
     for row in p.latest_estimates:
         window = prom_duration(max(round(float(row["window_s"] or 0.0)), 1))
         for q in QUANTILES:
-            value = finite(row[quantile_column(q)])
+            value = finite(row[request_latency.column_of(q)])
             if value is not None:
                 family.add_metric((label(row["model"]), f"{q:g}", window), value)
     return [family]
@@ -220,8 +211,7 @@ def request_latency_histogram(p: PassInputs) -> list[Metric]:
     """``sits_request_latency_window_seconds{model}``: a gauge histogram of the successful
     requests' latency in the window (cumulative buckets, as Grafana's heatmap reads them)."""
     bounds = p.settings.latency_buckets_s
-    selection = RequestSelection(since=p.since, until=p.until)
-    table = latency_buckets(p.store, selection, bounds)
+    table = request_latency.latency_histogram(p.store, p.span, bounds)
     rows = capped(table.to_pylist(), p.settings.max_models, lambda r: (-r["n"], label(r["model"])))
     family = GaugeHistogramMetricFamily(
         "sits_request_latency_window_seconds",
@@ -241,7 +231,7 @@ def request_latency_histogram(p: PassInputs) -> list[Metric]:
 
 def collector_drops(p: PassInputs) -> list[Metric]:
     """``sits_collector_drops_total{collector, reason}`` from the ``collector_drops`` rows."""
-    rows = collector_drop_totals(p.store).to_pylist()
+    rows = collector_health.drop_totals(p.store).to_pylist()
     family = CounterMetricFamily(
         "sits_collector_drops",
         "samples dropped by collectors, by collector and reason (rows kept in the store)",
@@ -256,7 +246,7 @@ def collector_last_seen(p: PassInputs) -> list[Metric]:
     """``sits_collector_last_seen_timestamp_seconds{node, source}``: newest row per node in
     each sample table; the stalest ``max_nodes`` nodes are kept (a cap never hides a silent
     node)."""
-    rows = newest_by_node(p.store).to_pylist()
+    rows = collector_health.newest_by_node(p.store).to_pylist()
     stalest: dict[str, datetime] = {}
     for row in rows:
         node = label(row["node"])

@@ -1,11 +1,16 @@
 """Per-signal builders of the exporter, part 2: fragmentation, GPUs, quotas and pod start.
 
-Each builder calls the analytics function the matching CLI command calls (FGD over the live
-inventory, the SMF alignment, the newest minute of trend clustering's framebuffer occupancy
-series, the pod start timelines) and only groups and caps the result for labels. GPU
-attribution (which pod / MIG instance holds each GPU's framebuffer, how many pods share a GPU)
-is read by :mod:`sits_observe.reports.gpu_holders`. Quotas come from the controller's own
-records (:func:`sits_observe.reports.decision_totals.latest_quotas`): the ``decisions`` table
+Each builder reads what a report answers for the pass's window and only groups and caps the
+result for labels: FGD over the live inventory
+(:func:`sits_observe.reports.fragmentation.live_fragmentation`, the ``fragmentation``
+report's measure), the node scores of the ``interference`` report
+(:func:`~sits_observe.reports.interference.node_interference`), the ``smf`` report's latest
+values (:func:`~sits_observe.reports.smf.latest_smf`), the newest minute of the ``trends``
+report's framebuffer occupancy series (:func:`~sits_observe.reports.trends.newest_occupancy`)
+and the ``timeline`` report's pod starts (:func:`~sits_observe.reports.timeline.ready_starts`).
+GPU attribution (which pod / MIG instance holds each GPU's framebuffer, how many pods share a
+GPU) is read by :mod:`sits_observe.reports.gpu_holders`. Quotas come from the controller's
+own records (:func:`sits_observe.reports.quotas.quota_values`): the ``decisions`` table
 holds, per namespace quota, the value in effect when the controller read the ResourceQuota
 (``current``) and its proposal.
 
@@ -21,19 +26,15 @@ from statistics import fmean
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from sits_observe.analytics.fgd import fragmentation as fgd_report
-from sits_observe.analytics.fgd_live import live_cluster
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU
-from sits_observe.analytics.fgd_workload import typical_pods
-from sits_observe.analytics.interference import load_gpu_samples, node_scores
-from sits_observe.analytics.smf_latest import read_latest_smf
-from sits_observe.analytics.timeline import load_pods, ready_start_s
-from sits_observe.analytics.trends_series import TrendLevel, read_newest_occupancy
-from sits_observe.control.model import QUOTA_ACTIONS
-from sits_observe.control.settings import QUOTA_CPU
-from sits_observe.reports.decision_totals import latest_quotas
+from sits_observe.reports.collector_health import has_inventory
+from sits_observe.reports.fragmentation import FragmentationQuery, live_fragmentation
 from sits_observe.reports.gpu_holders import gpu_instances, gpu_sharing
-from sits_observe.store.reads import has_inventory
+from sits_observe.reports.interference import node_interference
+from sits_observe.reports.quotas import quota_values
+from sits_observe.reports.smf import latest_smf
+from sits_observe.reports.timeline import ready_starts
+from sits_observe.reports.trends import newest_occupancy
+from sits_observe.reports.window import Window
 from sits_observe.surfaces.service.exporter_cache import GaugeRows
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS, NODE
 from sits_observe.surfaces.service.exporter_signals import (
@@ -49,17 +50,17 @@ from sits_observe.surfaces.service.exporter_signals import (
 FRAMEBUFFER_BUCKET_S = 60
 #: ``mig_profile`` label of a whole (non-MIG) GPU: the store's NULL profile.
 WHOLE_GPU = "none"
-#: Factor from a quota action's stored unit to base units: the controller records CPU in
-#: milli-CPU (docs/controller.md); GPUs and bytes are already base units.
-_TO_BASE_UNIT: dict[str, float] = {QUOTA_CPU: 1e-3}
 
 
 def fragmentation(p: PassInputs) -> list[Metric]:
     """Cluster FGD ratio and amount, and each node's F_n(M) in GPUs (latest inventory)."""
     if not has_inventory(p.store):
         return []
-    cluster = live_cluster(p.store, since_s=p.settings.fgd_since_s)
-    report = fgd_report(cluster.state, typical_pods(cluster.shapes))
+    # The latest inventory whatever its time (window None), M of the fgd_since_s before it.
+    measured = live_fragmentation(
+        p.store, None, FragmentationQuery(), workload_s=p.settings.fgd_since_s
+    )
+    report = measured.result
     ratio = GaugeMetricFamily(
         "sits_fgd_fragmentation_ratio",
         "cluster FGD fragmentation: fragmented share of the idle GPU capacity (0-1), "
@@ -71,14 +72,14 @@ def fragmentation(p: PassInputs) -> list[Metric]:
         "cluster FGD fragmentation: fragmented share of all GPU capacity (0-1), latest inventory",
         value=report.frag_amount_ratio,
     )
-    per_node = list(zip(cluster.state.node_names, report.node_frag_milli.tolist(), strict=True))
+    per_node = measured.node_fragmentation_gpus()
     nodes = GaugeRows(
         "sits_fgd_node_fragmentation_gpus",
         "FGD fragmentation F_n(M) of each node, in GPUs (latest inventory)",
         (NODE,),
         (
-            ((node,), milli / MILLI_PER_GPU)
-            for node, milli in capped(per_node, p.settings.max_nodes, lambda x: (-x[1], x[0]))
+            ((node,), gpus)
+            for node, gpus in capped(per_node, p.settings.max_nodes, lambda x: (-x[1], x[0]))
         ),
     )
     return [ratio, amount, nodes]
@@ -86,8 +87,7 @@ def fragmentation(p: PassInputs) -> list[Metric]:
 
 def interference(p: PassInputs) -> list[Metric]:
     """``sits_interference_score_ratio{Hostname}`` over the window's GPU samples."""
-    samples = load_gpu_samples(p.store, since=p.since, until=p.until)
-    per_node = node_scores(samples, p.settings.interference)
+    per_node = node_interference(p.store, p.span, p.settings.interference)
     scores = [(label(node), score.score) for node, score in per_node.items()]
     family = GaugeRows(
         "sits_interference_score_ratio",
@@ -108,7 +108,7 @@ def smf(p: PassInputs) -> list[Metric]:
     (:func:`~sits_observe.analytics.smf_latest.read_latest_smf`: the summaries' ``latest_smf``
     without aligning the whole window)."""
     s = p.settings
-    latest = read_latest_smf(p.store, since=p.since, settings=s.smf)
+    latest = latest_smf(p.store, p.span, s.smf)
     gpus = [
         (label(r["node"]), label(r["gpu_uuid"]), value)
         for r in latest.gpus.to_pylist()
@@ -157,9 +157,7 @@ def smf(p: PassInputs) -> list[Metric]:
 def framebuffer(p: PassInputs) -> list[Metric]:
     """``sits_gpu_framebuffer_used_ratio{Hostname, gpu, UUID, modelName}``: the newest
     minute's mean occupancy."""
-    newest = read_newest_occupancy(
-        p.store, since=p.since, level=TrendLevel.gpu, bucket_s=FRAMEBUFFER_BUCKET_S
-    )
+    newest = newest_occupancy(p.store, p.span, FRAMEBUFFER_BUCKET_S)
     rows = [
         (label(newest.nodes[code]), label(newest.keys[code]), v)
         for code, value in zip(newest.codes.tolist(), newest.values.tolist(), strict=True)
@@ -239,27 +237,12 @@ def quotas(p: PassInputs) -> list[Metric]:
         "value in effect (kind=current) and the controller's latest proposal (recommended)",
         labels=("namespace", "resource", "kind"),
     )
-    resource_of = {str(a): key for key, a in QUOTA_ACTIONS.items()}
-    rows = latest_quotas(p.store, list(resource_of)).to_pylist()
-    kept = set(capped({r["namespace"] for r in rows}, p.settings.max_namespaces, str))
-    for row in sorted(rows, key=lambda r: (r["namespace"], r["action"])):
-        if row["namespace"] not in kept:
-            continue
-        resource = resource_of[row["action"]]
-        for kind in ("current", "recommended"):
-            value = _number(row["current" if kind == "current" else "proposed"])
-            if value is not None:
-                family.add_metric(
-                    (row["namespace"], resource, kind), value * _TO_BASE_UNIT.get(resource, 1.0)
-                )
+    values = quota_values(p.store)
+    kept = set(capped({v.namespace for v in values}, p.settings.max_namespaces, str))
+    for v in values:
+        if v.namespace in kept:
+            family.add_metric((v.namespace, v.resource, v.kind), v.value)
     return [family]
-
-
-def _number(text: object) -> float | None:
-    try:
-        return finite(float(str(text))) if text is not None else None
-    except ValueError:
-        return None
 
 
 def pod_start(p: PassInputs) -> list[Metric]:
@@ -267,11 +250,11 @@ def pod_start(p: PassInputs) -> list[Metric]:
     created in the last ``pod_start_window_s`` that became ready (no anomaly)."""
     if not has_inventory(p.store):
         return []
-    frame = load_pods(p.store, since=p.ago(p.settings.pod_start_window_s), until=p.until)
-    ready = ready_start_s(frame)
+    window = Window(p.ago(p.settings.pod_start_window_s), p.until, "now")
+    ready = ready_starts(p.store, window)
     starts: dict[str, list[float]] = defaultdict(list)
     for namespace, start_s in zip(
-        labels_of(ready["namespace"].to_arrow()), ready["start_s"].to_list(), strict=True
+        labels_of(ready.column("namespace")), ready.column("start_s").to_pylist(), strict=True
     ):
         starts[namespace].append(start_s)
     family = GaugeMetricFamily(

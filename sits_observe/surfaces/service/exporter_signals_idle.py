@@ -1,9 +1,11 @@
 """Per-signal builders of the exporter, part 4: idle, oversized and stranded GPUs.
 
 One slow signal (its window reads an hour of GPU samples by default, so it runs in the
-background pass): :func:`~sits_observe.analytics.idle_gpus.find_waste` over the GPUs held by
-pods in the last ``idle_window_s``, with the stranded capacity (FGD F_n(M)) of the latest
-inventory when there is one. Families (docs/metrics.md):
+background pass): the ``recommend`` report's idle findings
+(:func:`~sits_observe.reports.recommend_findings.idle_gpus`) over the GPUs held by pods in
+the last ``idle_window_s``, with the stranded capacity (FGD F_n(M)) of the latest inventory
+when there is one (:func:`~sits_observe.reports.fragmentation.live_inventory`, the one the
+``sits_fgd_*`` families measure). Families (docs/metrics.md):
 
 - ``sits_gpu_idle_gpus{kind}``: GPUs allocated but idle, oversized (allocated far above use)
   or stranded by fragmentation; every ``kind`` always present (0 when none), so a panel or an
@@ -23,28 +25,21 @@ from collections import defaultdict
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from sits_observe.analytics.fgd_live import LiveCluster, live_cluster
-from sits_observe.analytics.idle_gpus import KINDS, find_waste, load_held_samples
-from sits_observe.errors import StoreError
-from sits_observe.store.reads import has_inventory
+from sits_observe.reports.fragmentation import live_inventory
+from sits_observe.reports.recommend_findings import WASTE_KINDS, idle_gpus
+from sits_observe.reports.window import Window
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
-
-
-def _live(p: PassInputs) -> LiveCluster | None:
-    if not has_inventory(p.store):
-        return None
-    try:
-        return live_cluster(p.store, since_s=p.settings.fgd_since_s)
-    except StoreError:  # no pod in the FGD window: nothing can be stranded for it
-        return None
 
 
 def gpu_idle(p: PassInputs) -> list[Metric]:
     """The three ``sits_gpu_idle`` families over the last ``idle_window_s``."""
     s = p.settings
-    samples = load_held_samples(p.store, p.ago(s.idle_window_s), p.until)
-    report = find_waste(samples, s.idle, window_s=s.idle_window_s, live=_live(p))
+    # Stranded: of the inventory the sits_fgd_* families measure (the latest, M of the
+    # fgd_since_s before it); none while there is no inventory or no pod in M's window.
+    live = live_inventory(p.store, None, workload_s=s.fgd_since_s)
+    span = Window(p.ago(s.idle_window_s), p.until, "now")
+    report = idle_gpus(p.store, span, s.idle, window_s=s.idle_window_s, live=live)
     window = f"over the last {s.idle_window_s:g} s"
     gpus = GaugeMetricFamily(
         "sits_gpu_idle_gpus",
@@ -57,7 +52,7 @@ def gpu_idle(p: PassInputs) -> list[Metric]:
         f"GPU-hours wasted by idle, oversized and stranded GPUs {window}",
         labels=("kind",),
     )
-    for kind in KINDS:
+    for kind in WASTE_KINDS:
         gpus.add_metric((kind,), report.gpus[kind])
         hours.add_metric((kind,), report.wasted_gpu_hours[kind])
     names = p.gpu_names(p.ago(s.idle_window_s))

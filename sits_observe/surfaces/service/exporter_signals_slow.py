@@ -5,15 +5,18 @@ three scans of an hour of requests, the workload classes' joins over a day of GP
 samples, DBSCAN over every GPU's occupancy trend), so the collector computes them in the
 background every ``slow_cache_s`` and a scrape serves the latest result without waiting.
 
-- heatmap: :func:`~sits_observe.analytics.heatmap.compute_heatmaps` per model over
-  ``heatmap_since_s``; the knee and the safe maximum are the analysis' own verdicts (lower
-  edge of the bin), the safe maximum at the model's SLO
-  (:func:`~sits_observe.analytics.heatmap_knee.find_safe_max` on the same bins when a model
-  has its own SLO);
-- memory classes: :func:`~sits_observe.analytics.classes.class_report` per workload over
-  ``class_window_s``, counted per class;
-- GPU trends: :func:`~sits_observe.analytics.trends.cluster_trends` on every GPU's
-  framebuffer occupancy over ``trend_window_s``; the cluster id of each GPU, -1 for noise.
+Each reads what a report answers for its window (up to now):
+
+- heatmap: the ``heatmap`` report's heatmaps per model over ``heatmap_since_s``
+  (:func:`~sits_observe.reports.heatmap.request_heatmaps`: from the first whole time bin);
+  the knee and the safe maximum are the report's verdicts (lower edge of the bin), the safe
+  maximum at the model's SLO (:func:`~sits_observe.reports.heatmap.safe_max_at` on the same
+  bins when a model has its own SLO);
+- memory classes: the ``classes`` report's rows per workload over ``class_window_s``
+  (:func:`~sits_observe.reports.classes.workload_classes`), counted per class;
+- GPU trends: the ``trends`` report's DBSCAN clusters of every GPU's framebuffer occupancy
+  over ``trend_window_s`` (:func:`~sits_observe.reports.trends.trend_clusters`); the cluster
+  id of each GPU, -1 for noise.
 """
 
 from __future__ import annotations
@@ -22,13 +25,11 @@ from collections import Counter
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from sits_observe.analytics.classes import class_report, load_class_inputs
-from sits_observe.analytics.heatmap import HeatmapSettings, compute_heatmaps
-from sits_observe.analytics.heatmap_knee import find_safe_max
-from sits_observe.analytics.latency import RequestSelection
-from sits_observe.analytics.trends import cluster_trends
-from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
-from sits_observe.store.reads import has_inventory
+from sits_observe.reports.classes import workload_classes
+from sits_observe.reports.collector_health import has_inventory
+from sits_observe.reports.heatmap import request_heatmaps, safe_max_at
+from sits_observe.reports.trends import trend_clusters
+from sits_observe.reports.window import Window
 from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
 from sits_observe.surfaces.service.exporter_signals import PassInputs, capped, label
 
@@ -42,15 +43,8 @@ NOISE = -1
 def heatmap(p: PassInputs) -> list[Metric]:
     """``sits_knee_requests_per_second{model}`` and ``sits_safe_max_requests_per_second{model}``."""
     s = p.settings
-    settings = HeatmapSettings.model_validate(
-        {**s.heatmap.model_dump(), "slo_ms": s.latency_slo_s * 1000}
-    )
-    maps = compute_heatmaps(
-        p.store,
-        settings,
-        selection=RequestSelection(since=p.ago(s.heatmap_since_s), until=p.until),
-        by="model",
-    )
+    settings = s.heatmap_settings()
+    maps = request_heatmaps(p.store, Window(p.ago(s.heatmap_since_s), p.until, "now"), settings)
     knee = GaugeMetricFamily(
         "sits_knee_requests_per_second",
         f"throughput where P95 latency starts to rise fastest (heatmap knee, lower bin edge), "
@@ -69,7 +63,7 @@ def heatmap(p: PassInputs) -> list[Metric]:
             knee.add_metric((model,), m.knee.value.throughput_lo_rps)
         verdict = m.safe_max
         if model in s.latency_slo_by_model_s:
-            verdict = find_safe_max(m.bins, s.slo_s(model), settings.min_bin_requests)
+            verdict = safe_max_at(m, s.slo_s(model), settings)
         if verdict is not None and verdict.value is not None:
             safe.add_metric((model,), verdict.value.throughput_lo_rps)
     return [knee, safe]
@@ -79,12 +73,8 @@ def memory_classes(p: PassInputs) -> list[Metric]:
     """``sits_memory_class_workloads{class}``: GPU workloads per memory class."""
     if not has_inventory(p.store):
         return []
-    pods, memory, requests, gpu_mem = load_class_inputs(
-        p.store, since=p.ago(p.settings.class_window_s)
-    )
-    report = class_report(
-        pods, memory, requests, p.settings.classes, by="workload", gpu_memory_bytes=gpu_mem
-    )
+    window = Window(p.ago(p.settings.class_window_s), p.until, "now")
+    report = workload_classes(p.store, window, p.settings.classes)
     counts: Counter[str] = Counter(w.memory_class or "unmeasured" for w in report)
     family = GaugeMetricFamily(
         "sits_memory_class_workloads",
@@ -101,8 +91,7 @@ def gpu_trends(p: PassInputs) -> list[Metric]:
     """``sits_gpu_trend_cluster{Hostname, gpu, UUID, modelName}``: DBSCAN cluster id of
     each GPU's trend."""
     s = p.settings
-    series = read_occupancy_series(p.store, since=p.ago(s.trend_window_s), level=TrendLevel.gpu)
-    result = cluster_trends(series, s.trends)
+    result = trend_clusters(p.store, Window(p.ago(s.trend_window_s), p.until, "now"), s.trends)
     members = [(label(m.node), label(m.key), c.label) for c in result.clusters for m in c.members]
     members += [(label(m.node), label(m.key), NOISE) for c in result.noise for m in c.members]
     family = GaugeMetricFamily(

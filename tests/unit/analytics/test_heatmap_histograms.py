@@ -114,3 +114,15 @@ def test_a_p95_in_the_overflow_bucket_breaks_any_slo() -> None:
     (heatmap,) = histogram_heatmaps(table, settings).maps
     assert heatmap.bins[0].p95_s == 2.0  # PromQL's value: the highest finite bound
     assert heatmap.safe_max is not None and heatmap.safe_max.value is None
+
+
+def test_every_bucket_keeps_its_bounds_even_without_a_request() -> None:
+    """Requests only in the first (<= 0.5 s) and the overflow (> 2 s) buckets: the two
+    buckets between them have no cell, but their edges are the histogram's bounds, not
+    multiples of ``latency_bin_ms``."""
+    table = _table(_rows("p0", [[0, 0, 0, 0], [4, 4, 4, 10]]))
+    (heatmap,) = histogram_heatmaps(table, SETTINGS).maps
+    assert [c["latency_bin"] for c in heatmap.cells.to_pylist()] == [0, 3]
+    assert heatmap.latency_edges_ms == (0.0, 500.0, 1000.0, 2000.0)
+    assert [heatmap.latency_lo_ms(i) for i in range(4)] == [0.0, 500.0, 1000.0, 2000.0]
+    assert SETTINGS.latency_bin_ms not in (500.0, 1000.0)  # not vacuous: bins would differ

@@ -1,9 +1,12 @@
 """The exporter's fast paths equal the slow ones: the SMF families from ``latest_smf`` equal
-those of the whole-window path, and ``labels_of`` equals ``label`` of every value.
+those of the ``smf`` report over the same window, and ``labels_of`` equals ``label`` of every
+value.
 
-The reference below is the builder as it was before ``latest_smf``: align the window, then
-the GPU and container summaries' ``latest_smf``, grouped for labels the same way. Both run
-on the same DuckDB file at the same time.
+The reference below is the ``smf`` report (``sits-observe smf --by gpu`` / ``--by
+container``) over the pass's window: it aligns the whole window, then its GPU and container
+summaries' ``latest_smf`` are grouped for labels as the builder groups them. Both run on the
+same DuckDB file at the same time; windows whose end falls inside the fleet's samples check
+that samples stamped after the pass's time count in neither.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from statistics import fmean
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.smf import SmfGrouping, align_smf, read_smf_inputs, summarize_smf
+from sits_observe.analytics.smf import SmfGrouping
+from sits_observe.errors import NoDataError
+from sits_observe.reports.smf import SmfQuery
+from sits_observe.reports.smf import build as smf_report
 from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.exporter_signals import PassInputs, finite, label, labels_of
@@ -37,23 +43,31 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
         yield s
 
 
+def report_rows(p: PassInputs, by: SmfGrouping) -> list[dict[str, object]]:
+    """The main table's rows of the ``smf`` report over the pass's window (none when the
+    report finds no cgroup sample in it)."""
+    query = SmfQuery.model_validate({**p.settings.smf.model_dump(), "by": by})
+    try:
+        report = smf_report(p.store, p.span, query)
+    except NoDataError:
+        return []
+    rows: list[dict[str, object]] = report.main.rows.to_pylist()
+    return rows
+
+
 def whole_window(p: PassInputs) -> Values:
-    """Per family, the values the builder exported before ``latest_smf`` (by label set)."""
-    inputs = read_smf_inputs(p.store, since=p.since, settings=p.settings.smf)
-    alignment = align_smf(
-        inputs.gpu_samples, inputs.container_samples, inputs.gpu_processes, settings=p.settings.smf
-    )
+    """Per family, the values of the ``smf`` report's summaries (by label set)."""
     names = p.gpu_names()
     gpus: dict[tuple[str, ...], float] = {}
     per_node: dict[str, list[float]] = defaultdict(list)
-    for g in summarize_smf(alignment, SmfGrouping.gpu):
-        if (value := finite(g.latest_smf)) is not None:
-            gpus[names.labels(label(g.node), label(g.gpu_uuid))] = value
-            per_node[label(g.node)].append(value)
+    for g in report_rows(p, SmfGrouping.gpu):
+        if (value := finite(g["latest_smf"])) is not None:
+            gpus[names.labels(label(g["node"]), label(g["gpu_uuid"]))] = value
+            per_node[label(g["node"])].append(value)
     per_namespace: dict[str, list[float]] = defaultdict(list)
-    for c in summarize_smf(alignment, SmfGrouping.container):
-        if (value := finite(c.latest_smf)) is not None:
-            per_namespace[label(c.namespace)].append(value)
+    for c in report_rows(p, SmfGrouping.container):
+        if (value := finite(c["latest_smf"])) is not None:
+            per_namespace[label(c["namespace"])].append(value)
     return {
         "sits_smf_ratio": gpus,
         "sits_smf_node_ratio": {(n,): fmean(v) for n, v in per_node.items()},
