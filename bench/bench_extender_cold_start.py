@@ -12,14 +12,23 @@ view built from the same file. Timed from the spawn, per run:
   the app up);
 - **first correct answer**: the first prioritize answer equal to the expected one, with the
   view built on the first call (the default) and with ``--extender-warm-view`` (built when
-  the service starts, while the port comes up);
+  the service starts, while the port comes up); and the CPU time (user + system, all
+  threads, Linux ``/proc/<pid>/stat``) the `serve` process had used by then, which moves far
+  less than the wall time with the load other jobs put on the cores;
 - the peer in the same script: the imports ``sits-observe serve`` pays before it listens
   (``build_app("serve")`` and the app and server modules ``run_service`` imports, in a bare
   interpreter: the import floor, wall and CPU time; the CPU time moves less with the load
-  other jobs put on the machine) and the view build alone in this process;
+  other jobs put on the machine) and the view build alone in this process: the first one
+  (with the imports the build does on first use: polars and the analytics behind the slow
+  signals) and the next one (a full build again, the imports done);
 - where the import floor goes: ``python -X importtime`` over the same imports, each module's
   own time summed by its top-level package (the standard library as one; importtime's own
   overhead makes the sum larger than the floor).
+
+With ``--baseline DIR`` (a directory holding another ``sits_observe`` package, e.g. the
+last commit's: ``git archive HEAD sits_observe | tar -x -C DIR``) every run also times that
+package's `serve` (``PYTHONPATH=DIR``), alternately with this checkout's, so both see the same
+load; its answer must equal this checkout's.
 
 Every child runs with its bytecode cached, as in the image (deploy/image/install.sh compiles
 it at install time): under ``PYTHONPYCACHEPREFIX`` in a temporary folder, filled by one
@@ -28,7 +37,7 @@ no ``__pycache__`` would compile every sits_observe module on every spawn instea
 0.2 s more here).
 
 Run: ``.venv/bin/python bench/bench_extender_cold_start.py [--nodes 1024 5000] [--runs 5]
-[--record]``.
+[--baseline DIR] [--record]``.
 """
 
 from __future__ import annotations
@@ -69,6 +78,8 @@ FLOOR_CODE = (
     "from sits_observe.surfaces.cli.main import build_app; build_app('serve'); "
     "import sits_observe.surfaces.service.app, sits_observe.surfaces.service.server"
 )
+#: The name of the package under test, and of the one ``--baseline`` names.
+CHECKOUT, BASELINE = "this checkout", "baseline"
 #: Packages reported under the name of the one they belong to.
 PART_OF = {
     "pydantic_core": "pydantic",
@@ -86,16 +97,22 @@ PART_OF = {
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \| *(\S+)")
 
 
-def expected_answer(db: Path, now: datetime) -> tuple[bytes, list[dict[str, object]], float]:
-    """The request body, the answer the handler gives on a view of ``db``, and the build's s."""
+def expected_answer(
+    db: Path, now: datetime
+) -> tuple[bytes, list[dict[str, object]], tuple[float, float]]:
+    """The request body, the answer the handler gives on a view of ``db``, and the s of the
+    first full build in this process and of the next one."""
+    builds_s = []
     with Store.open(db, read_only=True) as store:
-        started = time.perf_counter()
-        view = build_view(store, now, ViewSettings())
-        build_s = time.perf_counter() - started
+        for _ in range(2):
+            started = time.perf_counter()
+            view = build_view(store, now, ViewSettings())
+            builds_s.append(time.perf_counter() - started)
     body = json.dumps({"Pod": POD, "Nodes": None, "NodeNames": list(view.node_names)}).encode()
     call = parse_extender_args(body)
     result = prioritize(call.pod, view, call.nodes, ScoringSettings())
-    return body, json.loads(host_priority_json(result.hosts, result.scores.tolist())), build_s
+    answer = json.loads(host_priority_json(result.hosts, result.scores.tolist()))
+    return body, answer, (builds_s[0], builds_s[1])
 
 
 def cold_start(
@@ -105,8 +122,9 @@ def cold_start(
     env: Mapping[str, str],
     *,
     warm: bool = False,
-) -> tuple[float, float]:
-    """(listening, first correct answer) in ms from the spawn of one `serve` process."""
+) -> tuple[float, float, float]:
+    """(listening, first correct answer) in ms from the spawn of one `serve` process, and
+    the CPU ms that process had used at its first correct answer."""
     port = free_port()
     serve = [
         str(Path(sys.executable).with_name("sits-observe")), "serve", "--db", str(db),
@@ -134,7 +152,7 @@ def cold_start(
                 now = time.perf_counter()
                 listening = listening if listening is not None else now
                 if response.status_code == 200 and response.json() == expected:
-                    return (listening - started) * 1000, (now - started) * 1000
+                    return (listening - started) * 1000, (now - started) * 1000, cpu_ms(proc.pid)
                 time.sleep(0.005)
             raise RuntimeError("no correct extender answer in 120 s")
     finally:
@@ -142,11 +160,28 @@ def cold_start(
         proc.wait(timeout=30)
 
 
+def cpu_ms(pid: int) -> float:
+    """CPU time (user + system, all threads) process ``pid`` has used, ms; NaN off Linux.
+
+    ``/proc/<pid>/stat`` fields 14 and 15 (utime, stime) in clock ticks (proc(5)); the fields
+    are counted after the command name's closing parenthesis, as the name may hold spaces.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def import_floor_ms(env: Mapping[str, str]) -> tuple[float, float]:
     """(wall, CPU) ms of a bare interpreter doing ``serve``'s imports."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", FLOOR_CODE], check=True, env=env)
+    # From a neutral folder: ``-c`` puts the working folder first on sys.path, before
+    # PYTHONPATH (a --baseline package).
+    subprocess.run(
+        [sys.executable, "-c", FLOOR_CODE], check=True, env=env, cwd=tempfile.gettempdir()
+    )
     wall_s = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -161,6 +196,7 @@ def import_parts_ms(env: Mapping[str, str]) -> dict[str, float]:
         capture_output=True,
         text=True,
         env=env,
+        cwd=tempfile.gettempdir(),
     )
     parts: dict[str, float] = {}
     for line in done.stderr.splitlines():
@@ -180,78 +216,119 @@ def bytecode_env(cache: Path) -> dict[str, str]:
     return env
 
 
-def measure(nodes: int, runs: int, env: Mapping[str, str]) -> dict[str, object]:
+def measure(
+    nodes: int, runs: int, envs: Mapping[str, Mapping[str, str]]
+) -> list[dict[str, object]]:
+    """One result per package in ``envs`` (name -> children's environment), the packages'
+    starts alternated within each run."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "cold.duckdb"
         now = datetime.now(UTC)
         with Store.open(db) as store:
             pods = fill_store(store, nodes, now)
-        body, expected, build_s = expected_answer(db, now)
-        cold_start(db, body, expected, env)  # a discarded start: the bytecode cache is full
-        listen, answer, warmed, imports, imports_cpu = [], [], [], [], []
+        body, expected, (first_build_s, next_build_s) = expected_answer(db, now)
+        keys = ("listening_ms", "answer_ms", "answer_cpu_ms", "warm_ms", "import_ms")
+        found: dict[str, dict[str, list[float]]] = {
+            name: {k: [] for k in (*keys, "import_cpu_ms")} for name in envs
+        }
+        for env in envs.values():
+            cold_start(db, body, expected, env)  # a discarded start: the bytecode cache is full
         for run in range(runs):
-            first, correct = cold_start(db, body, expected, env)
-            listen.append(first)
-            answer.append(correct)
-            warmed.append(cold_start(db, body, expected, env, warm=True)[1])
-            wall_ms, cpu_ms = import_floor_ms(env)
-            imports.append(wall_ms)
-            imports_cpu.append(cpu_ms)
-            print(
-                f"{nodes:,} nodes, run {run + 1}: listening {first:.0f} ms, first correct "
-                f"answer {correct:.0f} ms ({warmed[-1]:.0f} ms with --extender-warm-view), "
-                f"import floor {imports[-1]:.0f} ms ({cpu_ms:.0f} ms CPU)",
-                flush=True,
-            )
-    return {
-        "nodes": nodes,
-        "pods": pods,
-        "listening_ms": listen,
-        "answer_ms": answer,
-        "warm_ms": warmed,
-        "import_ms": imports,
-        "import_cpu_ms": imports_cpu,
-        "build_ms": build_s * 1000,
-    }
+            for name, env in envs.items():
+                first, correct, cpu = cold_start(db, body, expected, env)
+                warm = cold_start(db, body, expected, env, warm=True)[1]
+                wall_ms, cpu_ms = import_floor_ms(env)
+                for key, value in zip(keys, (first, correct, cpu, warm, wall_ms), strict=True):
+                    found[name][key].append(value)
+                found[name]["import_cpu_ms"].append(cpu_ms)
+                print(
+                    f"{nodes:,} nodes, {name}, run {run + 1}: listening {first:.0f} ms, first "
+                    f"correct answer {correct:.0f} ms ({cpu:.0f} ms CPU; {warm:.0f} ms with "
+                    f"--extender-warm-view), import floor {wall_ms:.0f} ms ({cpu_ms:.0f} ms CPU)",
+                    flush=True,
+                )
+    return [
+        {
+            "package": name,
+            "nodes": nodes,
+            "pods": pods,
+            **found[name],
+            "build_ms": first_build_s * 1000,
+            "next_build_ms": next_build_s * 1000,
+        }
+        for name in envs
+    ]
 
 
-def render(results: list[dict[str, object]], parts: list[dict[str, float]], runs: int) -> str:
+def render(
+    results: list[dict[str, object]],
+    parts: list[dict[str, float]],
+    runs: int,
+    baseline: str | None = None,
+) -> str:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"Date {datetime.now(UTC):%Y-%m-%d}; machine: {os.cpu_count()} cores, "
         f"{platform.system()} {platform.machine()}, Python {platform.python_version()}; load "
         f"average {load} at the end (other jobs share the cores); median of {runs} runs, each a "
-        "fresh `serve` process on the same file.",
+        "fresh `serve` process on the same file"
+        + (f"; the baseline is {baseline}, its starts alternated with these." if baseline else "."),
         "",
-        "| nodes x 8 GPUs | pods | listening ms | first correct answer ms | with "
-        "--extender-warm-view ms | import floor ms | import floor CPU ms | view build ms "
-        "(in process) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| nodes x 8 GPUs | package | pods | listening ms | first correct answer ms | its CPU ms "
+        "| with --extender-warm-view ms | import floor ms | import floor CPU ms | view build ms, "
+        "first / next (in process) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     verdicts = []
+    medians: dict[tuple[object, object], dict[str, float]] = {}
     for r in results:
-        listen = statistics.median(r["listening_ms"])  # type: ignore[arg-type]
-        answer = statistics.median(r["answer_ms"])  # type: ignore[arg-type]
-        warm = statistics.median(r["warm_ms"])  # type: ignore[arg-type]
-        floor = statistics.median(r["import_ms"])  # type: ignore[arg-type]
-        floor_cpu = statistics.median(r["import_cpu_ms"])  # type: ignore[arg-type]
-        lines.append(
-            f"| {r['nodes']:,} | {r['pods']:,} | {listen:.0f} | {answer:.0f} | {warm:.0f} | "
-            f"{floor:.0f} | {floor_cpu:.0f} | {r['build_ms']:.0f} |"
-        )
-        if r["nodes"] == 1024:
-            best = min(answer, warm)
-            verdicts.append(
-                f"At 1,024 nodes the first correct answer comes {answer:.0f} ms after the spawn "
-                f"({warm:.0f} ms with --extender-warm-view; target {TARGET_MS:.0f} ms: "
-                f"{'met' if best < TARGET_MS else 'NOT met'}); the interpreter and the imports "
-                f"`serve` needs take {floor:.0f} ms ({floor_cpu:.0f} ms CPU) in a bare process."
+        m = {
+            key: statistics.median(r[key])  # type: ignore[arg-type]
+            for key in (
+                "listening_ms",
+                "answer_ms",
+                "answer_cpu_ms",
+                "warm_ms",
+                "import_ms",
+                "import_cpu_ms",
             )
+        }
+        medians[r["nodes"], r["package"]] = m
+        # The in-process builds ran this checkout's code only.
+        builds = f"{r['build_ms']:.0f} / {r['next_build_ms']:.0f}"
+        lines.append(
+            f"| {r['nodes']:,} | {r['package']} | {r['pods']:,} | {m['listening_ms']:.0f} | "
+            f"{m['answer_ms']:.0f} | {m['answer_cpu_ms']:.0f} | {m['warm_ms']:.0f} | "
+            f"{m['import_ms']:.0f} | {m['import_cpu_ms']:.0f} | "
+            f"{builds if r['package'] == CHECKOUT else '-'} |"
+        )
+        if r["nodes"] == 1024 and r["package"] == CHECKOUT:
+            best = min(m["answer_ms"], m["warm_ms"])
+            verdicts.append(
+                f"At 1,024 nodes the first correct answer comes {m['answer_ms']:.0f} ms after "
+                f"the spawn ({m['warm_ms']:.0f} ms with --extender-warm-view; target "
+                f"{TARGET_MS:.0f} ms: {'met' if best < TARGET_MS else 'NOT met'}), after "
+                f"{m['answer_cpu_ms']:.0f} ms of the process's CPU time; the interpreter and "
+                f"the imports `serve` needs take {m['import_ms']:.0f} ms "
+                f"({m['import_cpu_ms']:.0f} ms CPU) in a bare process."
+            )
+    for (nodes, package), base in medians.items():
+        ours = medians.get((nodes, CHECKOUT))
+        if package != BASELINE or ours is None:
+            continue
+        verdicts.append(
+            f"Against the baseline at {nodes:,} nodes: first correct answer "
+            f"{base['answer_ms']:.0f} -> {ours['answer_ms']:.0f} ms (its CPU "
+            f"{base['answer_cpu_ms']:.0f} -> {ours['answer_cpu_ms']:.0f} ms), import floor CPU "
+            f"{base['import_cpu_ms']:.0f} -> {ours['import_cpu_ms']:.0f} ms."
+        )
     lines += ["", *verdicts, "", *render_parts(parts), ""]
     lines.append(
         "Command: `.venv/bin/python bench/bench_extender_cold_start.py --nodes "
-        + " ".join(str(r["nodes"]) for r in results)
-        + f" --runs {runs} --record`."
+        + " ".join(str(n) for n in dict.fromkeys(r["nodes"] for r in results))
+        + f" --runs {runs}"
+        + (" --baseline DIR" if baseline else "")
+        + " --record`."
     )
     return "\n".join(lines)
 
@@ -282,13 +359,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1024, 5000])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a directory holding another sits_observe package, timed alternately with this "
+        "checkout (e.g. git archive HEAD sits_observe | tar -x -C DIR)",
+    )
+    parser.add_argument(
+        "--baseline-name", default="", help="how the record names the baseline (a commit)"
+    )
     parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
-        env = bytecode_env(Path(cache))
-        results = [measure(n, args.runs, env) for n in args.nodes]
-        parts = [import_parts_ms(env) for _ in range(args.runs)]
-    text = render(results, parts, args.runs)
+        envs = {CHECKOUT: bytecode_env(Path(cache) / "checkout")}
+        if args.baseline is not None:
+            if not (args.baseline / "sits_observe" / "__init__.py").is_file():
+                parser.error(f"--baseline {args.baseline}: no sits_observe package in it")
+            envs[BASELINE] = bytecode_env(Path(cache) / "baseline")
+            envs[BASELINE]["PYTHONPATH"] = str(args.baseline.resolve())
+        results = [r for n in args.nodes for r in measure(n, args.runs, envs)]
+        parts = [import_parts_ms(envs[CHECKOUT]) for _ in range(args.runs)]
+    named = args.baseline_name or (str(args.baseline) if args.baseline else None)
+    text = render(results, parts, args.runs, named)
     print(text)
     if args.record:
         record(text)

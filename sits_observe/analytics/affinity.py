@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -249,6 +248,8 @@ def parse_affinity_rules(document: Any, *, source: str = "affinity rules") -> Af
 def _from_config_map(document: Mapping[str, Any], source: str) -> Any:
     """The rules document inside a ConfigMap manifest (deploy/affinity-rules.yaml): its
     ``affinity-rules.yaml`` key, or its one key."""
+    import yaml  # here, as in load_affinity_rules
+
     data = document.get("data")
     data = data if isinstance(data, Mapping) else {}
     text = data.get(CONFIG_MAP_KEY, next(iter(data.values())) if len(data) == 1 else None)
@@ -265,7 +266,12 @@ def _from_config_map(document: Mapping[str, Any], source: str) -> Any:
 
 def load_affinity_rules(path: str | Path) -> AffinityRules:
     """The rules in the YAML file ``path``: a rules document, or a ConfigMap manifest holding
-    one (deploy/affinity-rules.yaml is an example)."""
+    one (deploy/affinity-rules.yaml is an example).
+
+    yaml is imported here, not at the top: ``serve`` imports this module (the extender's
+    scoring) before its port is up, and needs yaml only when it is given a rules file."""
+    import yaml
+
     try:
         document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

@@ -23,6 +23,10 @@ whole GPU is. MIG instances are held in units of their compute slices (``3g.40gb
 Money: with a :class:`~.settings.PriceTable`, a GPU-hour costs its node's pool price per hour
 divided by the node's GPUs (the pool a node matches by product and labels, as
 :mod:`.capacity` prices nodes); nodes in no pool have no price.
+
+polars is imported by the functions that use it, not at the top: ``serve`` reads
+:class:`IdleSettings` for its flags before its port is up, and polars (about 0.15 s) would
+delay the scheduler extender's first answer (docs/extender.md, cold start).
 """
 
 from __future__ import annotations
@@ -31,9 +35,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics.fgd import fragmentation
@@ -43,6 +46,9 @@ from sits_observe.analytics.fgd_workload import typical_pods
 from sits_observe.analytics.settings import PriceTable
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
+
+if TYPE_CHECKING:
+    import polars as pl
 
 Kind = Literal["idle", "oversized", "stranded"]
 KINDS: tuple[Kind, ...] = ("idle", "oversized", "stranded")
@@ -113,6 +119,8 @@ def holdings(samples: pl.DataFrame, settings: IdleSettings) -> pl.DataFrame:
     GPU held, 0-1), ``gpu_util_ratio``, ``activity_ratio``, ``fb_used_bytes``,
     ``fb_allocated_bytes`` (any may be NULL).
     """
+    import polars as pl  # on first use: the module docstring
+
     s = settings
     ordered = samples.filter(pl.col("gpu_util_ratio").is_not_null()).sort([*HOLDING, "ts_s"])
     gap = (pl.col("ts_s").shift(-1).over(HOLDING) - pl.col("ts_s")).clip(upper_bound=s.max_gap_s)
@@ -151,6 +159,8 @@ def find_waste(
 ) -> IdleReport:
     """Idle and oversized holdings of ``samples`` (:func:`holdings`), stranded capacity of
     ``live`` over ``window_s``, priced by ``gpu_hour_usd`` (node -> USD per GPU-hour)."""
+    import polars as pl  # on first use: the module docstring
+
     table = holdings(samples, settings)
     idle = pl.col("idle_share_ratio") >= settings.idle_share_ratio
     oversized = ~idle & (pl.col("used_share_ratio") < settings.oversized_below_ratio)
@@ -266,6 +276,8 @@ WHERE s.ts >= ? AND s.ts < ? AND s.pod IS NOT NULL
 
 def load_held_samples(store: Store, since: datetime, until: datetime) -> pl.DataFrame:
     """The samples :func:`holdings` reads: GPUs attributed to a pod in ``[since, until)``."""
+    import polars as pl  # on first use: the module docstring
+
     table = store.query(_SAMPLES_SQL, [utc_naive(since), utc_naive(until)])
     return pl.DataFrame(table)
 

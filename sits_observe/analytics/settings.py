@@ -17,7 +17,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sits_observe.errors import ConfigError
@@ -365,6 +364,8 @@ class PriceTable(BaseModel):
 def load_price_table(path: Path) -> PriceTable:
     """Read a price table from YAML or JSON: ``{"pools": [{"pool", "price_usd_per_hour",
     "gpu_product"?, "node_labels"?}, ...]}``; raises :class:`ConfigError` on a bad file."""
+    import yaml  # here: ``serve`` imports these settings before its port is up (cold start)
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

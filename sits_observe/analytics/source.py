@@ -21,6 +21,10 @@ The PromQL implementations live in the store layer (they speak HTTP, which the a
 may not import); the CLI composes them. Functions here that take a table rather than a store
 (:func:`occupancy_from_samples`, :func:`estimate_windows_from`) are how an analysis written
 for DuckDB SQL runs on rows from any source.
+
+polars is imported by the functions that use it, not at the top: ``serve`` imports this
+module (through the exporter's settings) before its port is up, and polars (about 0.15 s)
+would delay the scheduler extender's first answer (docs/extender.md, cold start).
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-import polars as pl
 import pyarrow as pa
 
 from sits_observe.analytics.latency import ESTIMATE_GROUPS, GroupBy, RequestSelection, check_group
@@ -225,6 +228,8 @@ _GROUP = ("server", "model", "namespace", "pod", "node")
 
 def windows_from_snapshots(table: pa.Table) -> pa.Table:
     """``server_windows`` rows from a snapshot table (``SNAPSHOT_SCHEMA`` columns)."""
+    import polars as pl  # on first use: the module docstring
+
     rows: list[dict[str, Any]] = []
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
@@ -287,6 +292,8 @@ def estimate_windows_from(
 ) -> pa.Table:
     """:func:`sits_observe.analytics.latency.estimate_windows` on a ``server_windows`` table
     instead of the store: same columns, same filter (``completed > 0``), same order."""
+    import polars as pl  # on first use: the module docstring
+
     check_group(by, ESTIMATE_GROUPS)
     chosen = selection or RequestSelection()
     frame = pl.from_arrow(windows)
@@ -334,6 +341,8 @@ def occupancy_from_samples(
     Per (bucket, GPU, MIG instance): mean used over max total; per GPU or node: sums of
     those, used over total. Buckets start at multiples of ``bucket_s`` since the epoch.
     """
+    import polars as pl  # on first use: the module docstring
+
     frame = pl.from_arrow(
         samples.select(
             ["ts", "node", "gpu_uuid", "mig_instance_id", "fb_used_bytes", "fb_total_bytes"]

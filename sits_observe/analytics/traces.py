@@ -17,6 +17,11 @@ the same files):
 
 Every problem raises :class:`ParseError` naming the file, the line (1 = header) and the bad
 value. Extra columns are allowed; missing required columns are listed.
+
+polars is imported by the functions that read a file, not at the top: the typed lists are
+part of the FGD cluster state (:mod:`.fgd_cluster`), which ``serve`` imports before its port
+is up, and polars (about 0.15 s) would delay the scheduler extender's first answer
+(docs/extender.md, cold start).
 """
 
 from __future__ import annotations
@@ -24,13 +29,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import polars as pl
 
 from sits_observe.analytics.fgd_model import PodShape, normalise_gpu_types, shape_problem
 from sits_observe.errors import ParseError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -149,6 +157,8 @@ def load_placements(path: str | Path) -> Placements:
 
 
 def _read(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
+    import polars as pl  # on first use: the module docstring
+
     try:
         frame = pl.read_csv(path, infer_schema=False)
     except FileNotFoundError as exc:
@@ -180,6 +190,8 @@ def _names(frame: pl.DataFrame, column: str, path: str | Path) -> tuple[str, ...
 
 
 def _ints(frame: pl.DataFrame, column: str, path: str | Path, *, minimum: int) -> Int64Array:
+    import polars as pl  # on first use: the module docstring
+
     text = frame[column].str.strip_chars()
     values = text.cast(pl.Int64, strict=False)
     bad = values.is_null() | (values < minimum)

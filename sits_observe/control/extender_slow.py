@@ -15,6 +15,11 @@ Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recompu
 :func:`slow_signals` reads a DuckDB store; a view read from PromQL computes the same
 interference with :func:`node_interference` over dcgm-exporter series, without NUMA miss
 ratios or topology (:mod:`sits_observe.control.extender_source_promql`).
+
+The analytics behind them run on polars frames and are imported by the two functions, not at
+the top: ``serve`` imports this module (through the view) before its port is up, and polars
+(about 0.15 s) would hold up everything else that answers after a restart; the first view
+build imports them (docs/extender.md, cold start).
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 
-from sits_observe.analytics.interference import interference_report, load_gpu_samples
-from sits_observe.analytics.numa import load_numa_samples, numa_miss_ratios
 from sits_observe.analytics.settings import InterferenceSettings
-from sits_observe.analytics.topology import NodeTopology, load_node_topology
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from sits_observe.analytics.topology import NodeTopology
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,10 @@ def slow_signals(
     interference: InterferenceSettings,
 ) -> SlowSignals:
     """Interference per node and measured memory need per workload over ``window_s``."""
+    from sits_observe.analytics.interference import load_gpu_samples
+    from sits_observe.analytics.numa import load_numa_samples, numa_miss_ratios
+    from sits_observe.analytics.topology import load_node_topology
+
     since = utc_naive(now) - timedelta(seconds=window_s)
     numa = numa_miss_ratios(load_numa_samples(store, since))
     scores = node_interference(load_gpu_samples(store, since), chunk_nodes, interference, numa)
@@ -85,6 +96,10 @@ def node_interference(
     places, which would stall extender calls on the event loop; between chunks the thread
     yields.
     """
+    import polars as pl
+
+    from sits_observe.analytics.interference import interference_report
+
     if samples.height == 0:
         return {}
     ordered = samples.filter(pl.col("node").is_not_null()).sort("node")

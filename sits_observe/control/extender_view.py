@@ -41,24 +41,27 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sits_observe.analytics.fgd_cluster import ClusterState
 from sits_observe.analytics.fgd_index import FragmentationIndex
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
-from sits_observe.analytics.topology import NodeTopology
 from sits_observe.control.extender_nodes import tie_rank
 from sits_observe.control.extender_slow import SlowSignals
 from sits_observe.control.extender_source import DuckViewSource, ViewSource
+from sits_observe.domain.arrow_numpy import float64_values, int64_values
 from sits_observe.domain.times import utc_naive
 from sits_observe.domain.validation import check_promql_url
 from sits_observe.store import Store
+
+if TYPE_CHECKING:
+    from sits_observe.analytics.topology import NodeTopology
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -379,9 +382,9 @@ def _memory(rows: pa.Table, inventory: Inventory) -> _Memory:
     index = {name: i for i, name in enumerate(state.node_names)}
     node_col = rows.column("node").to_pylist()
     row = np.array([index.get(str(x), -1) for x in node_col], dtype=np.int64)
-    rank = np.asarray(rows.column("rank").to_numpy(zero_copy_only=False), dtype=np.int64)
-    free = _floats(rows.column("free"))
-    total = _floats(rows.column("total"))
+    rank = int64_values(rows.column("rank"), null=0)
+    free = float64_values(rows.column("free"))
+    total = float64_values(rows.column("total"))
     keep = row >= 0
     row, rank, free, total = row[keep], rank[keep], free[keep], total[keep]
     physical = np.bincount(row, minlength=n).astype(np.int64)
@@ -409,13 +412,6 @@ def _memory(rows: pa.Table, inventory: Inventory) -> _Memory:
     topk = np.zeros((n, columns + 1))
     topk[:, 1:] = np.cumsum(np.nan_to_num(ranked, nan=0.0), axis=1)
     return _Memory(ranked, topk, per_gpu_total, known, physical)
-
-
-def _floats(column: pa.ChunkedArray) -> FloatArray:
-    """A numeric column as float64 with NaN for NULL."""
-    return np.asarray(
-        pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
-    )
 
 
 def _topology(

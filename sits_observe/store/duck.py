@@ -28,7 +28,6 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from sits_observe.domain.tables import TABLES, conform, find_table
 from sits_observe.domain.times import utc_naive as utc_naive  # noqa: PLC0414 (re-export)
@@ -297,6 +296,8 @@ class Store:
 
     def export_parquet(self, table: str, path: str | Path, *, batch_rows: int = 1_000_000) -> int:
         """Stream ``table`` into a Parquet file; returns the number of rows written."""
+        import pyarrow.parquet as pq  # here: every process opens a store, few export one
+
         self._check_name(table)
         cur = self._con.cursor()
         reader = cur.sql(f"SELECT * FROM {table}").to_arrow_reader(batch_rows)

@@ -4,15 +4,16 @@ The scheduler extender's first answer after a restart waits for every import ``s
 before listening (docs/extender.md, cold start; bench/bench_extender_cold_start.py measures
 it). The reports, the Kubernetes client (``serve`` without ``--kubeconfig`` /
 ``--in-cluster`` never needs it), the exporter's slow and cluster builders, the alert
-notifier and the agent's shipper (httpx) are not needed for that answer and load on first
-use. Each probe runs in a fresh interpreter: in the test process
-everything is imported already, so a first-use import that broke (a cycle, a wrong name)
-would show only here.
+notifier, the agent's shipper (httpx), polars (the analytics that read through it, and
+whatever settings ``serve`` takes from their modules), pandas, Parquet and YAML are not
+needed before ``serve`` listens and load on first use. Each probe runs in a fresh
+interpreter: in the test process everything is imported already, so a first-use import that
+broke (a cycle, a wrong name) would show only here.
 
-Not in the list: pandas and polars. pyarrow imports pandas itself on its first conversion
-of Python or NumPy values (``pa.array``, ``to_numpy``), which the extender's view build
-does, and the view's slow signals read through polars; both load before the first answer
-however ``serve`` is wired.
+The extender's first answer builds the first view: that loads polars (its slow signals read
+through it) but never pandas, which pyarrow imports on its first conversion of Python or
+NumPy values (``pa.array``, ``pa.scalar``, ``to_numpy``); the view reads its number columns
+from their Arrow buffers instead (:mod:`sits_observe.domain.arrow_numpy`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+
+from sits_observe.control.extender_scoring import ScoringSettings, prioritize
+from sits_observe.control.extender_view import ViewSettings, build_view
+from sits_observe.control.extender_wire import host_priority_json, parse_extender_args
+from sits_observe.store import Store
+from tests.unit.control.extender_payloads import POD_1GPU_JSON, args_by_name
+from tests.unit.control.extender_support import write_cluster
 
 #: Loaded on first use, never before ``serve`` listens.
 LATER = (
@@ -33,7 +42,13 @@ LATER = (
     "sits_observe.surfaces.service.exporter_signals_cluster",
     "sits_observe.surfaces.service.exporter_signals_slow",
     "sits_observe.surfaces.service.exporter_signals_idle",
+    "polars",
+    "pandas",
+    "pyarrow.parquet",
+    "yaml",
 )
+#: Not loaded by the extender's first answer either (the first view build included).
+NOT_FOR_THE_FIRST_ANSWER = ("pandas", "pyarrow.parquet", "yaml", "sits_observe.reports.registry")
 
 #: What ``serve`` imports before it listens: its command (the flags' settings models), then
 #: what ``run_service`` imports and builds (store, app, servers), then the app itself.
@@ -47,6 +62,7 @@ from sits_observe.surfaces.service.server import Listener, Servers, bind
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 LATER = {later!r}
+NOT_FOR_THE_FIRST_ANSWER = {not_for_the_first_answer!r}
 settings = ServiceSettings.model_validate({{"token": "t", "retention_interval_s": 0}})
 with Store.open(sys.argv[1]) as store:
     app = create_app(settings, store)
@@ -66,14 +82,35 @@ with Store.open(sys.argv[1]) as store:
             "fleet": [fleet.status_code, fleet.json()],
             "metrics": [metrics.status_code, metrics.text],
         }}
+    answer = None
+    if {prioritize!r} is not None:
+        from fastapi.testclient import TestClient
+
+        with TestClient(app) as client:
+            called = client.post("/scheduler/prioritize", content={prioritize!r})
+        answer = {{
+            "status": called.status_code,
+            "hosts": called.json(),
+            "loaded": sorted(m for m in NOT_FOR_THE_FIRST_ANSWER if m in sys.modules),
+            "polars": "polars" in sys.modules,
+        }}
     after = sorted(m for m in LATER if m in sys.modules)
     app.state.exporter.close()
-print(json.dumps({{"routes": routes, "before": before, "after": after, "first_use": first_use}}))
+print(json.dumps({{
+    "routes": routes, "before": before, "after": after, "first_use": first_use, "answer": answer
+}}))
 """
 
 
-def probe(tmp_path: Path, *, first_use: bool) -> dict[str, object]:
-    code = PROBE.format(later=LATER, first_use=first_use)
+def probe(tmp_path: Path, *, first_use: bool, prioritize: str | None = None) -> dict[str, object]:
+    """Run the probe on ``tmp_path / cold.duckdb``; ``first_use``: call a report and scrape
+    ``/metrics``; ``prioritize``: POST this body to ``/scheduler/prioritize``."""
+    code = PROBE.format(
+        later=LATER,
+        not_for_the_first_answer=NOT_FOR_THE_FIRST_ANSWER,
+        first_use=first_use,
+        prioritize=prioritize,
+    )
     result = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "cold.duckdb")],
         capture_output=True,
@@ -117,3 +154,31 @@ def test_the_reports_and_the_exporter_load_on_their_first_request(tmp_path: Path
     assert isinstance(after, list)
     assert "sits_observe.reports.registry" in after
     assert "sits_observe.surfaces.service.exporter_signals_cluster" in after
+
+
+def test_the_first_extender_answer_builds_its_view_without_pandas(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "cold.duckdb") as store:
+        write_cluster(store, datetime.now(UTC))
+        expected = expected_hosts(store)
+    found = probe(tmp_path, first_use=False, prioritize=args_by_name(POD_1GPU_JSON))
+    assert found["before"] == []
+    answer = found["answer"]
+    assert isinstance(answer, dict)
+    # Not vacuous: the answer is the one a view of the whole store gives (memory, slow
+    # signals and all), and that view build ran in the probe: its slow signals loaded polars.
+    assert answer["status"] == 200
+    assert answer["hosts"] == expected
+    assert {h["Score"] for h in expected} != {0}
+    assert answer["polars"] is True
+    assert answer["loaded"] == [], f"the first answer imports {answer['loaded']}"
+
+
+def expected_hosts(store: Store) -> list[dict[str, object]]:
+    """What the prioritize handler answers on a view of ``store`` built here, now."""
+    view = build_view(store, datetime.now(UTC), ViewSettings())
+    call = parse_extender_args(args_by_name(POD_1GPU_JSON).encode())
+    result = prioritize(call.pod, view, call.nodes, ScoringSettings())
+    hosts: list[dict[str, object]] = json.loads(
+        host_priority_json(result.hosts, result.scores.tolist())
+    )
+    return hosts
