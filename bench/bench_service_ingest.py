@@ -12,7 +12,8 @@ puts n ticks in one body, as the agent's setting does), sent with a fresh batch 
 answer's Retry-After), and the acknowledgement time counts from the first try; a
 connection idle for more than 5 s is closed before the next request (httpx's keep-alive
 expiry, which the agent's shipper has), so it is not reused and found dead. The service
-keeps its default limits: 64 requests in progress (``--max-requests``; more get 503 busy) and
+keeps its default limits: 64 requests in progress (``--max-requests``; more wait up to
+``--queue-timeout-s`` for a slot, at most 256 of them, then get 503 busy) and
 1,024 open connections (``--max-connections``; one more is answered 503 and closed at once).
 
 Arms, one after the other on the same machine (never at once):
@@ -326,7 +327,7 @@ def serve_child(spec: str) -> None:
 
 
 class Service:
-    def __init__(self, work: Path, group: bool, max_requests: int, max_connections: int) -> None:
+    def __init__(self, work: Path, group: bool, limits: dict[str, float]) -> None:
         from tests.integration.serve_process import free_port
 
         self.db = work / f"ingest-{'group' if group else 'single'}-{uuid.uuid4().hex[:6]}.duckdb"
@@ -338,7 +339,7 @@ class Service:
             "token": TOKEN,
             "retention_interval_s": 0,
             "group_commit": {"enabled": group},
-            "http": {"max_concurrent_requests": max_requests, "max_connections": max_connections},
+            "http": limits,
         }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve-child", json.dumps(spec)], cwd=ROOT
@@ -410,7 +411,12 @@ def run_arm(arm: str, agents: int, args: argparse.Namespace, work: Path) -> dict
         lost = extra = 0
         bytes_row = float("nan")
     else:
-        service = Service(work, arm == "group", args.max_requests, args.max_connections)
+        limits = {
+            "max_concurrent_requests": args.max_requests,
+            "max_connections": args.max_connections,
+            "queue_timeout_s": args.queue_timeout_s,
+        }
+        service = Service(work, arm == "group", limits)
         sampler = RssSampler(service.proc.pid)
         sampler.start()
         try:
@@ -479,9 +485,16 @@ def main() -> None:
     parser.add_argument(
         "--max-requests",
         type=int,
-        default=64,
-        help="the service's max_concurrent_requests (its default, 64); more get 503 busy and "
-        "are retried with the agent's back-off",
+        default=HttpLimits().max_concurrent_requests,
+        help="the service's max_concurrent_requests (its default, 64); more wait for a slot, "
+        "then get 503 busy and are retried with the agent's back-off",
+    )
+    parser.add_argument(
+        "--queue-timeout-s",
+        type=float,
+        default=HttpLimits().queue_timeout_s,
+        help="the service's queue_timeout_s (its default, 2): how long a request over "
+        "--max-requests waits for a slot",
     )
     parser.add_argument(
         "--max-connections",
@@ -498,7 +511,7 @@ def main() -> None:
     print(
         f"# {os.cpu_count()} CPUs; {args.seconds:g} s per arm; interval {args.interval_s:g} s; "
         f"ship every {args.ship_every}; service max_concurrent_requests {args.max_requests}, "
-        f"max_connections {args.max_connections}; "
+        f"queue_timeout_s {args.queue_timeout_s:g}, max_connections {args.max_connections}; "
         f"{args.runs} run(s), medians"
     )
     print("| arm | agents | " + " | ".join(COLUMNS) + " |")

@@ -14,10 +14,12 @@ service's memory and connections for as long as they liked. The limits live in t
 A request over the in-flight cap waits for a slot, in arrival order, for up to
 ``queue_timeout_s`` (its body is not read meanwhile: uvicorn stops reading the socket once
 64 KiB of it are buffered), and only then, or when ``max_queued_requests`` already wait, gets
-503 ``busy`` with ``Retry-After``. Refusing at once made an overloaded service slower: at
-1,000 agents each refused batch came back after its back-off and cost a connection, its
-headers and a refusal again, several times over (12,200 retries for 2,000 batches in one
-90 s run), CPU the stored batches lacked. Probes and ``/metrics`` are exempt from the cap,
+503 ``busy`` with ``Retry-After``. Refusing at once made a saturated service slower: each
+refused batch came back after its back-off and cost a connection, its headers and a refusal
+again, several times over. At 1,000 agents shipping 30 ticks a batch (bench_service_ingest,
+120 s each, docs/benchmarks.md) acknowledgement p99 was 60 s with 12,264 retries when
+refused at once, 60 s with 8,145 retries after a 2 s wait, and 3.1 s with no retry after a
+4 s wait (the default: under the agent's 5 s timeout). Probes and ``/metrics`` are exempt from the cap,
 so a saturated service is neither killed as dead nor blind.
 
 Everything dropped is counted in ``sits_http_dropped_total{reason}`` (docs/api.md, "Limits").
@@ -83,7 +85,7 @@ class HttpLimits(BaseModel):
         "more wait for a slot (--queue-timeout-s), then get 503 'busy' with Retry-After: 1",
     )
     queue_timeout_s: float = Field(
-        2.0,
+        4.0,
         ge=0,
         le=600,
         description="seconds a request over --max-concurrent-requests waits for a slot, in "
