@@ -327,7 +327,9 @@ def serve_child(spec: str) -> None:
 
 
 class Service:
-    def __init__(self, work: Path, group: bool, limits: dict[str, float]) -> None:
+    def __init__(
+        self, work: Path, group: bool, limits: dict[str, float], memory_limit: str | None
+    ) -> None:
         from tests.integration.serve_process import free_port
 
         self.db = work / f"ingest-{'group' if group else 'single'}-{uuid.uuid4().hex[:6]}.duckdb"
@@ -340,6 +342,7 @@ class Service:
             "retention_interval_s": 0,
             "group_commit": {"enabled": group},
             "http": limits,
+            "db_memory_limit": memory_limit,
         }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve-child", json.dumps(spec)], cwd=ROOT
@@ -416,7 +419,7 @@ def run_arm(arm: str, agents: int, args: argparse.Namespace, work: Path) -> dict
             "max_connections": args.max_connections,
             "queue_timeout_s": args.queue_timeout_s,
         }
-        service = Service(work, arm == "group", limits)
+        service = Service(work, arm == "group", limits, args.db_memory_limit)
         sampler = RssSampler(service.proc.pid)
         sampler.start()
         try:
@@ -503,6 +506,11 @@ def main() -> None:
         help="the service's max_connections (its default, 1,024); an agent past it is answered "
         "503 at connect and retries with the back-off",
     )
+    parser.add_argument(
+        "--db-memory-limit",
+        help="the service's db_memory_limit (DuckDB's memory limit; default DuckDB's, 80%% of "
+        "the memory): what bounds the service's RSS as the file grows",
+    )
     args = parser.parse_args()
     if args.serve_child:
         serve_child(args.serve_child)
@@ -511,7 +519,8 @@ def main() -> None:
     print(
         f"# {os.cpu_count()} CPUs; {args.seconds:g} s per arm; interval {args.interval_s:g} s; "
         f"ship every {args.ship_every}; service max_concurrent_requests {args.max_requests}, "
-        f"queue_timeout_s {args.queue_timeout_s:g}, max_connections {args.max_connections}; "
+        f"queue_timeout_s {args.queue_timeout_s:g}, max_connections {args.max_connections}, "
+        f"db_memory_limit {args.db_memory_limit or 'default'}; "
         f"{args.runs} run(s), medians"
     )
     print("| arm | agents | " + " | ".join(COLUMNS) + " |")

@@ -78,10 +78,14 @@ class Store:
         *,
         read_only: bool = False,
         inventory: InventorySettings | None = None,
+        memory_limit: str | None = None,
     ) -> Store:
         """Open (creating and migrating when writable) the database at ``path``.
 
         ``":memory:"`` gives a private in-memory store, handy for tests and one-shot work.
+        ``memory_limit`` is DuckDB's (``"2GiB"``, ``"25%"``; None: DuckDB's default, 80 % of
+        the memory): it bounds the cache of the file's blocks, which otherwise grows with
+        the file.
         The file's folder must exist: a mistyped ``--db`` folder is refused with a
         :class:`StoreError` rather than created silently somewhere unexpected.
         """
@@ -100,7 +104,8 @@ class Store:
             if read_only and not Path(path_str).exists():
                 raise StoreError(f"database {path_str!r} does not exist; ingest something first")
         try:
-            con = duckdb.connect(path_str, read_only=read_only)
+            config = {} if memory_limit is None else {"memory_limit": memory_limit}
+            con = duckdb.connect(path_str, read_only=read_only, config=config)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreLocked(

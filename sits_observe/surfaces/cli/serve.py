@@ -175,7 +175,7 @@ def run_service(
     try:
         if settings.extender_port is not None:
             sockets.append(bind(settings.host, settings.extender_port, "--extender-port"))
-        store = Store.open(settings.db_path)
+        store = Store.open(settings.db_path, memory_limit=settings.db_memory_limit)
     except BaseException:
         for sock in sockets:
             sock.close()

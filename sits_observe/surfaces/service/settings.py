@@ -79,6 +79,14 @@ class ServiceSettings(BaseModel):
         le=1024 * MIB,
         description="largest ingest body accepted, in bytes; larger ones get HTTP 413",
     )
+    db_memory_limit: str | None = Field(
+        None,
+        pattern=r"^\d+(\.\d+)?\s*(%|[KMGT]i?B)$",
+        description="DuckDB's memory limit for the store: its cache of the file's blocks and "
+        "the queries' working memory, a size (2GiB) or a share of the machine's memory (25%); "
+        "past it queries spill to disk or fail with an out-of-memory error (default: DuckDB's, "
+        "80% of the memory)",
+    )
     group_commit: GroupCommitSettings = Field(
         default_factory=GroupCommitSettings,
         description="how agents' batches share DuckDB transactions (POST /api/v1/ingest)",

@@ -171,3 +171,10 @@ def test_duckdb_file_written_by_store_opens_with_plain_duckdb(tmp_path: Path) ->
         store.append("gpu_samples", gpu_rows(3))
     con = duckdb.connect(str(path), read_only=True)
     assert con.execute("SELECT sum(fb_used_bytes) FROM gpu_samples").fetchone() == (3,)
+
+
+def test_a_memory_limit_bounds_duckdb(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "bounded.duckdb", memory_limit="256MiB") as store:
+        assert store.scalar("SELECT current_setting('memory_limit')") == "256.0 MiB"
+    with Store.open(tmp_path / "bounded.duckdb") as store:  # DuckDB's default again
+        assert store.scalar("SELECT current_setting('memory_limit')") != "256.0 MiB"
