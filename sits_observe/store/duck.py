@@ -104,7 +104,9 @@ class Store:
             if read_only and not Path(path_str).exists():
                 raise StoreError(f"database {path_str!r} does not exist; ingest something first")
         try:
-            config = {} if memory_limit is None else {"memory_limit": memory_limit}
+            config: dict[str, str | bool | int | float | list[str]] = {}
+            if memory_limit is not None:
+                config["memory_limit"] = memory_limit
             con = duckdb.connect(path_str, read_only=read_only, config=config)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
