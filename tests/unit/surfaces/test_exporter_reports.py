@@ -33,6 +33,7 @@ from sits_observe.surfaces.service.exporter import ExporterSettings
 from tests.unit.surfaces.test_exporter import add_gpu_samples, add_requests
 from tests.unit.surfaces.test_exporter_signals import (
     NOW,
+    add_classes,
     add_heatmap_requests,
     add_inventory,
     ago,
@@ -185,44 +186,6 @@ def test_heatmap_reads_from_the_first_whole_bin_as_the_report_does(store: Store)
     expo = scrape(store, latency_slo_s=1.0, heatmap_since_s=since_s)
     assert series(expo, "sits_safe_max_requests_per_second") == {(("model", "m"),): 40.0}
     assert series(expo, "sits_knee_requests_per_second") == {(("model", "m"),): 30.0}
-
-
-def add_classes(store: Store) -> None:
-    """Four GPU workloads on node A: peaks of 1, 4 and 10 GiB, and one never measured."""
-    store.append(
-        "nodes",
-        pa.table({"ts": ts([NOW]), "node": ["A"], "gpu_allocatable": pa.array([4], pa.int32())}),
-    )
-    pods = ["small", "mid", "big", "blind"]
-    store.append(
-        "pods",
-        pa.table(
-            {
-                "ts": ts([NOW] * 4),
-                "pod_uid": [f"u-{p}" for p in pods],
-                "namespace": ["ns"] * 4,
-                "pod": pods,
-                "workload": pods,
-                "node": ["A"] * 4,
-                "phase": ["Running"] * 4,
-                "gpu_request": pa.array([1] * 4, pa.int32()),
-            }
-        ),
-    )
-    peaks = {"small": 1 * GIB, "mid": 4 * GIB, "big": 10 * GIB}
-    store.append(
-        "gpu_samples",
-        pa.table(
-            {
-                "ts": ts([ago(60)] * 3),
-                "node": ["A"] * 3,
-                "gpu_uuid": ["G0", "G1", "G2"],
-                "namespace": ["ns"] * 3,
-                "pod": list(peaks),
-                "fb_used_bytes": list(peaks.values()),
-            }
-        ),
-    )
 
 
 def test_memory_classes_are_the_classes_reports_rows(store: Store) -> None:

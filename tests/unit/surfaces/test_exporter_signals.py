@@ -383,7 +383,8 @@ def test_knee_and_safe_max_from_the_heatmap(store: Store) -> None:
     assert no_errors(expo)
 
 
-def test_memory_classes_per_workload(store: Store) -> None:
+def add_classes(store: Store) -> None:
+    """Four GPU workloads on node A: peaks of 1, 4 and 10 GiB, and one never measured."""
     store.append(
         "nodes",
         pa.table({"ts": ts([NOW]), "node": ["A"], "gpu_allocatable": pa.array([4], pa.int32())}),
@@ -418,6 +419,10 @@ def test_memory_classes_per_workload(store: Store) -> None:
             }
         ),
     )
+
+
+def test_memory_classes_per_workload(store: Store) -> None:
+    add_classes(store)
     expo = scrape(store)
     assert series(expo, "sits_memory_class_workloads") == {
         (("class", "L1"),): 1.0,
