@@ -19,8 +19,8 @@ refused batch came back after its back-off and cost a connection, its headers an
 again, several times over. At 1,000 agents shipping 30 ticks a batch (bench_service_ingest,
 120 s each, docs/benchmarks.md) acknowledgement p99 was 60 s with 12,264 retries when
 refused at once, 60 s with 8,145 retries after a 2 s wait, and 3.1 s with no retry after a
-4 s wait (the default: under the agent's 5 s timeout). Probes and ``/metrics`` are exempt from the cap,
-so a saturated service is neither killed as dead nor blind.
+4 s wait (the default: under the agent's 5 s timeout). Probes and ``/metrics`` are exempt
+from the cap, so a saturated service is neither killed as dead nor blind.
 
 Everything dropped is counted in ``sits_http_dropped_total{reason}`` (docs/api.md, "Limits").
 """
