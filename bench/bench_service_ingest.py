@@ -188,7 +188,7 @@ def _agent(
     end: float,
 ) -> None:
     from sits_observe.collectors.agent.settings import AgentSettings
-    from sits_observe.collectors.agent.shipper import retry_delay_s
+    from sits_observe.collectors.agent.shipper import retry_after_s, retry_delay_s
     from sits_observe.collectors.agent.wire import (
         CONTENT_TYPE,
         HEADER_BATCH_ID,
@@ -257,10 +257,8 @@ def _agent(
                 break
             if status in (408, 429) or status >= 500:  # 503 busy: the service's limit
                 retries += 1
-                after = response.getheader("Retry-After", "")
-                wait_s = retry_delay_s(
-                    retries, backoff_s, backoff_max_s, float(after) if after.isdigit() else None
-                )
+                after = retry_after_s(response.getheader("Retry-After"))
+                wait_s = retry_delay_s(retries, backoff_s, backoff_max_s, after)
                 time.sleep(wait_s)
                 continue
             print(f"rejected {status}: {answer[:200]!r}", file=sys.stderr)

@@ -72,10 +72,11 @@ def retry_delay_s(
     return delay
 
 
-def _retry_after_s(response: httpx.Response) -> float | None:
-    """The ``Retry-After`` header in seconds (the delta-seconds form; a date is ignored)."""
-    value = response.headers.get("retry-after", "").strip()
-    return float(value) if value.isdigit() else None
+def retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` header's value in seconds (the delta-seconds form; a date, or no
+    header, is None)."""
+    text = (value or "").strip()
+    return float(text) if text.isdigit() else None
 
 
 def service_url(text: str) -> str:
@@ -226,7 +227,11 @@ class Shipper:
         if 400 <= status < 500 and status not in _RETRYABLE_4XX:
             return ShipResult(ShipOutcome.REJECTED, status, detail, attempt)
         return ShipResult(
-            ShipOutcome.UNAVAILABLE, status, detail, attempt, _retry_after_s(response)
+            ShipOutcome.UNAVAILABLE,
+            status,
+            detail,
+            attempt,
+            retry_after_s(response.headers.get("retry-after")),
         )
 
 

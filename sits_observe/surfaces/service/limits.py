@@ -13,7 +13,8 @@ service's memory and connections for as long as they liked. The limits live in t
 
 A request over the in-flight cap waits for a slot, in arrival order, for up to
 ``queue_timeout_s`` (its body is not read meanwhile: uvicorn stops reading the socket once
-64 KiB of it are buffered), and only then, or when ``max_queued_requests`` already wait, gets
+64 KiB of it are buffered, so it holds that and one socket read, at most 256 KiB: about
+320 KiB), and only then, or when ``max_queued_requests`` already wait, gets
 503 ``busy`` with ``Retry-After``. Refusing at once made a saturated service slower: each
 refused batch came back after its back-off and cost a connection, its headers and a refusal
 again, several times over. At 1,000 agents shipping 30 ticks a batch (bench_service_ingest,
@@ -97,7 +98,7 @@ class HttpLimits(BaseModel):
         ge=0,
         le=100_000,
         description="requests waiting for a slot at most; one more gets 503 'busy' at once "
-        "(each holds up to about 64 KiB of its body until it runs)",
+        "(each holds up to about 320 KiB of its body until it runs)",
     )
 
 

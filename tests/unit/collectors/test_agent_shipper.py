@@ -8,7 +8,12 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sits_observe.collectors.agent.shipper import ShipOutcome, Shipper, retry_delay_s
+from sits_observe.collectors.agent.shipper import (
+    ShipOutcome,
+    Shipper,
+    retry_after_s,
+    retry_delay_s,
+)
 from sits_observe.collectors.agent.wire import CONTENT_TYPE
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -129,3 +134,9 @@ def test_a_busy_answer_carries_its_retry_after() -> None:
     ship = Shipper("http://svc", "t", node="n", client=client, retries=0)
     result = ship.ship("b1", b"x")
     assert result.outcome is ShipOutcome.UNAVAILABLE and result.retry_after_s == 1.0
+
+
+def test_retry_after_in_seconds_only() -> None:
+    assert retry_after_s(" 3 ") == 3.0
+    assert retry_after_s("Wed, 21 Oct 2026 07:28:00 GMT") is None  # the date form: ignored
+    assert retry_after_s(None) is None
