@@ -94,9 +94,9 @@ def node_interference(
     A node's score depends only on its own GPUs' samples, so chunks by node give the same
     result as one call; :func:`~sits_observe.analytics.interference.node_scores` gives the
     interference report's node scores without its per-GPU rows (about 4x less time: the
-    first view build at 1,024 nodes spent two thirds of its time on those rows). One call over 40,000 GPUs holds the GIL for up to half a second in
-    places, which would stall extender calls on the event loop; between chunks the thread
-    yields.
+    first view build at 1,024 nodes spent two thirds of its time on those rows). One call
+    over 40,000 GPUs holds the GIL for up to half a second in places, which would stall
+    extender calls on the event loop; between chunks the thread yields.
     """
     import polars as pl
 

@@ -84,3 +84,19 @@ def test_node_scores_equal_the_reports(seed: int, scope: NvlinkScope) -> None:
 
 def test_no_samples_no_scores() -> None:
     assert node_scores(fleet(0).clear(), InterferenceSettings()) == {}
+
+
+@pytest.mark.parametrize("chunk_nodes", [1, 3, 100])
+def test_the_extenders_chunked_scores_equal_the_reports(chunk_nodes: int) -> None:
+    """The extender's slow signals score a few nodes at a time through ``node_scores``: any
+    chunk size gives the report's node scores (the unnamed node left out)."""
+    from sits_observe.control.extender_slow import node_interference
+
+    samples, settings = fleet(4), InterferenceSettings()
+    numa = {"node-1": 0.5}
+    report = interference_report(samples, settings, numa_miss_ratio=numa)
+    chunked = node_interference(samples, chunk_nodes, settings, numa)
+    expected = {n.node: n.score.score for n in report.nodes if n.node is not None}
+    assert list(chunked) == sorted(expected) and len(expected) == 11
+    for node, score in expected.items():
+        assert chunked[node] == pytest.approx(score, rel=1e-12, abs=1e-15), node
