@@ -12,11 +12,14 @@ view built from the same file. Timed from the spawn, per run:
   open, the app up; the prioritize calls start then: the first one waits for the view);
 - **first correct answer**: the first prioritize answer equal to the expected one, with the
   view built on the first call (the default) and with ``--extender-warm-view`` (built when
-  the service starts, while the port comes up); and the CPU time (user + system, all
+  the service starts, while the port comes up; the start is then staged: the extender
+  answers before the service's FastAPI app is imported, docs/extender.md, cold start); and
+  the CPU time (user + system, all
   threads, Linux ``/proc/<pid>/stat``) the `serve` process had used by then, which moves far
   less than the wall time with the load other jobs put on the cores;
 - the peer in the same script: the imports ``sits-observe serve`` pays before it listens
-  (``build_app("serve")`` and the app and server modules ``run_service`` imports, in a bare
+  when the start is not staged (``build_app("serve")`` and the app and server modules
+  ``run_service`` imports, in a bare
   interpreter: the import floor, wall and CPU time; the CPU time moves less with the load
   other jobs put on the machine) and the view build alone in this process: the first one
   (with the imports the build does on first use: polars and the analytics behind the slow

@@ -216,8 +216,11 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path) -> None:
-    """``sits-observe serve`` on a store whose inventory is seconds old (real clock)."""
+@pytest.mark.parametrize("warm", [False, True], ids=["view-on-first-call", "warm-staged"])
+def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path, warm: bool) -> None:
+    """``sits-observe serve`` on a store whose inventory is seconds old (real clock); with
+    ``--extender-warm-view`` the start is staged (the extender first); either way, once ready
+    the reads answer and ``/metrics`` counts the extender's calls."""
     db = tmp_path / "serve.duckdb"
     with Store.open(db) as s:
         write_cluster(s, datetime.now(UTC))
@@ -231,7 +234,17 @@ def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path) -> None:
     env = {**os.environ, "SITS_TOKEN": TOKEN}
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [*command, "serve", "--db", str(db), "--port", str(port), "--log-level", "warning"],
+        [
+            *command,
+            "serve",
+            "--db",
+            str(db),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *(["--extender-warm-view"] if warm else []),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -253,6 +266,10 @@ def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path) -> None:
         assert result["NodeNames"] == ["gpu-a", "gpu-b", "new-node"]
         scores = httpx.post(url + PRIORITIZE, content=body, headers=KUBE_SCHEDULER_HEADERS)
         assert json.loads(scores.content)[0]["Host"] == "gpu-a"
+        tables = httpx.get(url + "/api/v1/tables", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert tables.status_code == 200 and "gpu_samples" in tables.text
+        metrics = httpx.get(url + "/metrics").text
+        assert 'sits_extender_calls_total{outcome="scored",verb="filter"} 1.0' in metrics
     finally:
         proc.terminate()
         proc.wait(timeout=30)

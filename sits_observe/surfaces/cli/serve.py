@@ -33,10 +33,15 @@ from sits_observe.surfaces.service.settings import ServiceSettings
 from sits_observe.surfaces.tracing import OTLP_ENDPOINT_HELP, SERVE_SERVICE_NAME, configure_tracing
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+
+    from starlette.applications import Starlette
+    from starlette.types import ASGIApp
 
     from sits_observe.store import Store
     from sits_observe.surfaces.service.exporter import Signal
+    from sits_observe.surfaces.service.extender import ExtenderServing
+    from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 TOKEN_ENV = "SITS_TOKEN"
 
@@ -168,8 +173,10 @@ def run_service(
     ``exporter_signals`` replaces the derived signals on ``/metrics`` (tests).
     """
     from sits_observe.store import Store
-    from sits_observe.surfaces.service.app import create_app
+    from sits_observe.surfaces.service.extender import serve_extender
+    from sits_observe.surfaces.service.metrics import ServiceMetrics
     from sits_observe.surfaces.service.server import Listener, Servers, bind
+    from sits_observe.surfaces.service.staged import StagedApp
 
     sockets = [bind(settings.host, settings.port, "--port")]
     try:
@@ -214,27 +221,58 @@ def run_service(
 
         extender_pods = KubePodApi(kube_api)
     try:
-        app = create_app(
-            settings,
+        metrics = ServiceMetrics()
+        serving = serve_extender(
             store,
-            alerting=alerting,
-            exporter=exporter,
-            exporter_signals=exporter_signals,
-            extender=extender,
-            extender_pods=extender_pods,
-            kube_api=kube_api,
+            metrics,
+            None if settings.extender_port is None else settings.extender_http,
+            settings=extender,
+            pods=extender_pods,
         )
-        listeners = [Listener(app, sockets[0], settings.http, "the API")]
-        if app.state.extender_app is not None:
+        servers: list[Servers] = []
+
+        def build() -> Starlette:
+            from sits_observe.surfaces.service.app import create_app  # FastAPI: stage 2
+
+            return create_app(
+                settings,
+                store,
+                metrics=metrics,
+                alerting=alerting,
+                exporter=exporter,
+                exporter_signals=exporter_signals,
+                extender_serving=serving,
+                kube_api=kube_api,
+            )
+
+        first_view = _first_view(serving)
+        staged = None
+        if first_view is None:  # the service's app first, as its imports would slow the view
+            main: ASGIApp = build()
+        else:  # warm: the extender answers while the rest loads (docs/extender.md)
+            main = staged = StagedApp(
+                build,
+                extender=_early_extender(serving, metrics, settings.http),
+                first_view=first_view,
+                on_failure=lambda _: servers[0].stop(),
+            )
+        listeners = [Listener(main, sockets[0], settings.http, "the API", metrics)]
+        if serving.port_app is not None:
             listeners.append(
                 Listener(
-                    app.state.extender_app,
+                    serving.port_app,
                     sockets[1],
                     settings.extender_http,
                     "the scheduler extender",
+                    metrics,
                 )
             )
-        Servers(listeners, log_level=log_level, shutdown_grace_s=settings.shutdown_grace_s).run()
+        servers.append(
+            Servers(listeners, log_level=log_level, shutdown_grace_s=settings.shutdown_grace_s)
+        )
+        servers[0].run()
+        if staged is not None and staged.failure is not None:
+            raise staged.failure
     finally:
         for sock in sockets:
             sock.close()
@@ -244,6 +282,31 @@ def run_service(
         if inventory is not None:
             inventory.stop()
         _close_store(store)
+
+
+def _early_extender(
+    serving: ExtenderServing, metrics: ServiceMetrics, limits: HttpLimits
+) -> Starlette | None:
+    """The extender on the service's port while the service starts (None: it has a port of
+    its own, or is off)."""
+    from sits_observe.surfaces.service.extender import create_extender_app
+
+    if serving.port_app is not None or serving.endpoints is None:
+        return None
+    return create_extender_app(serving.endpoints, metrics, limits)
+
+
+def _first_view(serving: ExtenderServing) -> Callable[[], object] | None:
+    """Waits for the first view a warm start builds (None: not warm, nothing to wait for).
+
+    Only a warm start is staged: without it the first extender call builds the view while
+    the service's app would be importing (the GIL shared), which made that first answer
+    about 7 % later than building the app before listening (bench_extender_cold_start)."""
+    endpoints = serving.endpoints
+    if endpoints is None or not endpoints.settings.warm_view:
+        return None
+    timeout_s = endpoints.settings.view.first_view_timeout_s
+    return lambda: endpoints.cache.wait(timeout_s)
 
 
 def _close_store(store: Store) -> None:

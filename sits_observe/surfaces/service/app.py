@@ -41,7 +41,6 @@ from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
 from sits_observe.store import GroupCommitter, Store, enforce_retention
@@ -54,11 +53,13 @@ from sits_observe.surfaces.service.exporter import (
     register_exporter,
 )
 from sits_observe.surfaces.service.extender import (  # scheduler extender
+    ExtenderServing,
     ExtenderSettings,
-    register_extender,
+    add_routes,
+    serve_extender,
 )
 from sits_observe.surfaces.service.ingest import IngestEndpoint, problem
-from sits_observe.surfaces.service.limits import HttpLimits, LimitsMiddleware
+from sits_observe.surfaces.service.limits import add_limits
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
@@ -92,11 +93,14 @@ def create_app(
     exporter_signals: Sequence[Signal] | None = None,
     extender_pods: PodApi | None = None,
     kube_api: Any = None,
+    extender_serving: ExtenderServing | None = None,
 ) -> FastAPI:
     """The service app over ``store``; raises :class:`ConfigError` without a token.
     ``exporter_signals`` are the derived signals on ``/metrics`` (all of them by default);
     ``extender_pods`` (the Kubernetes API) serves the extender's bind verb; ``kube_api``
-    (an official-client ``ApiClient``) lets reports read what the store does not keep."""
+    (an official-client ``ApiClient``) lets reports read what the store does not keep;
+    ``extender_serving`` is the extender already serving (``serve``'s staged start,
+    :mod:`.staged`), else it is set up here from ``extender`` and ``extender_pods``."""
     auth = TokenAuth(settings.resolved_tokens())
     metrics = metrics or ServiceMetrics()
     state = _State()
@@ -154,20 +158,17 @@ def create_app(
     add_report_routes(app, store, clock, kube_api)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see
     # extender.py): on this app, or alone on the extender port.
-    app.state.extender_app = None
-    if settings.extender_port is None:
-        register_extender(
-            app, store, metrics.registry, settings=extender, clock=clock, pods=extender_pods
-        )
-    else:
-        app.state.extender_app = create_extender_app(
-            store,
-            metrics,
-            settings.extender_http,
-            settings=extender,
-            clock=clock,
-            pods=extender_pods,
-        )
+    serving = extender_serving or serve_extender(
+        store,
+        metrics,
+        None if settings.extender_port is None else settings.extender_http,
+        settings=extender,
+        clock=clock,
+        pods=extender_pods,
+    )
+    app.state.extender_app = serving.port_app
+    if serving.port_app is None and serving.endpoints is not None:
+        add_routes(app, serving.endpoints)
     # Derived signals on /metrics (docs/metrics.md).
     register_exporter(
         app,
@@ -200,36 +201,8 @@ def create_app(
         exempt=frozenset({INGEST_PATH}),  # authenticates in its handler (its own counters)
         on_refused=refused,
     )
-    _add_limits(app, metrics, settings.http)
+    add_limits(app, metrics, settings.http)
     return app
-
-
-def create_extender_app(
-    store: Store,
-    metrics: ServiceMetrics,
-    limits: HttpLimits,
-    *,
-    settings: ExtenderSettings | None = None,
-    clock: Clock = utc_now,
-    pods: PodApi | None = None,
-) -> FastAPI:
-    """An app serving only the scheduler extender, for its own port (metrics on the
-    service's registry, so the main ``/metrics`` shows them)."""
-    app = FastAPI(title="sits_observe extender", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.metrics = metrics
-    register_extender(app, store, metrics.registry, settings=settings, clock=clock, pods=pods)
-    _add_limits(app, metrics, limits)
-    return app
-
-
-def _add_limits(app: FastAPI, metrics: ServiceMetrics, limits: HttpLimits) -> None:
-    """The limits middleware, and the timing middleware outside everything."""
-
-    def dropped(reason: str) -> None:
-        metrics.dropped.labels(reason).inc()
-
-    app.add_middleware(LimitsMiddleware, limits=limits, on_drop=dropped)
-    app.add_middleware(_TimingMiddleware, metrics=metrics)
 
 
 async def _stop_background(
@@ -330,36 +303,6 @@ def _add_reads(app: FastAPI, store: Store, settings: ServiceSettings) -> None:
         return await rows_response(
             store, table, since=since, until=until, node=node, limit=limit, fmt=fmt
         )
-
-
-class _TimingMiddleware:
-    """Observes every HTTP request's latency by route template (bounded label values)."""
-
-    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
-        self._app = app
-        self._metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self._app(scope, receive, send_and_note)
-        finally:
-            # The router stores the matched route in the (shared) scope.
-            template = getattr(scope.get("route"), "path", "unmatched")
-            self._metrics.latency.labels(
-                template, str(scope.get("method", "")), f"{status // 100}xx"
-            ).observe(time.perf_counter() - started)
 
 
 async def _retention_loop(

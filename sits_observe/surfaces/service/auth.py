@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import Request
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sits_observe.errors import ConfigError

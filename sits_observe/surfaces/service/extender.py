@@ -52,10 +52,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
 
 from sits_observe.control.extender_bind import Binder, PodApi
 from sits_observe.control.extender_cache import ViewCache
@@ -67,6 +69,8 @@ from sits_observe.control.extender_view import ClusterView, ViewSettings, build_
 from sits_observe.control.extender_wire import binding_result, encode, filter_error
 from sits_observe.store import Store
 from sits_observe.surfaces.service.ingest import problem
+from sits_observe.surfaces.service.limits import HttpLimits, add_limits
+from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +125,8 @@ class ExtenderSettings(BaseModel):
     warm_view: bool = Field(
         False,
         description="build the cluster view when the service starts, so the first call after "
-        "a restart does not wait for it (off: built on the first call)",
+        "a restart does not wait for it (off: built on the first call); serve then answers "
+        "the extender before the rest of the service has loaded (docs/extender.md)",
     )
     scoring: ScoringSettings = Field(
         default_factory=ScoringSettings,
@@ -224,8 +229,7 @@ class ExtenderEndpoints:
         return view
 
 
-def register_extender(
-    app: FastAPI,
+def build_endpoints(
     store: Store,
     registry: CollectorRegistry,
     *,
@@ -233,12 +237,12 @@ def register_extender(
     clock: Clock | None = None,
     pods: PodApi | None = None,
 ) -> ExtenderEndpoints | None:
-    """Add the extender routes to ``app`` (unless disabled); returns the endpoints.
+    """The extender's endpoints over ``store`` (None when disabled), metrics on ``registry``.
 
     ``pods`` (the Kubernetes API, in ``serve`` with ``--kubeconfig`` / ``--in-cluster``)
     enables the bind verb. Nothing is read from the store until the first call (the view
-    cache builds lazily, so an app that never gets an extender call never starts the rebuild
-    thread) unless ``settings.warm_view`` starts the first build now.
+    cache builds lazily, so a service that never gets an extender call never starts the
+    rebuild thread) unless ``settings.warm_view`` starts the first build now.
     """
     settings = settings or ExtenderSettings()
     if not settings.enabled:
@@ -277,22 +281,76 @@ def register_extender(
     endpoints = ExtenderEndpoints(settings, cache, metrics, handler, source)
     if settings.warm_view:
         cache.get()  # starts the first build in the background
-    app.add_api_route(
-        FILTER_PATH, endpoints.filter, methods=["POST"], response_model=None, name="extender_filter"
-    )
-    app.add_api_route(
-        PRIORITIZE_PATH,
-        endpoints.prioritize,
-        methods=["POST"],
-        response_model=None,
-        name="extender_prioritize",
-    )
-    if binder is not None:
-        app.add_api_route(
-            BIND_PATH, endpoints.bind, methods=["POST"], response_model=None, name="extender_bind"
-        )
-    app.state.extender = endpoints
     return endpoints
+
+
+def add_routes(app: Starlette, endpoints: ExtenderEndpoints) -> None:
+    """Serve ``endpoints`` on ``app`` (the service's app, or the extender port's); the bind
+    verb only when they bind through the Kubernetes API."""
+    verbs = [(FILTER_PATH, endpoints.filter), (PRIORITIZE_PATH, endpoints.prioritize)]
+    if endpoints.handler.binder is not None:
+        verbs.append((BIND_PATH, endpoints.bind))
+    for path, handle in verbs:
+        app.add_route(path, handle, methods=["POST"], name=f"extender_{path.rsplit('/', 1)[1]}")
+    app.state.extender = endpoints
+
+
+def register_extender(
+    app: Starlette,
+    store: Store,
+    registry: CollectorRegistry,
+    *,
+    settings: ExtenderSettings | None = None,
+    clock: Clock | None = None,
+    pods: PodApi | None = None,
+) -> ExtenderEndpoints | None:
+    """:func:`build_endpoints`, served on ``app``; returns the endpoints (None: disabled)."""
+    endpoints = build_endpoints(store, registry, settings=settings, clock=clock, pods=pods)
+    if endpoints is not None:
+        add_routes(app, endpoints)
+    return endpoints
+
+
+def create_extender_app(
+    endpoints: ExtenderEndpoints | None, metrics: ServiceMetrics, limits: HttpLimits
+) -> Starlette:
+    """An app serving only the scheduler extender: for ``serve --extender-port``, and on the
+    service's port while ``serve`` starts (:mod:`.staged`). A Starlette app, not FastAPI's:
+    it answers before FastAPI and the rest of the service are imported. Its metrics are on
+    the service's registry, so the main ``/metrics`` shows them."""
+    app = Starlette()
+    app.state.metrics = metrics
+    if endpoints is not None:
+        add_routes(app, endpoints)
+    add_limits(app, metrics, limits)
+    return app
+
+
+@dataclass(frozen=True)
+class ExtenderServing:
+    """Where the extender is served: its endpoints (None: disabled) and, with ``serve
+    --extender-port``, the app of that port (None: on the service's own app)."""
+
+    endpoints: ExtenderEndpoints | None
+    port_app: Starlette | None
+
+
+def serve_extender(
+    store: Store,
+    metrics: ServiceMetrics,
+    port_limits: HttpLimits | None,
+    *,
+    settings: ExtenderSettings | None = None,
+    clock: Clock | None = None,
+    pods: PodApi | None = None,
+) -> ExtenderServing:
+    """The endpoints, and an app of their own when they have a port (``port_limits``: that
+    port's limits; None: the routes go on the service's app)."""
+    endpoints = build_endpoints(store, metrics.registry, settings=settings, clock=clock, pods=pods)
+    port_app = None
+    if port_limits is not None:
+        port_app = create_extender_app(endpoints, metrics, port_limits)
+    return ExtenderServing(endpoints, port_app)
 
 
 def view_source(store: Store, view: ViewSettings) -> ViewSource:

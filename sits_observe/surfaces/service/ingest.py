@@ -24,9 +24,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from fastapi import Request
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import (
     BATCH_ID_PATTERN,
@@ -87,6 +88,10 @@ class Refusal:
         """The HTTP answer."""
         body = {"detail": self.detail, "reason": self.reason}
         return StrictJSONResponse(body, self.status, headers=self.headers or None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer with :meth:`response` (a refusal is an ASGI app)."""
+        await self.response()(scope, receive, send)
 
 
 def problem(status: int, reason: str, detail: str) -> JSONResponse:

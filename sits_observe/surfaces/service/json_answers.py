@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from starlette.responses import JSONResponse
 
 from sits_observe.domain.strict_json import dumps
 

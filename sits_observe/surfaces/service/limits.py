@@ -34,10 +34,12 @@ from collections import deque
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.surfaces.service.ingest import Refusal
+from sits_observe.surfaces.service.metrics import ServiceMetrics, TimingMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -264,3 +266,14 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, refusal: Refusal) 
 def _client(scope: Scope) -> str:
     client = scope.get("client")
     return f"{client[0]}:{client[1]}" if client else "an unknown client"
+
+
+def add_limits(app: Starlette, metrics: ServiceMetrics, limits: HttpLimits) -> None:
+    """The limits middleware on ``app``, drops counted in ``sits_http_dropped_total``, and
+    the timing middleware outside everything."""
+
+    def dropped(reason: str) -> None:
+        metrics.dropped.labels(reason).inc()
+
+    app.add_middleware(LimitsMiddleware, limits=limits, on_drop=dropped)
+    app.add_middleware(TimingMiddleware, metrics=metrics)

@@ -6,9 +6,11 @@ refreshed from the store when ``/metrics`` is scraped, so it is exact at scrape 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: Request latencies in seconds: from a cache hit on /healthz to a large batch commit.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -80,3 +82,33 @@ class ServiceMetrics:
             ("kind",),
             registry=reg,
         )
+
+
+class TimingMiddleware:
+    """Observes every HTTP request's latency by route template (bounded label values)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self._app = app
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self._app(scope, receive, send_and_note)
+        finally:
+            # The router stores the matched route in the (shared) scope.
+            template = getattr(scope.get("route"), "path", "unmatched")
+            self._metrics.latency.labels(
+                template, str(scope.get("method", "")), f"{status // 100}xx"
+            ).observe(time.perf_counter() - started)

@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Literal
 
 import pyarrow as pa
-from fastapi import Response
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 
 from sits_observe.domain.strict_json import finite_columns
 from sits_observe.domain.tables import TABLES

@@ -30,11 +30,12 @@ from typing import Any
 
 import h11
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sits_observe.errors import ConfigError
 from sits_observe.surfaces.service.limits import HttpLimits, OnDrop
+from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
 
@@ -169,12 +170,14 @@ def guarded_protocol(limits: HttpLimits, on_drop: OnDrop) -> type[H11Protocol]:
 
 @dataclass(frozen=True)
 class Listener:
-    """One app on one bound socket, with that port's limits."""
+    """One app on one bound socket, with that port's limits; drops at the protocol level
+    are counted in ``metrics``' ``sits_http_dropped_total``."""
 
-    app: FastAPI
+    app: ASGIApp
     sock: socket.socket
     limits: HttpLimits
     name: str
+    metrics: ServiceMetrics
 
     @property
     def url(self) -> str:
@@ -205,7 +208,7 @@ class Servers:
         for listener in listeners:
             config = uvicorn.Config(
                 listener.app,
-                http=guarded_protocol(listener.limits, _drop_counter(listener.app)),
+                http=guarded_protocol(listener.limits, _drop_counter(listener.metrics)),
                 # No route is a WebSocket; "auto" would import the websockets package at start.
                 ws="none",
                 log_level=log_level.lower(),
@@ -252,9 +255,8 @@ class Servers:
         )
 
 
-def _drop_counter(app: FastAPI) -> OnDrop:
-    """Counts drops in the app's ``sits_http_dropped_total``."""
-    metrics = app.state.metrics
+def _drop_counter(metrics: ServiceMetrics) -> OnDrop:
+    """Counts drops in ``sits_http_dropped_total``."""
 
     def count(reason: str) -> None:
         metrics.dropped.labels(reason).inc()

@@ -182,3 +182,62 @@ def expected_hosts(store: Store) -> list[dict[str, object]]:
         host_priority_json(result.hosts, result.scores.tolist())
     )
     return hosts
+
+
+#: ``serve --extender-warm-view``'s first stage (:mod:`sits_observe.surfaces.service.staged`):
+#: its command, the store, the extender's endpoints and app, the staged app and the servers,
+#: then one prioritize call; FastAPI (and the service's app) must still be unimported.
+STAGE_ONE_PROBE = """
+import json, sys
+from datetime import UTC, datetime
+from sits_observe.surfaces.cli.main import build_app
+build_app("serve")
+from sits_observe.store import Store
+from sits_observe.surfaces.service.extender import (
+    ExtenderSettings, create_extender_app, serve_extender
+)
+from sits_observe.surfaces.service.metrics import ServiceMetrics
+from sits_observe.surfaces.service.server import Listener, Servers, bind
+from sits_observe.surfaces.service.limits import HttpLimits
+from sits_observe.surfaces.service.staged import StagedApp
+
+listening = sorted(m for m in ("fastapi", "sits_observe.surfaces.service.app") if m in sys.modules)
+with Store.open(sys.argv[1]) as store:
+    metrics = ServiceMetrics()
+    serving = serve_extender(store, metrics, None, settings=ExtenderSettings(warm_view=True))
+    app = create_extender_app(serving.endpoints, metrics, HttpLimits())
+    from starlette.testclient import TestClient
+
+    with TestClient(app) as client:
+        called = client.post("/scheduler/prioritize", content=sys.argv[2])
+    answered = sorted(m for m in ("fastapi", "sits_observe.surfaces.service.app")
+                      if m in sys.modules)
+print(json.dumps({"listening": listening, "answered": answered, "status": called.status_code,
+                  "hosts": called.json()}))
+"""
+
+
+def test_the_staged_start_answers_the_extender_without_fastapi(tmp_path: Path) -> None:
+    """The first stage of a warm ``serve`` (the extender alone on the port) needs neither
+    FastAPI nor the service's app, and gives the same answer as the full service."""
+    with Store.open(tmp_path / "cold.duckdb") as store:
+        write_cluster(store, datetime.now(UTC))
+        expected = expected_hosts(store)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            STAGE_ONE_PROBE,
+            str(tmp_path / "cold.duckdb"),
+            args_by_name(POD_1GPU_JSON),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["listening"] == [] and found["answered"] == []
+    assert found["status"] == 200
+    assert found["hosts"] == expected and {h["Score"] for h in expected} != {0}
