@@ -9,8 +9,9 @@ starting, and the extender's calls in stage 1 are counted on the same registry t
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class Stages:
     def __init__(self, store: Store, *, fail: bool = False, wait_s: float = 30.0) -> None:
         self.release = threading.Event()
         self.failures: list[BaseException] = []
+        self.writers: list[threading.Thread] = []  # the group-commit thread create_app started
         settings = ServiceSettings(token=TOKEN, retention_interval_s=0)  # type: ignore[arg-type]
         metrics = ServiceMetrics()
         serving = serve_extender(
@@ -60,9 +62,14 @@ class Stages:
             assert self.release.wait(30), "the test never released stage 2"
             if fail:
                 raise ConfigError("no usable token")
-            return create_app(
+            before = set(threading.enumerate())
+            app = create_app(
                 settings, store, clock=lambda: NOW, metrics=metrics, extender_serving=serving
             )
+            self.writers = [
+                t for t in set(threading.enumerate()) - before if t.name == "group-commit"
+            ]
+            return app
 
         self.app = StagedApp(
             build,  # type: ignore[arg-type]
@@ -136,17 +143,30 @@ def test_a_failed_stage_two_is_reported_and_refused(store: Store) -> None:
 
 
 def test_a_shutdown_during_stage_one_stops_what_stage_two_started(store: Store) -> None:
-    """Stopped before the app exists: the shutdown waits for the build, then runs the app's
-    lifespan to its end (its group-commit writer stopped)."""
-    assert not [t for t in threading.enumerate() if t.name == "group-commit"]
+    """Shut down before the app exists: the shutdown waits for the build, then runs the app's
+    lifespan to its end (its group-commit writer stopped) before it reports complete. Driven
+    through the ASGI lifespan messages in one event loop, checked before that loop closes
+    (closing it would also finish a lifespan left open)."""
     stages = Stages(store)
-    served = ServedApp(stages.app)
-    with served as client:
-        assert client.get("/healthz").status_code == 200
-        served.server.should_exit = True
-        stopper = threading.Timer(0.3, stages.release.set)
-        stopper.start()
-    stopper.join()
-    assert not served.thread.is_alive()
-    assert stages.app.app is not None  # built, its lifespan entered and then exited:
-    assert not [t for t in threading.enumerate() if t.name == "group-commit"]
+    sent: list[str] = []
+
+    async def drive() -> bool:
+        inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+
+        async def send(message: MutableMapping[str, object]) -> None:
+            sent.append(str(message["type"]))
+
+        lifespan = asyncio.create_task(
+            stages.app({"type": "lifespan"}, inbox.get, send)  # type: ignore[arg-type]
+        )
+        inbox.put_nowait({"type": "lifespan.startup"})
+        inbox.put_nowait({"type": "lifespan.shutdown"})  # before stage 2 could start
+        await asyncio.sleep(0.3)
+        assert sent == ["lifespan.startup.complete"]  # shutdown waits for the build
+        stages.release.set()
+        await asyncio.wait_for(lifespan, 30)
+        return bool(stages.writers) and not stages.writers[0].is_alive()
+
+    assert asyncio.run(drive()) is True
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert stages.app.app is not None and len(stages.writers) == 1
