@@ -295,22 +295,6 @@ def add_routes(app: Starlette, endpoints: ExtenderEndpoints) -> None:
     app.state.extender = endpoints
 
 
-def register_extender(
-    app: Starlette,
-    store: Store,
-    registry: CollectorRegistry,
-    *,
-    settings: ExtenderSettings | None = None,
-    clock: Clock | None = None,
-    pods: PodApi | None = None,
-) -> ExtenderEndpoints | None:
-    """:func:`build_endpoints`, served on ``app``; returns the endpoints (None: disabled)."""
-    endpoints = build_endpoints(store, registry, settings=settings, clock=clock, pods=pods)
-    if endpoints is not None:
-        add_routes(app, endpoints)
-    return endpoints
-
-
 def create_extender_app(
     endpoints: ExtenderEndpoints | None, metrics: ServiceMetrics, limits: HttpLimits
 ) -> Starlette:
