@@ -2,7 +2,10 @@
 
 The consoles and the rules every printed line follows (no markup read from data, control
 characters escaped, diagnostics never wrapped, natural-width tables off a terminal) live in
-:mod:`.console`; ``out`` and ``err`` are re-exported here for the commands.
+:mod:`.console`; ``out`` and ``err`` are re-exported here for the commands. That module (and
+Rich, about 55 ms) loads on first use, not when a command module imports this one: ``serve``
+prints nothing on a good start, and its extender's first answer waits for every import
+before the port (docs/extender.md, cold start).
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
 
 from sits_observe.domain.validation import validate_settings
 from sits_observe.errors import SitsError
-from sits_observe.surfaces.cli.console import data_table, err, out, styled
+
+if TYPE_CHECKING:
+    from sits_observe.surfaces.cli.console import PlainConsole, err, out  # re-exported
 
 __all__ = [
     "OutputFormat",
@@ -34,6 +39,15 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+def __getattr__(name: str) -> PlainConsole:
+    """``out`` and ``err``, from :mod:`.console` on first use (module docstring)."""
+    if name in ("out", "err"):
+        from sits_observe.surfaces.cli import console
+
+        return getattr(console, name)  # type: ignore[no-any-return]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class OutputFormat(StrEnum):
@@ -56,6 +70,8 @@ def cli_errors() -> Iterator[None]:
 
 def print_error(message: str) -> None:
     """``error: message`` as one line on stderr (the message shown as written)."""
+    from sits_observe.surfaces.cli.console import err, styled
+
     err.print(styled(("error:", "bold red"), " ", message))
 
 
@@ -80,6 +96,8 @@ def print_rows(
         writer.writeheader()
         writer.writerows(rows)
         return
+    from sits_observe.surfaces.cli.console import data_table, out
+
     table = data_table(title=title)
     for column in columns:
         table.add_column(column)
@@ -102,6 +120,8 @@ def print_rejected(
 ) -> None:
     """What an ingest command did not store, one row per reason (or "rejected: nothing")."""
     if not dropped:
+        from sits_observe.surfaces.cli.console import out
+
         out.print("rejected: nothing")
         return
     print_rows(

@@ -5,7 +5,8 @@ before listening (docs/extender.md, cold start; bench/bench_extender_cold_start.
 it). The reports, the Kubernetes client (``serve`` without ``--kubeconfig`` /
 ``--in-cluster`` never needs it), the exporter's slow and cluster builders, the alert
 notifier, the agent's shipper (httpx), polars (the analytics that read through it, and
-whatever settings ``serve`` takes from their modules), pandas, Parquet and YAML are not
+whatever settings ``serve`` takes from their modules), pandas, Parquet, YAML and Rich (the
+CLI's consoles) are not
 needed before ``serve`` listens and load on first use. Each probe runs in a fresh
 interpreter: in the test process everything is imported already, so a first-use import that
 broke (a cycle, a wrong name) would show only here.
@@ -46,6 +47,7 @@ LATER = (
     "pandas",
     "pyarrow.parquet",
     "yaml",
+    "rich",  # the CLI's consoles: on the first print (serve prints nothing on a good start)
 )
 #: Not loaded by the extender's first answer either (the first view build included).
 NOT_FOR_THE_FIRST_ANSWER = ("pandas", "pyarrow.parquet", "yaml", "sits_observe.reports.registry")
