@@ -9,10 +9,6 @@ them); the cluster behind the store is :mod:`tests.unit.control.extender_support
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +22,8 @@ import uvicorn
 
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
+from tests.integration.serve_process import TOKEN as SERVE_TOKEN
+from tests.integration.serve_process import ServeProcess
 from tests.unit.control.extender_payloads import (
     CANDIDATES,
     POD_1GPU_JSON,
@@ -209,71 +207,30 @@ def test_fail_open_on_a_stale_inventory(store: Store) -> None:
 # -- the real CLI ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("warm", [False, True], ids=["view-on-first-call", "warm-staged"])
 def test_sits_observe_serve_answers_kube_scheduler(tmp_path: Path, warm: bool) -> None:
     """``sits-observe serve`` on a store whose inventory is seconds old (real clock); with
     ``--extender-warm-view`` the start is staged (the extender first); either way, once ready
-    the reads answer and ``/metrics`` counts the extender's calls."""
-    db = tmp_path / "serve.duckdb"
-    with Store.open(db) as s:
+    the reads answer and ``/metrics`` counts the extender's calls. Started as users start it
+    (:class:`~tests.integration.serve_process.ServeProcess`: the entry point, a token file)."""
+    served = ServeProcess(tmp_path, *(["--extender-warm-view"] if warm else []))
+    with Store.open(served.db) as s:
         write_cluster(s, datetime.now(UTC))
-    port = free_port()
-    script = Path(sys.executable).with_name("sits-observe")
-    command = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "from sits_observe.surfaces.cli.main import main; main()"]
-    )
-    env = {**os.environ, "SITS_TOKEN": TOKEN}
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            *command,
-            "serve",
-            "--db",
-            str(db),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            *(["--extender-warm-view"] if warm else []),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve not ready"
-            time.sleep(0.1)
+        served.start()  # until /readyz answers 200
+        url = served.url
         body = args_by_name(POD_1GPU_JSON).encode()
         result = httpx.post(url + FILTER, content=body, headers=KUBE_SCHEDULER_HEADERS).json()
         assert result["NodeNames"] == ["gpu-a", "gpu-b", "new-node"]
         scores = httpx.post(url + PRIORITIZE, content=body, headers=KUBE_SCHEDULER_HEADERS)
         assert json.loads(scores.content)[0]["Host"] == "gpu-a"
-        tables = httpx.get(url + "/api/v1/tables", headers={"Authorization": f"Bearer {TOKEN}"})
+        read = {"Authorization": f"Bearer {SERVE_TOKEN}"}
+        tables = httpx.get(url + "/api/v1/tables", headers=read)
         assert tables.status_code == 200 and "gpu_samples" in tables.text
-        metrics = httpx.get(url + "/metrics").text
-        assert 'sits_extender_calls_total{outcome="scored",verb="filter"} 1.0' in metrics
+        assert served.metric("sits_extender_calls_total", outcome="scored", verb="filter") == 1
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        served.stop()
 
 
 # -- the bind verb (issue 10, item 3) -----------------------------------------------------------
