@@ -31,12 +31,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-import polars as pl
+import pyarrow as pa
 
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
-from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
+from sits_observe.store.rows import Rows, StoreRows, query_rows, window
+
+if TYPE_CHECKING:
+    import polars as pl
 
 SINGLE_NUMA_NODE = "single-numa-node"
 BEST_EFFORT = "best-effort"
@@ -196,84 +200,113 @@ SAMPLE_COLUMNS = (
 )
 
 
-def _nvlink_capacity(samples: pl.DataFrame, settings: InterferenceSettings) -> dict[str, float]:
-    """Bidirectional NVLink bytes/s of every known product name in ``samples``."""
-    capacity = {}
-    for name in samples.get_column("model_name").drop_nulls().unique().to_list():
+def _capacities(samples: Rows, settings: InterferenceSettings) -> tuple[str, list[object]]:
+    """A VALUES list of (model_name, bidirectional NVLink bytes/s) for every known product
+    name in ``samples`` (the link table matches names by pattern, in Python), and its
+    parameters."""
+    names = query_rows(
+        "SELECT DISTINCT model_name FROM samples WHERE model_name IS NOT NULL",
+        {"samples": samples},
+    ).column(0)
+    pairs: list[object] = []
+    for name in names.to_pylist():
         link = find_link_capacity(settings.links, name)
         if link is not None:
-            capacity[name] = link.nvlink_bytes_per_s
-    return capacity
+            pairs += [name, link.nvlink_bytes_per_s]
+    if not pairs:
+        return "SELECT NULL::VARCHAR AS model_name, NULL::DOUBLE AS capacity WHERE false", []
+    values = ", ".join("(?::VARCHAR, ?::DOUBLE)" for _ in range(len(pairs) // 2))
+    return f"SELECT * FROM (VALUES {values}) AS v(model_name, capacity)", pairs
 
 
-def _device_rows(samples: pl.DataFrame, settings: InterferenceSettings) -> pl.DataFrame:
-    """One row per (GPU, ts): device counters, how many pods share it, NVLink utilisation and
-    the NVLink conflict of that sample.
+#: The window's aggregates over the relations ``samples`` (:data:`SAMPLE_COLUMNS`) and
+#: ``capacities`` (model_name, NVLink bytes/s), as common table expressions:
+#:
+#: - ``raw``: every sample with its NVLink utilisation u = min(1, (tx + rx) / capacity) (0 on
+#:   a product without NVLink, NULL when the counters or the product's capacity are unknown);
+#: - ``device``: one row per (GPU, ts); a GPU shared by several pods appears once per pod with
+#:   the same device values, so the aggregate takes the maximum (the one value, NULLs
+#:   ignored), and counts the pods; ``movers``: per (node, ts), the pods moving NVLink
+#:   traffic;
+#: - ``conflicts``: a sample's NVLink conflict is u when the link is contended (scope ``gpu``,
+#:   the first parameter after the relations': two or more pods on the GPU; ``node``: two or
+#:   more movers on the node), else 0; NULL when u is;
+#: - ``per_gpu``: one row per GPU, its window means of the device counters and conflict, and
+#:   its bandwidth input (DRAM activity, else copy utilisation, :func:`_bandwidth`).
+_AGGREGATES = """
+WITH capacities AS ({capacities}),
+raw AS (
+    SELECT s.*, c.capacity AS nvlink_capacity,
+        CASE
+            WHEN c.capacity = 0 THEN 0.0
+            WHEN (s.nvlink_tx_bytes_per_s IS NOT NULL OR s.nvlink_rx_bytes_per_s IS NOT NULL)
+                AND c.capacity IS NOT NULL
+            THEN least(1.0, greatest(0.0, (coalesce(s.nvlink_tx_bytes_per_s, 0.0)
+                + coalesce(s.nvlink_rx_bytes_per_s, 0.0)) / c.capacity))
+        END AS nvlink_util
+    FROM samples AS s LEFT JOIN capacities AS c ON c.model_name = s.model_name
+    WHERE s.gpu_uuid IS NOT NULL
+),
+device AS (
+    SELECT gpu_uuid, ts, max(node) AS node, max(model_name) AS model_name,
+        max(dram_active_ratio) AS dram, max(mem_copy_util_ratio) AS copy,
+        max(nvlink_capacity) AS nvlink_capacity, max(nvlink_util) AS nvlink_util,
+        count(DISTINCT pod) AS n_pods
+    FROM raw GROUP BY gpu_uuid, ts
+),
+movers AS (
+    SELECT node, ts, count(DISTINCT pod) AS node_movers
+    FROM raw WHERE nvlink_util > 0 GROUP BY node, ts
+),
+conflicts AS (
+    SELECT d.*,
+        CASE
+            WHEN d.nvlink_util IS NULL THEN NULL
+            WHEN (CASE WHEN ? = 'gpu' THEN d.n_pods ELSE coalesce(m.node_movers, 0) END) >= 2
+            THEN d.nvlink_util
+            ELSE 0.0
+        END AS conflict
+    FROM device AS d
+    LEFT JOIN movers AS m ON m.node IS NOT DISTINCT FROM d.node AND m.ts = d.ts
+),
+per_gpu AS (
+    SELECT gpu_uuid, any_value(node) AS node, any_value(model_name) AS model_name,
+        count(*) AS samples, avg(dram) AS dram, avg(copy) AS copy,
+        coalesce(avg(dram), avg(copy)) AS bandwidth,
+        any_value(nvlink_capacity) AS nvlink_capacity, avg(conflict) AS conflict,
+        min(ts) AS first_ts, max(ts) AS last_ts
+    FROM conflicts GROUP BY gpu_uuid
+)
+"""
 
-    A GPU shared by several pods appears once per pod with the same device values, so the
-    per-(GPU, ts) aggregate takes the maximum (the one value, NULLs ignored).
-    """
-    tx, rx = pl.col("nvlink_tx_bytes_per_s"), pl.col("nvlink_rx_bytes_per_s")
-    cap = pl.col("model_name").replace_strict(
-        _nvlink_capacity(samples, settings), default=None, return_dtype=pl.Float64
-    )
-    raw = (
-        samples.filter(pl.col("gpu_uuid").is_not_null())
-        .with_columns(nvlink_capacity=cap)
-        .with_columns(
-            nvlink_util=pl.when(pl.col("nvlink_capacity") == 0)
-            .then(0.0)
-            .when((tx.is_not_null() | rx.is_not_null()) & pl.col("nvlink_capacity").is_not_null())
-            .then(
-                ((tx.fill_null(0.0) + rx.fill_null(0.0)) / pl.col("nvlink_capacity")).clip(0.0, 1.0)
-            )
-            .otherwise(None)
-        )
-    )
-    rows = raw.group_by("gpu_uuid", "ts").agg(
-        pl.col("node").max(),
-        pl.col("model_name").max(),
-        pl.col("dram_active_ratio").max(),
-        pl.col("mem_copy_util_ratio").max(),
-        pl.col("nvlink_capacity").max(),
-        pl.col("nvlink_util").max(),
-        pl.col("pod").drop_nulls().n_unique().alias("n_pods"),
-    )
-    if settings.nvlink_conflict_scope == "gpu":
-        contended = pl.col("n_pods") >= 2
-    else:
-        movers = (
-            raw.filter(pl.col("nvlink_util") > 0)
-            .group_by("node", "ts")
-            .agg(pl.col("pod").drop_nulls().n_unique().alias("node_movers"))
-        )
-        rows = rows.join(movers, on=["node", "ts"], how="left", nulls_equal=True)
-        contended = pl.col("node_movers").fill_null(0) >= 2
-    return rows.with_columns(
-        nvlink_conflict=pl.when(pl.col("nvlink_util").is_null())
-        .then(None)
-        .when(contended)
-        .then(pl.col("nvlink_util"))
-        .otherwise(0.0)
-    )
+#: Every GPU with the pods it served, by node (no name last) then GPU.
+_GPUS_SQL = """
+SELECT g.*, p.pods FROM per_gpu AS g JOIN (
+    SELECT gpu_uuid, list_sort(list_distinct(list(pod))) AS pods FROM raw GROUP BY gpu_uuid
+) AS p USING (gpu_uuid)
+ORDER BY g.node NULLS LAST, g.gpu_uuid
+"""
+
+#: Every node's inputs: the means over its GPUs that have them, each GPU's input clipped to
+#: 0-1 first (as :func:`interference_score` clips it), by node (no name last).
+_NODES_SQL = """
+SELECT node,
+    avg(CASE WHEN bandwidth IS NOT NULL THEN least(1.0, greatest(0.0, bandwidth)) END)
+        AS bandwidth,
+    avg(CASE WHEN conflict IS NOT NULL THEN least(1.0, greatest(0.0, conflict)) END)
+        AS conflict
+FROM per_gpu GROUP BY node
+ORDER BY node NULLS LAST
+"""
 
 
-def _per_gpu(samples: pl.DataFrame, settings: InterferenceSettings) -> pl.DataFrame:
-    """One row per GPU: its window means of the device counters and NVLink conflict."""
-    return (
-        _device_rows(samples, settings)
-        .group_by("gpu_uuid")
-        .agg(
-            pl.col("node").drop_nulls().first(),
-            pl.col("model_name").drop_nulls().first(),
-            pl.len().alias("samples"),
-            pl.col("dram_active_ratio").mean().alias("dram"),
-            pl.col("mem_copy_util_ratio").mean().alias("copy"),
-            pl.col("nvlink_capacity").first(),
-            pl.col("nvlink_conflict").mean().alias("conflict"),
-            pl.col("ts").min().alias("first_ts"),
-            pl.col("ts").max().alias("last_ts"),
-        )
+def _aggregate(samples: Rows, settings: InterferenceSettings, select: str) -> pa.Table:
+    """``select`` over the window's aggregates (:data:`_AGGREGATES`) of ``samples``."""
+    capacities, params = _capacities(samples, settings)
+    return query_rows(
+        _AGGREGATES.format(capacities=capacities) + select,
+        {"samples": samples},
+        [*params, str(settings.nvlink_conflict_scope)],
     )
 
 
@@ -287,101 +320,40 @@ def _bandwidth(dram: float | None, copy: float | None) -> tuple[float | None, st
 
 
 def interference_report(
-    samples: pl.DataFrame,
+    samples: Rows,
     settings: InterferenceSettings,
     *,
     numa_miss_ratio: Mapping[str, float] | None = None,
     sync_delays_s: Mapping[str, Sequence[float]] | None = None,
 ) -> InterferenceReport:
-    """Score every GPU and node in ``samples`` (``gpu_samples`` rows, :data:`SAMPLE_COLUMNS`).
+    """Score every GPU and node in ``samples`` (``gpu_samples`` rows, :data:`SAMPLE_COLUMNS`:
+    a frame, or :func:`gpu_sample_rows` of a store, aggregated there).
 
     ``numa_miss_ratio`` and ``sync_delays_s`` are per node name; absent nodes have no value.
-    An empty frame gives an empty report.
+    No rows give an empty report.
     """
     numa = dict(numa_miss_ratio or {})
     delays = dict(sync_delays_s or {})
-    if samples.height == 0:
-        return InterferenceReport((), ())
-    pods = samples.group_by("gpu_uuid").agg(pl.col("pod").drop_nulls().unique().sort())
-    per_gpu = (
-        _per_gpu(samples, settings)
-        .join(pods, on="gpu_uuid", how="left")
-        .sort("node", "gpu_uuid", nulls_last=True)
-    )
-    gpus: list[GpuInterference] = []
-    for r in per_gpu.iter_rows(named=True):
+    by_node: dict[str | None, list[GpuInterference]] = {}
+    for r in _aggregate(samples, settings, _GPUS_SQL).to_pylist():
         bandwidth, source = _bandwidth(r["dram"], r["copy"])
-        score = interference_score(bandwidth, r["conflict"], numa.get(r["node"]), settings)
-        gpus.append(
+        by_node.setdefault(r["node"], []).append(
             GpuInterference(
                 node=r["node"],
                 gpu_uuid=r["gpu_uuid"],
                 model_name=r["model_name"],
                 samples=int(r["samples"]),
-                pods=tuple(r["pod"] or ()),
+                pods=tuple(r["pods"] or ()),
                 bandwidth_source=source,
                 nvlink_capacity_bytes_per_s=r["nvlink_capacity"],
-                score=score,
+                score=interference_score(bandwidth, r["conflict"], numa.get(r["node"]), settings),
                 first_ts=r["first_ts"],
                 last_ts=r["last_ts"],
             )
         )
-    return InterferenceReport(tuple(_node_rows(gpus, numa, delays, settings)), tuple(gpus))
-
-
-def node_scores(
-    samples: pl.DataFrame,
-    settings: InterferenceSettings,
-    *,
-    numa_miss_ratio: Mapping[str, float] | None = None,
-) -> dict[str | None, InterferenceScore]:
-    """The score of every node in ``samples``: ``interference_report(...).nodes``' scores,
-    without the per-GPU results (pods, spans, recommendations) a caller that wants only the
-    nodes' scores would throw away."""
-    numa = dict(numa_miss_ratio or {})
-    if samples.height == 0:
-        return {}
-    per_node = (
-        _per_gpu(samples, settings)
-        .sort("node", "gpu_uuid", nulls_last=True)
-        .group_by("node", maintain_order=True)
-        .agg("dram", "copy", "conflict")
-    )
-    out: dict[str | None, InterferenceScore] = {}
-    for node, drams, copies, conflicts in per_node.iter_rows():
-        # The same arithmetic, in the same GPU order, as interference_score then _node_rows.
-        bandwidths = (_bandwidth(d, c)[0] for d, c in zip(drams, copies, strict=True))
-        out[node] = interference_score(
-            _mean_present([None if b is None else _clip01(b) for b in bandwidths]),
-            _mean_present([None if c is None else _clip01(c) for c in conflicts]),
-            numa.get(node) if node is not None else None,
-            settings,
-        )
-    return out
-
-
-def _mean_present(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
-
-
-def _node_rows(
-    gpus: list[GpuInterference],
-    numa: Mapping[str, float],
-    delays: Mapping[str, Sequence[float]],
-    settings: InterferenceSettings,
-) -> list[NodeInterference]:
-    by_node: dict[str | None, list[GpuInterference]] = {}
-    for gpu in gpus:
-        by_node.setdefault(gpu.node, []).append(gpu)
     nodes = []
-    for node, members in by_node.items():
-        score = interference_score(
-            _mean_present([g.score.bandwidth_util_ratio for g in members]),
-            _mean_present([g.score.nvlink_conflict_ratio for g in members]),
-            numa.get(node) if node is not None else None,
-            settings,
-        )
+    for node, score in node_scores(samples, settings, numa_miss_ratio=numa).items():
+        members = by_node[node]
         hottest = max(members, key=lambda g: g.score.score)
         node_delays = delays.get(node) if node is not None else None
         nodes.append(
@@ -395,7 +367,39 @@ def _node_rows(
                 recommendation=recommend_topology(score, node_delays, settings),
             )
         )
-    return nodes
+    gpus = tuple(g for members in by_node.values() for g in members)
+    return InterferenceReport(tuple(nodes), gpus)
+
+
+def node_scores(
+    samples: Rows,
+    settings: InterferenceSettings,
+    *,
+    numa_miss_ratio: Mapping[str, float] | None = None,
+) -> dict[str | None, InterferenceScore]:
+    """The score of every node in ``samples`` (ordered by name, no name last), the
+    ``nodes`` of :func:`interference_report` without its per-GPU rows (their pods, spans and
+    Python objects: at 5,000 nodes x 8 GPUs most of the report's time)."""
+    numa = dict(numa_miss_ratio or {})
+    nodes = _aggregate(samples, settings, _NODES_SQL)
+    return {
+        node: interference_score(
+            bandwidth, conflict, numa.get(node) if node is not None else None, settings
+        )
+        for node, bandwidth, conflict in zip(*(c.to_pylist() for c in nodes.columns), strict=True)
+    }
+
+
+def gpu_sample_rows(
+    store: Store,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    *,
+    node: str | None = None,
+) -> StoreRows:
+    """The :data:`SAMPLE_COLUMNS` of ``gpu_samples`` in ``[since, until)``, optionally one
+    node, read where they lie: the analyses above aggregate them inside the store."""
+    return window(store, "gpu_samples", SAMPLE_COLUMNS, since, until, node=node)
 
 
 def load_gpu_samples(
@@ -405,12 +409,8 @@ def load_gpu_samples(
     *,
     node: str | None = None,
 ) -> pl.DataFrame:
-    """The :data:`SAMPLE_COLUMNS` of ``gpu_samples`` in ``[since, until)``, optionally one node."""
-    cols = ", ".join(SAMPLE_COLUMNS)
-    sql = (
-        f"SELECT {cols} FROM gpu_samples WHERE (?::TIMESTAMP IS NULL OR ts >= ?) "
-        "AND (?::TIMESTAMP IS NULL OR ts < ?) AND (?::VARCHAR IS NULL OR node = ?)"
-    )
-    lo = utc_naive(since) if since is not None else None
-    hi = utc_naive(until) if until is not None else None
-    return pl.DataFrame(store.query(sql, [lo, lo, hi, hi, node, node]))
+    """:func:`gpu_sample_rows` as a polars frame (for callers that filter or count them)."""
+    import polars as pl
+
+    rows = gpu_sample_rows(store, since, until, node=node)
+    return pl.DataFrame(store.query(rows.select, rows.params))

@@ -20,92 +20,63 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import polars as pl
-
-from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
-
-_WINDOW_SQL = (
-    "(?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?) "
-    "AND (?::VARCHAR IS NULL OR node = ?)"
-)
+from sits_observe.store.rows import Rows, StoreRows, query_rows, window
 
 
-def _bounds(since: datetime | None, until: datetime | None, node: str | None) -> list[object]:
-    lo = utc_naive(since) if since is not None else None
-    hi = utc_naive(until) if until is not None else None
-    return [lo, lo, hi, hi, node, node]
-
-
-def _load(
-    store: Store,
-    table: str,
-    schema: dict[str, pl.DataType],
-    window: tuple[datetime | None, datetime | None],
-    node: str | None,
-) -> pl.DataFrame:
-    """The ``schema`` columns of ``table`` in ``[since, until)``, optionally one node."""
-    sql = f"SELECT {', '.join(schema)} FROM {table} WHERE {_WINDOW_SQL}"
-    return pl.DataFrame(store.query(sql, _bounds(*window, node)), schema=schema)
-
-
-def load_numa_samples(
+def numa_sample_rows(
     store: Store,
     since: datetime | None = None,
     until: datetime | None = None,
     *,
     node: str | None = None,
-) -> pl.DataFrame:
+) -> StoreRows:
     """``numa_samples`` counters in ``[since, until)``, optionally one node."""
-    schema = {
-        "ts": pl.Datetime("us"),
-        "node": pl.String(),
-        "numa_node": pl.Int16(),
-        "numa_hit_pages_total": pl.Int64(),
-        "numa_miss_pages_total": pl.Int64(),
-    }
-    return _load(store, "numa_samples", schema, (since, until), node)
+    columns = ("ts", "node", "numa_node", "numa_hit_pages_total", "numa_miss_pages_total")
+    return window(store, "numa_samples", columns, since, until, node=node)
 
 
-def load_sync_delays(
+def sync_delay_rows(
     store: Store,
     since: datetime | None = None,
     until: datetime | None = None,
     *,
     node: str | None = None,
-) -> pl.DataFrame:
+) -> StoreRows:
     """``sync_delays`` rows (ts, node, delay_s) in ``[since, until)``, optionally one node."""
-    schema = {"ts": pl.Datetime("us"), "node": pl.String(), "delay_s": pl.Float64()}
-    return _load(store, "sync_delays", schema, (since, until), node)
+    return window(store, "sync_delays", ("ts", "node", "delay_s"), since, until, node=node)
 
 
-def numa_miss_ratios(samples: pl.DataFrame) -> dict[str, float]:
-    """``{node: NUMA miss ratio 0-1}`` from ``numa_samples`` counters (module docstring)."""
-    if samples.height == 0:
-        return {}
-    steps = (
-        samples.filter(pl.col("node").is_not_null())
-        .sort("node", "numa_node", "ts")
-        .with_columns(
-            d_hit=pl.col("numa_hit_pages_total").diff().over("node", "numa_node"),
-            d_miss=pl.col("numa_miss_pages_total").diff().over("node", "numa_node"),
-        )
-        .filter((pl.col("d_hit") >= 0) & (pl.col("d_miss") >= 0))
-        .group_by("node")
-        .agg(pl.col("d_hit").sum(), pl.col("d_miss").sum())
-        .filter(pl.col("d_hit") + pl.col("d_miss") > 0)
-    )
-    return {
-        r["node"]: r["d_miss"] / (r["d_hit"] + r["d_miss"]) for r in steps.iter_rows(named=True)
-    }
+#: Per node, the summed increases of the hit and miss counters over consecutive reads of each
+#: of its NUMA nodes; a pair in which either counter went down is left out.
+_MISS_SQL = """
+WITH steps AS (
+    SELECT node,
+        numa_hit_pages_total - lag(numa_hit_pages_total) OVER w AS d_hit,
+        numa_miss_pages_total - lag(numa_miss_pages_total) OVER w AS d_miss
+    FROM samples WHERE node IS NOT NULL
+    WINDOW w AS (PARTITION BY node, numa_node ORDER BY ts)
+)
+SELECT node, sum(d_hit)::BIGINT AS d_hit, sum(d_miss)::BIGINT AS d_miss
+FROM steps WHERE d_hit >= 0 AND d_miss >= 0
+GROUP BY node HAVING sum(d_hit) + sum(d_miss) > 0
+"""
 
 
-def sync_delays_by_node(delays: pl.DataFrame) -> dict[str, list[float]]:
+def numa_miss_ratios(samples: Rows) -> dict[str, float]:
+    """``{node: NUMA miss ratio 0-1}`` from ``numa_samples`` counters (module docstring): a
+    frame, or :func:`numa_sample_rows` of a store (computed there)."""
+    rows = query_rows(_MISS_SQL, {"samples": samples}).to_pylist()
+    return {r["node"]: r["d_miss"] / (r["d_hit"] + r["d_miss"]) for r in rows}
+
+
+def sync_delays_by_node(delays: Rows) -> dict[str, list[float]]:
     """``{node: delays in seconds, time order}`` from ``sync_delays`` rows."""
     out: dict[str, list[float]] = {}
-    for node, delay in (
-        delays.filter(pl.col("node").is_not_null()).sort("ts").select("node", "delay_s").iter_rows()
-    ):
+    ordered = query_rows(
+        "SELECT node, delay_s FROM delays WHERE node IS NOT NULL ORDER BY ts", {"delays": delays}
+    )
+    for node, delay in zip(*(c.to_pylist() for c in ordered.columns), strict=True):
         out.setdefault(node, []).append(delay)
     return out
 
@@ -126,24 +97,30 @@ class ContainerPlacement:
         return sum(1 for b in self.bytes_by_numa_node.values() if b > 0)
 
 
-def container_placement(samples: pl.DataFrame) -> list[ContainerPlacement]:
+#: Each container's latest read: one row per NUMA node, anon + file bytes.
+_LATEST_PLACEMENT_SQL = """
+SELECT node, pod_uid, container_id, numa_node,
+    coalesce(anon_bytes, 0) + coalesce(file_bytes, 0) AS total
+FROM samples
+QUALIFY ts = max(ts) OVER (PARTITION BY node, pod_uid, container_id)
+ORDER BY node, pod_uid, container_id, numa_node
+"""
+
+
+def container_placement(samples: Rows) -> list[ContainerPlacement]:
     """Per container, its latest ``container_numa_samples`` read (anon + file bytes)."""
-    if samples.height == 0:
-        return []
-    latest = samples.filter(
-        pl.col("ts") == pl.col("ts").max().over("node", "pod_uid", "container_id")
-    ).with_columns(total=pl.col("anon_bytes").fill_null(0) + pl.col("file_bytes").fill_null(0))
+    per_container: dict[tuple[str, str, str], dict[int, int]] = {}
+    for r in query_rows(_LATEST_PLACEMENT_SQL, {"samples": samples}).to_pylist():
+        key = (str(r["node"]), str(r["pod_uid"]), str(r["container_id"]))
+        per_container.setdefault(key, {})[r["numa_node"]] = int(r["total"])
     out = []
-    for (node, pod_uid, container_id), group in latest.sort("numa_node").group_by(
-        "node", "pod_uid", "container_id", maintain_order=True
-    ):
-        per_node = dict(zip(group["numa_node"].to_list(), group["total"].to_list(), strict=True))
+    for (node, pod_uid, container_id), per_node in per_container.items():
         total = sum(per_node.values())
         out.append(
             ContainerPlacement(
-                str(node),
-                str(pod_uid),
-                str(container_id),
+                node,
+                pod_uid,
+                container_id,
                 per_node,
                 max(per_node.values()) / total if total > 0 else None,
             )
@@ -169,32 +146,24 @@ def measured_inputs(
     node: str | None = None,
 ) -> MeasuredInputs:
     """NUMA miss ratios and sync delays of ``[since, until)`` (nodes without them absent)."""
-    placements = container_placement(load_container_numa(store, since, until, node=node))
+    placements = container_placement(container_numa_rows(store, since, until, node=node))
     return MeasuredInputs(
-        numa_miss_ratios(load_numa_samples(store, since, until, node=node)),
-        sync_delays_by_node(load_sync_delays(store, since, until, node=node)),
+        numa_miss_ratios(numa_sample_rows(store, since, until, node=node)),
+        sync_delays_by_node(sync_delay_rows(store, since, until, node=node)),
         mean_local_share(placements),
     )
 
 
-def load_container_numa(
+def container_numa_rows(
     store: Store,
     since: datetime | None = None,
     until: datetime | None = None,
     *,
     node: str | None = None,
-) -> pl.DataFrame:
+) -> StoreRows:
     """``container_numa_samples`` rows in ``[since, until)``, optionally one node."""
-    schema = {
-        "ts": pl.Datetime("us"),
-        "node": pl.String(),
-        "pod_uid": pl.String(),
-        "container_id": pl.String(),
-        "numa_node": pl.Int16(),
-        "anon_bytes": pl.Int64(),
-        "file_bytes": pl.Int64(),
-    }
-    return _load(store, "container_numa_samples", schema, (since, until), node)
+    columns = ("ts", "node", "pod_uid", "container_id", "numa_node", "anon_bytes", "file_bytes")
+    return window(store, "container_numa_samples", columns, since, until, node=node)
 
 
 def mean_local_share(placements: list[ContainerPlacement]) -> dict[str, float]:

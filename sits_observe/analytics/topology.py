@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import polars as pl
-
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
+from sits_observe.store.rows import Rows, StoreRows, query_rows
 
 
 @dataclass(frozen=True)
@@ -37,47 +36,50 @@ class NodeTopology:
 
 _LATEST = "ts = (SELECT max(ts) FROM {table} AS l WHERE l.node = t.node AND l.ts >= ?)"
 
+#: Per node of the relations ``gpus`` (node, gpu_uuid, numa_node) and ``links`` (node, path):
+#: its GPUs, whether every pair is NVLink (NULL: no pairs) and the most GPUs on one NUMA node.
+_TOPOLOGY_SQL = """
+WITH counts AS (
+    SELECT node, count(*) AS gpus FROM gpus WHERE node IS NOT NULL GROUP BY node
+),
+linked AS (
+    SELECT node, bool_and(coalesce(path = 'nvlink', false)) AS nvlink
+    FROM links WHERE node IS NOT NULL GROUP BY node
+),
+per_numa AS (
+    SELECT node, max(n) AS per_numa FROM (
+        SELECT node, numa_node, count(*) AS n FROM gpus
+        WHERE numa_node IS NOT NULL GROUP BY node, numa_node
+    ) GROUP BY node
+)
+SELECT c.node, c.gpus, l.nvlink, p.per_numa
+FROM counts AS c LEFT JOIN linked AS l USING (node) LEFT JOIN per_numa AS p USING (node)
+"""
+
 
 def load_node_topology(store: Store, since: datetime | None = None) -> dict[str, NodeTopology]:
     """Per node, its latest ``gpu_topology`` / ``gpu_links`` read at or after ``since``."""
     lo = utc_naive(since) if since is not None else datetime.min
-    gpus = pl.DataFrame(
-        store.query(
-            "SELECT node, gpu_uuid, numa_node FROM gpu_topology AS t WHERE "
-            + _LATEST.format(table="gpu_topology"),
-            [lo],
-        ),
-        schema={"node": pl.String(), "gpu_uuid": pl.String(), "numa_node": pl.Int16()},
+    gpus = StoreRows(
+        store,
+        "SELECT node, gpu_uuid, numa_node FROM gpu_topology AS t WHERE "
+        + _LATEST.format(table="gpu_topology"),
+        [lo],
     )
-    links = pl.DataFrame(
-        store.query(
-            "SELECT node, path FROM gpu_links AS t WHERE " + _LATEST.format(table="gpu_links"),
-            [lo],
-        ),
-        schema={"node": pl.String(), "path": pl.String()},
+    links = StoreRows(
+        store,
+        "SELECT node, path FROM gpu_links AS t WHERE " + _LATEST.format(table="gpu_links"),
+        [lo],
     )
     return node_topology(gpus, links)
 
 
-def node_topology(gpus: pl.DataFrame, links: pl.DataFrame) -> dict[str, NodeTopology]:
+def node_topology(gpus: Rows, links: Rows) -> dict[str, NodeTopology]:
     """:class:`NodeTopology` per node from one read's GPU rows and pair rows."""
-    nvlinked = {
-        r["node"]: r["all_nvlink"]
-        for r in links.filter(pl.col("node").is_not_null())
-        .group_by("node")
-        .agg(all_nvlink=(pl.col("path") == "nvlink").fill_null(False).all())
-        .iter_rows(named=True)
-    }
-    per_numa = (
-        gpus.filter(pl.col("numa_node").is_not_null())
-        .group_by("node", "numa_node")
-        .len()
-        .group_by("node")
-        .agg(pl.col("len").max().alias("per_numa"))
-    )
-    most = {r["node"]: int(r["per_numa"]) for r in per_numa.iter_rows(named=True)}
-    counts = gpus.filter(pl.col("node").is_not_null()).group_by("node").agg(pl.len())
+    rows = query_rows(_TOPOLOGY_SQL, {"gpus": gpus, "links": links}).to_pylist()
     return {
-        r["node"]: NodeTopology(int(r["len"]), nvlinked.get(r["node"]), most.get(r["node"]))
-        for r in counts.iter_rows(named=True)
+        r["node"]: NodeTopology(
+            int(r["gpus"]), r["nvlink"], None if r["per_numa"] is None else int(r["per_numa"])
+        )
+        for r in rows
     }

@@ -4,8 +4,7 @@ Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recompu
 ``slow_refresh_s`` rather than with every view (:mod:`sits_observe.control.extender_view`):
 
 - interference per node, :mod:`sits_observe.analytics.interference` (SPEC: 0.4 bandwidth +
-  0.35 NVLink conflict + 0.25 NUMA miss), computed a few nodes at a time so the rebuild
-  thread yields the GIL to request handlers between chunks;
+  0.35 NVLink conflict + 0.25 NUMA miss), aggregated by DuckDB where the samples lie;
 - each workload's measured GPU memory need: the largest per-GPU ``fb_used_bytes`` of its
   pods in the window (the latest ``pods`` snapshot names the pods' workloads);
 - the measured inputs behind them: each node's NUMA miss ratio (``numa_samples``,
@@ -16,30 +15,26 @@ Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recompu
 interference with :func:`node_interference` over dcgm-exporter series, without NUMA miss
 ratios or topology (:mod:`sits_observe.control.extender_source_promql`).
 
-The analytics behind them run on polars frames and are imported by the two functions, not at
-the top: ``serve`` imports this module (through the view) before its port is up, and polars
-(about 0.15 s) would hold up everything else that answers after a restart; the first view
-build imports them (docs/extender.md, cold start).
+The analytics behind them are SQL (:mod:`sits_observe.store.rows`): over the store they run
+inside it, so the slow signals load no polars (about 0.1 s of a cold start, docs/extender.md)
+and hold the GIL only to turn a row per node into Python values. They are imported by the
+functions that use them: ``serve`` imports this module (through the view) before its port is
+up, and the first view build imports them.
 """
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
+from sits_observe.store.rows import Rows
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from sits_observe.analytics.topology import NodeTopology
 
 
@@ -58,17 +53,16 @@ def slow_signals(
     now: datetime,
     *,
     window_s: float,
-    chunk_nodes: int,
     interference: InterferenceSettings,
 ) -> SlowSignals:
     """Interference per node and measured memory need per workload over ``window_s``."""
-    from sits_observe.analytics.interference import load_gpu_samples
-    from sits_observe.analytics.numa import load_numa_samples, numa_miss_ratios
+    from sits_observe.analytics.interference import gpu_sample_rows
+    from sits_observe.analytics.numa import numa_miss_ratios, numa_sample_rows
     from sits_observe.analytics.topology import load_node_topology
 
     since = utc_naive(now) - timedelta(seconds=window_s)
-    numa = numa_miss_ratios(load_numa_samples(store, since))
-    scores = node_interference(load_gpu_samples(store, since), chunk_nodes, interference, numa)
+    numa = numa_miss_ratios(numa_sample_rows(store, since))
+    scores = node_interference(gpu_sample_rows(store, since), interference, numa)
     pods_at = store.scalar("SELECT max(ts) FROM pod_snapshots")
     needs: dict[tuple[str, str], int] = {}
     if pods_at is not None:
@@ -84,35 +78,19 @@ def slow_signals(
 
 
 def node_interference(
-    samples: pl.DataFrame,
-    chunk_nodes: int,
+    samples: Rows,
     interference: InterferenceSettings,
     numa_miss_ratio: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Node interference scores, computed a few nodes at a time.
+    """The interference score of every named node in ``samples``
+    (:func:`~sits_observe.analytics.interference.node_scores`).
 
-    A node's score depends only on its own GPUs' samples, so chunks by node give the same
-    result as one call; :func:`~sits_observe.analytics.interference.node_scores` gives the
-    interference report's node scores without its per-GPU rows (about 4x less time: the
-    first view build at 1,024 nodes spent two thirds of its time on those rows). One call
-    over 40,000 GPUs holds the GIL for up to half a second in places, which would stall
-    extender calls on the event loop; between chunks the thread yields.
+    The aggregation runs in DuckDB (in the store, or in memory over a frame), which releases
+    the GIL while it works: at 5,000 nodes x 8 GPUs about 90 ms, during which a thread
+    waiting for the GIL got it within 10 ms (the previous polars path, computed in one call,
+    held it for up to half a second and had to run a few nodes at a time).
     """
-    import polars as pl
-
     from sits_observe.analytics.interference import node_scores
 
-    if samples.height == 0:
-        return {}
-    ordered = samples.filter(pl.col("node").is_not_null()).sort("node")
-    nodes = ordered.get_column("node")
-    starts = np.flatnonzero(np.r_[True, (nodes[1:] != nodes[:-1]).to_numpy()])
-    bounds = [*starts[::chunk_nodes].tolist(), ordered.height]
-    scores: dict[str, float] = {}
-    for lo, hi in itertools.pairwise(bounds):
-        chunk = node_scores(
-            ordered.slice(lo, hi - lo), interference, numa_miss_ratio=numa_miss_ratio
-        )
-        scores.update({node: s.score for node, s in chunk.items() if node is not None})
-        time.sleep(0)  # let a waiting request handler take the GIL
-    return scores
+    scores = node_scores(samples, interference, numa_miss_ratio=numa_miss_ratio)
+    return {node: s.score for node, s in scores.items() if node is not None}

@@ -188,7 +188,6 @@ class DuckViewSource:
             self.store,
             now,
             window_s=settings.slow_window_s,
-            chunk_nodes=settings.interference_chunk_nodes,
             interference=settings.interference,
         )
 

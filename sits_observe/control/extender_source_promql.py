@@ -181,9 +181,7 @@ class PromQLViewSource:
         until = utc_naive(now)
         since = until - timedelta(seconds=settings.slow_window_s)
         frame = self._frame(since, until, [*SAMPLE_COLUMNS[1:], "fb_used_bytes"])
-        scores = node_interference(
-            frame.select(SAMPLE_COLUMNS), settings.interference_chunk_nodes, settings.interference
-        )
+        scores = node_interference(frame.select(SAMPLE_COLUMNS), settings.interference)
         used = frame.filter(
             pl.col("fb_used_bytes").is_not_null() & pl.col("mig_instance_id").is_null()
         )

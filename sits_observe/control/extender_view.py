@@ -109,12 +109,6 @@ class ViewSettings(BaseModel):
         le=86400,
         description="seconds of GPU samples behind interference and measured memory needs",
     )
-    interference_chunk_nodes: int = Field(
-        200,
-        ge=1,
-        le=100_000,
-        description="nodes per interference computation step (the thread yields between steps)",
-    )
     interference: InterferenceSettings = Field(
         default_factory=InterferenceSettings,
         description="interference score weights and the NVLink capacity table",

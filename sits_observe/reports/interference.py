@@ -33,15 +33,16 @@ from sits_observe.analytics.interference import (
     InterferenceReport,
     InterferenceScore,
     NodeInterference,
+    gpu_sample_rows,
     interference_report,
     load_gpu_samples,
     node_scores,
 )
 from sits_observe.analytics.numa import (
     MeasuredInputs,
-    load_numa_samples,
     measured_inputs,
     numa_miss_ratios,
+    numa_sample_rows,
 )
 from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
@@ -180,8 +181,8 @@ def node_interference(
     ratio: the ``nodes`` table's scores of the report for the same settings (no NUMA ratio
     or sync delay given), without the per-GPU rows; the exporter's
     ``sits_interference_score_ratio``."""
-    samples = load_gpu_samples(store, window.since, window.until)
-    numa = numa_miss_ratios(load_numa_samples(store, window.since, window.until))
+    samples = gpu_sample_rows(store, window.since, window.until)
+    numa = numa_miss_ratios(numa_sample_rows(store, window.since, window.until))
     return node_scores(samples, settings, numa_miss_ratio=numa)
 
 

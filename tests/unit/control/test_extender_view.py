@@ -73,13 +73,21 @@ def test_view_from_the_store(store: Store) -> None:
     assert view.preferred("H100").tolist() == [False, True, True, False, True]
 
 
-def test_interference_in_node_chunks_equals_one_pass(store: Store) -> None:
+def test_slow_interference_aggregated_in_the_store_equals_the_report_over_a_frame(
+    store: Store,
+) -> None:
+    """The view's slow signals aggregate ``gpu_samples`` inside the store; the interference
+    report over the same rows read into a polars frame gives the same node scores."""
+    from sits_observe.analytics.interference import interference_report, load_gpu_samples
+
     write_cluster(store)
-    one = build_view(store, NOW, ViewSettings(interference_chunk_nodes=100))
-    chunked = build_view(store, NOW, ViewSettings(interference_chunk_nodes=1))
-    np.testing.assert_array_equal(one.interference_ratio, chunked.interference_ratio)
-    assert one.slow.interference_ratio == chunked.slow.interference_ratio
-    assert len(chunked.slow.interference_ratio) == 4  # the four nodes with GPU samples
+    settings = ViewSettings()
+    view = build_view(store, NOW, settings)
+    samples = load_gpu_samples(store, NOW - timedelta(seconds=settings.slow_window_s))
+    report = interference_report(samples, settings.interference)
+    expected = {n.node: n.score.score for n in report.nodes if n.node is not None}
+    assert len(expected) == 4  # the four nodes with GPU samples
+    assert view.slow.interference_ratio == pytest.approx(expected, rel=1e-12)
 
 
 def test_no_inventory_gives_an_empty_view(store: Store) -> None:
