@@ -29,9 +29,9 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
-from sits_observe.analytics.heatmap import HeatmapSettings, compute_heatmaps
+from sits_observe.analytics.heatmap import compute_heatmaps
 from sits_observe.analytics.latency import RequestSelection
-from sits_observe.analytics.settings import PriceTable
+from sits_observe.analytics.settings import HeatmapSettings, PriceTable
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

@@ -45,7 +45,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from sits_observe.analytics.heatmap import US_PER_S, Heatmap, HeatmapSettings, exact
+from sits_observe.analytics.heatmap import Heatmap
 from sits_observe.analytics.heatmap_knee import (
     SafeMax,
     ThroughputBin,
@@ -54,6 +54,7 @@ from sits_observe.analytics.heatmap_knee import (
     find_safe_max,
 )
 from sits_observe.analytics.latency import ESTIMATE_GROUPS, GroupBy, check_group
+from sits_observe.analytics.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.collectors import histogram as hist
 
 #: The columns that tell one histogram series from another in a snapshot table.

@@ -24,9 +24,10 @@ Money: with a :class:`~.settings.PriceTable`, a GPU-hour costs its node's pool p
 divided by the node's GPUs (the pool a node matches by product and labels, as
 :mod:`.capacity` prices nodes); nodes in no pool have no price.
 
-polars is imported by the functions that use it, not at the top: ``serve`` reads
-:class:`IdleSettings` for its flags before its port is up, and polars (about 0.15 s) would
-delay the scheduler extender's first answer (docs/extender.md, cold start).
+The rules' floors and shares are :class:`~.settings.IdleSettings`, kept in :mod:`.settings`
+so that ``serve``, which reads them for its flags before its port is up, need not import this
+module (docs/extender.md, cold start). polars is imported by the functions that use it, not
+at the top, so that importing this module for its types costs no polars (about 0.15 s).
 """
 
 from __future__ import annotations
@@ -37,13 +38,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_live import LiveCluster
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import typical_pods
-from sits_observe.analytics.settings import PriceTable
+from sits_observe.analytics.settings import IdleSettings, PriceTable
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 
@@ -53,31 +52,6 @@ if TYPE_CHECKING:
 Kind = Literal["idle", "oversized", "stranded"]
 KINDS: tuple[Kind, ...] = ("idle", "oversized", "stranded")
 HOLDING = ("node", "gpu_uuid", "namespace", "pod")
-
-
-class IdleSettings(BaseModel):
-    """Floors and shares of the idle and oversized rules (ratios 0-1)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    util_floor_ratio: float = Field(
-        0.05, ge=0, le=1, description="GPU utilisation (0-1) under which a sample is idle"
-    )
-    activity_floor_ratio: float = Field(
-        0.05, ge=0, le=1, description="memory-copy / DRAM activity (0-1) under which it is idle"
-    )
-    idle_share_ratio: float = Field(
-        0.9, gt=0, le=1, description="share of a holding's samples that must be idle (0-1)"
-    )
-    oversized_below_ratio: float = Field(
-        0.5, gt=0, le=1, description="used share of the allocation under which it is oversized"
-    )
-    used_percentile_ratio: float = Field(
-        0.95, gt=0, le=1, description="percentile of the used share the oversized rule reads"
-    )
-    max_gap_s: float = Field(
-        300.0, gt=0, le=86_400, description="longest time one sample stands for, seconds"
-    )
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,10 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics.capacity import replicas_needed
-from sits_observe.analytics.heatmap import HeatmapSettings, compute_heatmaps
+from sits_observe.analytics.heatmap import compute_heatmaps
 from sits_observe.analytics.heatmap_knee import find_safe_max
 from sits_observe.analytics.latency import RequestSelection
+from sits_observe.analytics.settings import HeatmapSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

@@ -1,12 +1,20 @@
 """Typed settings of the workload analytics: the spec's thresholds, with bounds and units.
 
-Every default below is a number from ``SPEC.md`` (section named in the field's comment) or
-from a vendor datasheet (cited). The CLI builds these models from its flags, the controller
-from its configuration; analytics functions receive them as arguments and never read a global.
+Every default of the spec's models (interference, baselines, classes, tenants, timeline,
+prices) is a number from ``SPEC.md`` (section named in the field's comment) or from a vendor
+datasheet (cited). The CLI builds these models from its flags, the controller from its
+configuration; analytics functions receive them as arguments and never read a global.
+
+The settings of the heatmap, SMF alignment, trend clustering and idle-GPU analyses
+(:class:`HeatmapSettings`, :class:`SmfSettings`, :class:`TrendSettings`,
+:class:`IdleSettings`) live here too, not in their analyses' modules (which import them from
+here): ``serve`` builds its exporter's flags from them before its port is up, and importing
+those analyses would delay the scheduler extender's first answer (docs/extender.md, cold
+start).
 
 Units: ``_bytes`` (GiB = 2^30 bytes where the spec says GiB), ``_bytes_per_s`` (GB/s = 10^9
-bytes/s, as link and bandwidth figures are quoted decimally), ``_s``, ``_ratio`` (0-1),
-``_tokens``, ``_usd_per_hour``.
+bytes/s, as link and bandwidth figures are quoted decimally), ``_s``, ``_ms``, ``_rps``
+(requests/s), ``_per_h``, ``_ratio`` (0-1), ``_tokens``, ``_usd_per_hour``.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from enum import StrEnum
+from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
@@ -382,3 +391,158 @@ def load_price_table(path: Path) -> PriceTable:
             '{"pools": [{"pool": NAME, "price_usd_per_hour": USD, "gpu_product": PRODUCT, '
             '"node_labels": {KEY: VALUE}}]}'
         ) from exc
+
+
+# :mod:`sits_observe.analytics.heatmap`: its bins are whole microseconds, decided exactly.
+US_PER_S = 1_000_000
+US_PER_MS = 1_000
+#: Most decimal places a heatmap throughput bin width may have.
+MAX_RPS_DECIMALS = 9
+
+
+def exact(value: float) -> Fraction:
+    """The decimal a float was written as (``0.01`` -> 1/100): its shortest repr, exactly."""
+    return Fraction(repr(float(value)))
+
+
+class HeatmapSettings(BaseModel):
+    """Window length, bin widths, SLO and the evidence threshold of one heatmap."""
+
+    model_config = ConfigDict(frozen=True)
+
+    window_s: float = Field(
+        1.0, gt=0, le=86_400, description="window length, s (whole microseconds)"
+    )
+    latency_bin_ms: float = Field(
+        100.0, gt=0, le=3_600_000, description="latency bin width, ms (whole microseconds)"
+    )
+    throughput_bin_rps: float = Field(
+        10.0, gt=0, le=1e9, description="throughput bin width, requests/s (<= 9 decimals)"
+    )
+    slo_ms: float | None = Field(
+        None, gt=0, le=3_600_000, description="P95 latency SLO, ms, for the safe maximum"
+    )
+    min_bin_requests: int = Field(
+        20,
+        ge=1,
+        le=1_000_000,
+        description="requests a throughput bin needs before its P95 counts for knee / safe max",
+    )
+
+    @model_validator(mode="after")
+    def _whole_units(self) -> HeatmapSettings:
+        if (exact(self.window_s) * US_PER_S).denominator != 1:
+            raise ValueError(f"window_s {self.window_s!r} s is not a whole number of microseconds")
+        if (exact(self.latency_bin_ms) * US_PER_MS).denominator != 1:
+            raise ValueError(
+                f"latency_bin_ms {self.latency_bin_ms!r} ms is not a whole number of microseconds"
+            )
+        if exact(self.throughput_bin_rps).denominator > 10**MAX_RPS_DECIMALS:
+            raise ValueError(
+                f"throughput_bin_rps {self.throughput_bin_rps!r} has more than "
+                f"{MAX_RPS_DECIMALS} decimals"
+            )
+        return self
+
+    @property
+    def window_us(self) -> int:
+        """Window length in microseconds."""
+        return int(exact(self.window_s) * US_PER_S)
+
+    @property
+    def latency_bin_us(self) -> int:
+        """Latency bin width in microseconds."""
+        return int(exact(self.latency_bin_ms) * US_PER_MS)
+
+
+# :mod:`sits_observe.analytics.smf`.
+class SmfSettings(BaseModel):
+    """How cgroup and GPU samples are aligned for the SMF fragmentation rate."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_skew_s: float = Field(
+        2.0,
+        gt=0,
+        le=3600,
+        description="largest age, in seconds, of the GPU sample matched to a cgroup sample "
+        "(the GPU sample is taken at or before the cgroup sample)",
+    )
+
+
+# :mod:`sits_observe.analytics.trends`.
+class TrendSettings(BaseModel):
+    """Knobs of trend clustering; units in every name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    eps: float | None = Field(
+        None, gt=0, description="DBSCAN radius in standard-scaled feature units; none = knee"
+    )
+    min_samples: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="DBSCAN min_samples (series in a core neighbourhood, itself included); "
+        "none = n_series // 10 clamped to 3..10",
+    )
+    min_knee_strength: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="weakest knee (0 = straight k-distance curve, 1 = an L) taken as one; "
+        "below it eps is the largest k-distance",
+    )
+    min_points: int = Field(
+        3, ge=3, le=100_000, description="fewest finite points a series needs for features"
+    )
+    drop_ratio: float = Field(
+        0.05, gt=0, le=1, description="a sharp drop: occupancy falls by this share at once"
+    )
+    idle_level_ratio: float = Field(
+        0.02, ge=0, le=1, description="'idle/empty': mean occupancy below this ratio"
+    )
+    full_level_ratio: float = Field(
+        0.9, ge=0, le=1, description="'full': mean occupancy at or above this ratio"
+    )
+    leak_slope_per_h: float = Field(
+        0.002,
+        gt=0,
+        description="'leaking': occupancy rises at least this ratio per hour (0.002 = about "
+        "5 pp a day, a third of the framebuffer in a week)",
+    )
+    sawtooth_drops_per_h: float = Field(
+        0.25, gt=0, description="'saw-tooth': at least this many sharp drops per hour"
+    )
+    daily_amplitude_ratio: float = Field(
+        0.05, gt=0, le=1, description="'daily cycle': 24 h harmonic amplitude at least this"
+    )
+    steady_std_ratio: float = Field(
+        0.02, gt=0, le=1, description="'steady': residual standard deviation below this"
+    )
+
+
+# :mod:`sits_observe.analytics.idle_gpus`.
+class IdleSettings(BaseModel):
+    """Floors and shares of the idle and oversized rules (ratios 0-1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    util_floor_ratio: float = Field(
+        0.05, ge=0, le=1, description="GPU utilisation (0-1) under which a sample is idle"
+    )
+    activity_floor_ratio: float = Field(
+        0.05, ge=0, le=1, description="memory-copy / DRAM activity (0-1) under which it is idle"
+    )
+    idle_share_ratio: float = Field(
+        0.9, gt=0, le=1, description="share of a holding's samples that must be idle (0-1)"
+    )
+    oversized_below_ratio: float = Field(
+        0.5, gt=0, le=1, description="used share of the allocation under which it is oversized"
+    )
+    used_percentile_ratio: float = Field(
+        0.95, gt=0, le=1, description="percentile of the used share the oversized rule reads"
+    )
+    max_gap_s: float = Field(
+        300.0, gt=0, le=86_400, description="longest time one sample stands for, seconds"
+    )

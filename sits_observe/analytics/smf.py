@@ -43,8 +43,8 @@ from enum import StrEnum
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
 
+from sits_observe.analytics.settings import SmfSettings
 from sits_observe.analytics.source import ContainerSeriesSource, GpuSeriesSource
 from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_PROCESSES, GPU_SAMPLES
 from sits_observe.domain.times import utc_naive
@@ -94,20 +94,6 @@ SMF_ROW_SCHEMA = pa.schema(
         ("skew_s", pa.float64()),
     ]
 )
-
-
-class SmfSettings(BaseModel):
-    """How cgroup and GPU samples are aligned for the SMF fragmentation rate."""
-
-    model_config = ConfigDict(frozen=True)
-
-    max_skew_s: float = Field(
-        2.0,
-        gt=0,
-        le=3600,
-        description="largest age, in seconds, of the GPU sample matched to a cgroup sample "
-        "(the GPU sample is taken at or before the cgroup sample)",
-    )
 
 
 class SmfGrouping(StrEnum):

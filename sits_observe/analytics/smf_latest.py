@@ -37,11 +37,11 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
+from sits_observe.analytics.settings import SmfSettings
 from sits_observe.analytics.smf import (
     GPU_SQL,
     LINKS_SQL,
     SmfInputs,
-    SmfSettings,
     prepare,
     read_smf_inputs,
     register_inputs,

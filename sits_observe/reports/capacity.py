@@ -30,8 +30,8 @@ from sits_observe.analytics.capacity import (
     replica_shapes,
     size_model,
 )
-from sits_observe.analytics.heatmap import US_PER_S, exact, heatmap_settings
-from sits_observe.analytics.settings import load_price_table
+from sits_observe.analytics.heatmap import heatmap_settings
+from sits_observe.analytics.settings import US_PER_S, exact, load_price_table
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.result import Report, ReportTable, col, table_of

@@ -24,7 +24,7 @@ from pydantic import Field
 from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_live import LiveCluster, live_cluster
 from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
-from sits_observe.analytics.idle_gpus import IdleSettings
+from sits_observe.analytics.settings import IdleSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError, StoreError
 from sits_observe.reports import fleet_reads as reads

@@ -30,18 +30,12 @@ from typing import Any
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from sits_observe.analytics.heatmap import (
-    US_PER_S,
-    Heatmap,
-    HeatmapGroup,
-    HeatmapSettings,
-    compute_heatmaps,
-    exact,
-)
+from sits_observe.analytics.heatmap import Heatmap, HeatmapGroup, compute_heatmaps
 from sits_observe.analytics.heatmap_histograms import histogram_heatmaps
 from sits_observe.analytics.heatmap_json import HeatmapJson, heatmap_json
 from sits_observe.analytics.heatmap_knee import SafeMax, Verdict, find_safe_max
 from sits_observe.analytics.latency import RequestSelection, explain_empty, known_values
+from sits_observe.analytics.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.latency import GROUP_COLUMNS, LatencyGroup

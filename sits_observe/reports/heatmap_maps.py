@@ -16,9 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sits_observe.analytics.heatmap import Heatmap, HeatmapSettings
+from sits_observe.analytics.heatmap import Heatmap
 from sits_observe.analytics.heatmap_histograms import CELLS_SCHEMA, WINDOWS_SCHEMA
 from sits_observe.analytics.heatmap_knee import Knee, SafeMax, ThroughputBin, Verdict
+from sits_observe.analytics.settings import HeatmapSettings
 from sits_observe.errors import ConfigError
 from sits_observe.reports.heatmap import HeatmapBy, HeatmapTable, key_name
 from sits_observe.reports.result import Report

@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.idle_gpus import IdleSettings
 from sits_observe.analytics.replicas import ReplicaSettings
 from sits_observe.analytics.rightsizing import RightsizingSettings
+from sits_observe.analytics.settings import IdleSettings
 from sits_observe.control.inputs import QueueState
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.domain.units import Unit

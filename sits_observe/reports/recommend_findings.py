@@ -38,7 +38,6 @@ from sits_observe.analytics.idle_gpus import (
     KINDS,
     Finding,
     IdleReport,
-    IdleSettings,
     Kind,
     find_waste,
     load_held_samples,
@@ -46,6 +45,7 @@ from sits_observe.analytics.idle_gpus import (
 from sits_observe.analytics.replicas import ReplicaRecommendation, ReplicaSettings, replicas_at_slo
 from sits_observe.analytics.rightsizing import RightsizingSettings
 from sits_observe.analytics.rightsizing_stacks import WorkloadSizing, workload_sizings
+from sits_observe.analytics.settings import IdleSettings
 from sits_observe.domain.units import Unit, human
 from sits_observe.errors import StoreError
 from sits_observe.reports.recommend_plan import MAX_REASON, RULE, change_ratio, days_confidence

@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import Field
 
+from sits_observe.analytics.settings import SmfSettings
 from sits_observe.analytics.smf import (
     SmfAlignment,
     SmfGrouping,
     SmfInputs,
-    SmfSettings,
     align_smf,
     read_smf_inputs,
     read_smf_sources,

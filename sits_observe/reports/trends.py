@@ -20,8 +20,9 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field
 
+from sits_observe.analytics.settings import TrendSettings
 from sits_observe.analytics.source import OCCUPANCY_COLUMNS, occupancy_from_samples
-from sits_observe.analytics.trends import TrendCluster, TrendClusters, TrendSettings, cluster_trends
+from sits_observe.analytics.trends import TrendCluster, TrendClusters, cluster_trends
 from sits_observe.analytics.trends_series import (
     OccupancySeries,
     TrendLevel,

@@ -13,11 +13,14 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sits_observe.analytics.heatmap import HeatmapSettings
-from sits_observe.analytics.idle_gpus import IdleSettings
-from sits_observe.analytics.settings import ClassSettings, InterferenceSettings
-from sits_observe.analytics.smf import SmfSettings
-from sits_observe.analytics.trends import TrendSettings
+from sits_observe.analytics.settings import (
+    ClassSettings,
+    HeatmapSettings,
+    IdleSettings,
+    InterferenceSettings,
+    SmfSettings,
+    TrendSettings,
+)
 
 #: Upper bounds (le) of ``sits_request_latency_window_seconds``, in seconds: Prometheus'
 #: client default buckets extended to one minute, where LLM end-to-end latencies live.
