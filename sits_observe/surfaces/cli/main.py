@@ -14,6 +14,8 @@ import sys
 
 import typer
 
+from sits_observe.surfaces.cli.startup import pause_collection, resume_collection
+
 #: The command modules, each with ``register(app)``, in the order ``--help`` lists them.
 _MODULES = (
     "serve",
@@ -31,6 +33,8 @@ _MODULES = (
 #: imports only their module, so a restarted ``serve`` answers sooner (the extender's cold
 #: start, docs/extender.md) and imports nothing of the other commands.
 _ALONE = ("serve", "agent", "controller")
+#: Commands that turn the garbage collector back on themselves, once started (:mod:`.startup`).
+_RESUME_THEMSELVES = ("serve",)
 _HELP = "Observability and capacity analytics for AI GPU clusters on Kubernetes."
 
 
@@ -69,7 +73,11 @@ def __getattr__(name: str) -> typer.Typer:
 def main() -> None:
     """Entry point of ``sits-observe``."""
     name = sys.argv[1] if len(sys.argv) > 1 else None
-    build_app(name if name in _ALONE else None)()
+    pause_collection()  # while the command's modules import (startup.py)
+    app = build_app(name if name in _ALONE else None)
+    if name not in _RESUME_THEMSELVES:
+        resume_collection()
+    app()
 
 
 def kubectl_app() -> typer.Typer:

@@ -26,6 +26,7 @@ from sits_observe.surfaces.alerts.settings import AlertingSettings, NotifySettin
 from sits_observe.surfaces.cli.common import run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.process_settings import LogSettings
+from sits_observe.surfaces.cli.startup import resume_collection
 from sits_observe.surfaces.service.exporter_settings import ExporterSettings
 from sits_observe.surfaces.service.extender import ExtenderSettings
 from sits_observe.surfaces.service.limits import HttpLimits
@@ -175,8 +176,7 @@ def run_service(
     from sits_observe.store import Store
     from sits_observe.surfaces.service.extender import serve_extender
     from sits_observe.surfaces.service.metrics import ServiceMetrics
-    from sits_observe.surfaces.service.server import Listener, Servers, bind
-    from sits_observe.surfaces.service.staged import StagedApp
+    from sits_observe.surfaces.service.sockets import bind
 
     sockets = [bind(settings.host, settings.port, "--port")]
     try:
@@ -229,21 +229,28 @@ def run_service(
             settings=extender,
             pods=extender_pods,
         )
+        # Imported once the warm view's build has started: its reads run meanwhile.
+        from sits_observe.surfaces.service.server import Listener, Servers
+        from sits_observe.surfaces.service.staged import StagedApp
+
         servers: list[Servers] = []
 
         def build() -> Starlette:
             from sits_observe.surfaces.service.app import create_app  # FastAPI: stage 2
 
-            return create_app(
-                settings,
-                store,
-                metrics=metrics,
-                alerting=alerting,
-                exporter=exporter,
-                exporter_signals=exporter_signals,
-                extender_serving=serving,
-                kube_api=kube_api,
-            )
+            try:
+                return create_app(
+                    settings,
+                    store,
+                    metrics=metrics,
+                    alerting=alerting,
+                    exporter=exporter,
+                    exporter_signals=exporter_signals,
+                    extender_serving=serving,
+                    kube_api=kube_api,
+                )
+            finally:
+                resume_collection()  # the start is over: main paused the collector (startup.py)
 
         first_view = _first_view(serving)
         staged = None

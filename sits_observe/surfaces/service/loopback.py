@@ -1,7 +1,7 @@
 """The service app served by uvicorn in a thread on a loopback port: the embedded demo's and
 the experiment's service (``serve`` itself runs :mod:`.server` in the main thread).
 
-The socket comes from :func:`.server.bind`, so connections have Nagle's algorithm off as
+The socket comes from :func:`.sockets.bind`, so connections have Nagle's algorithm off as
 ``serve``'s do.
 """
 
@@ -13,7 +13,7 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
-from sits_observe.surfaces.service.server import bind
+from sits_observe.surfaces.service.sockets import bind
 
 
 class LoopbackService:

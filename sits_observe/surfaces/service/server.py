@@ -1,7 +1,7 @@
 """The HTTP servers of ``serve``: sockets bound first, protocol-level limits, one shutdown.
 
-- :func:`bind` opens a listening socket before anything else exists, so a port in use is a
-  one-line error and leaves no database file behind.
+- the sockets come from :func:`.sockets.bind`, opened before anything else exists, so a
+  port in use is a one-line error and leaves no database file behind.
 - :func:`guarded_protocol` is uvicorn's h11 protocol with what uvicorn lacks: a header
   timeout (uvicorn waits for headers forever), a cap on open connections (answered 503 and
   closed before a byte is read), and a body timeout for bodies nobody reads (a client that
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import signal
 import socket
@@ -33,7 +32,6 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from sits_observe.errors import ConfigError
 from sits_observe.surfaces.service.limits import HttpLimits, OnDrop
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 
@@ -49,36 +47,6 @@ _RAW_503 = (
 )
 #: How often a body timer re-checks while the app is still answering the request.
 _RECHECK_S = 1.0
-
-
-def bind(host: str, port: int, what: str) -> socket.socket:
-    """A listening TCP socket on ``host:port``; :class:`ConfigError` when it cannot be had."""
-    try:
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto = info[0][:3]
-        # The protocol number matters: asyncio turns Nagle's algorithm off only on sockets
-        # whose proto is IPPROTO_TCP, and with it on every answer waited for the client's
-        # delayed ACK (40 ms a request on Linux).
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port} ({what}): {exc}") from exc
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(info[0][4])
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        hint = (
-            "another process is listening there; stop it or choose another port"
-            if exc.errno == errno.EADDRINUSE
-            else "check the address"
-        )
-        raise ConfigError(
-            f"cannot listen on {host}:{port} ({what}): {exc.strerror or exc}; {hint}"
-        ) from exc
-    sock.setblocking(False)
-    return sock
 
 
 def guarded_protocol(limits: HttpLimits, on_drop: OnDrop) -> type[H11Protocol]:
