@@ -22,8 +22,8 @@ view built from the same file. Timed from the spawn, per run:
   ``run_service`` imports, in a bare
   interpreter: the import floor, wall and CPU time; the CPU time moves less with the load
   other jobs put on the machine) and the view build alone in this process: the first one
-  (with the imports the build does on first use: polars and the analytics behind the slow
-  signals) and the next one (a full build again, the imports done);
+  (with the imports the build does on first use: the analytics behind the slow signals)
+  and the next one (a full build again, the imports done);
 - where the import floor goes: ``python -X importtime`` over the same imports, each module's
   own time summed by its top-level package (the standard library as one; importtime's own
   overhead makes the sum larger than the floor).
