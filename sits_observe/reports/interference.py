@@ -35,7 +35,6 @@ from sits_observe.analytics.interference import (
     NodeInterference,
     gpu_sample_rows,
     interference_report,
-    load_gpu_samples,
     node_scores,
 )
 from sits_observe.analytics.numa import (
@@ -53,6 +52,7 @@ from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.rows import Rows
 
 FILLED_BY = "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`"
 
@@ -169,7 +169,7 @@ _GPU = (
 def build(store: Store, window: Window, query: InterferenceQuery) -> Report:
     """The ``interference`` report over ``window`` of the store's ``gpu_samples``."""
     require_rows(store, window, "gpu_samples", FILLED_BY)
-    samples = load_gpu_samples(store, window.since, window.until, node=query.node)
+    samples = gpu_sample_rows(store, window.since, window.until, node=query.node)
     measured = measured_inputs(store, window.since, window.until, node=query.node)
     return _report(window, samples, gpu_labels(store, window), query, measured)
 
@@ -220,15 +220,11 @@ def _labels_of(table: pa.Table) -> Mapping[str, str]:
 
 def _report(
     window: Window,
-    samples: pl.DataFrame,
+    samples: Rows,
     labels: Mapping[str, str],
     query: InterferenceQuery,
     measured: MeasuredInputs,
 ) -> Report:
-    if samples.height == 0:
-        raise NoDataError(
-            f"no gpu_samples rows of node {query.node} in the window {window.describe()}"
-        )
     given_numa, given_delays = query.numa_miss_ratio(), query.sync_delays_s()
     sources = _Sources(
         numa={n: "given" for n in given_numa}
@@ -243,6 +239,10 @@ def _report(
         numa_miss_ratio={**measured.numa_miss_ratio, **given_numa},
         sync_delays_s={**measured.sync_delays_s, **given_delays},
     )
+    if not result.gpus:
+        raise NoDataError(
+            f"no gpu_samples rows of node {query.node} in the window {window.describe()}"
+        )
     nodes = table_of(
         "nodes",
         "interference per node",
