@@ -58,8 +58,8 @@ from sits_observe.analytics.cluster_allocatable import cluster_allocatable
 from sits_observe.analytics.elastic import elastic_inputs, load_elastic_samples, pod_elastic_inputs
 from sits_observe.analytics.fgd_live import live_cluster
 from sits_observe.analytics.interference import (
+    gpu_sample_rows,
     interference_report,
-    load_gpu_samples,
     sync_delay_breached,
 )
 from sits_observe.analytics.numa import measured_inputs
@@ -116,7 +116,7 @@ def _interference(
     since: datetime | None = None,
 ) -> pl.DataFrame:
     start = _start(at, window.window_s, since)
-    samples = load_gpu_samples(store, start, at)
+    samples = gpu_sample_rows(store, start, at)
     measured = measured_inputs(store, start, at)
     report = interference_report(
         samples,
