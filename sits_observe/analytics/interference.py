@@ -354,7 +354,9 @@ def interference_report(
     nodes = []
     for node, score in node_scores(samples, settings, numa_miss_ratio=numa).items():
         members = by_node[node]
-        hottest = max(members, key=lambda g: g.score.score)
+        # Two reads of the same samples may differ in a score's last bits (DuckDB sums in
+        # parallel): scores within 1e-12 are a tie, won by the first GPU in order.
+        hottest = max(members, key=lambda g: round(g.score.score, 12))
         node_delays = delays.get(node) if node is not None else None
         nodes.append(
             NodeInterference(

@@ -260,6 +260,20 @@ def test_node_inputs_are_means_over_gpus_that_have_them() -> None:
     assert node.recommendation.policy == BEST_EFFORT
 
 
+def test_gpus_whose_scores_differ_only_in_the_last_bits_tie_for_hottest() -> None:
+    """G1's mean of 0.1, 0.2 and 0.3 comes out an ulp off 0.2 (below it here), G2's is 0.2:
+    equal inputs, so the first GPU in order is the hottest whichever way the sum rounded (a
+    report over the store and one over PromQL must name the same GPU)."""
+    rows = [sample(i, "G1", "a", dram_active_ratio=v) for i, v in enumerate((0.1, 0.2, 0.3))]
+    rows += [sample(0, "G2", "b", dram_active_ratio=0.2)]
+    report = interference_report(frame(rows), S)
+    g1, g2 = report.gpus
+    assert g2.score.score != g1.score.score  # the last bits differ ...
+    assert g2.score.score == pytest.approx(g1.score.score, rel=1e-12)  # ... and only they
+    (node,) = report.nodes
+    assert node.hottest_gpu_uuid == "G1"
+
+
 def test_hot_node_gets_single_numa_node() -> None:
     full = {"nvlink_tx_bytes_per_s": 450e9, "nvlink_rx_bytes_per_s": 450e9}
     rows = [
