@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sits_observe.analytics.numa import numa_miss_ratios, numa_sample_rows
 from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
 from sits_observe.store.duck import Store
 from sits_observe.store.rows import Rows, StoreRows, query_rows, window
@@ -390,6 +391,19 @@ def node_scores(
         )
         for node, bandwidth, conflict in zip(*(c.to_pylist() for c in nodes.columns), strict=True)
     }
+
+
+def measured_node_scores(
+    store: Store,
+    since: datetime | None,
+    until: datetime | None,
+    settings: InterferenceSettings,
+) -> dict[str | None, InterferenceScore]:
+    """:func:`node_scores` of the store's ``gpu_samples`` in ``[since, until)`` with each
+    node's NUMA miss ratio measured over the same window (:mod:`.numa`), aggregated in the
+    store: what the extender's slow signals and the exporter's interference gauge serve."""
+    numa = numa_miss_ratios(numa_sample_rows(store, since, until))
+    return node_scores(gpu_sample_rows(store, since, until), settings, numa_miss_ratio=numa)
 
 
 def gpu_sample_rows(

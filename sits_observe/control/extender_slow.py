@@ -35,6 +35,7 @@ from sits_observe.store import Store
 from sits_observe.store.rows import Rows
 
 if TYPE_CHECKING:
+    from sits_observe.analytics.interference import InterferenceScore
     from sits_observe.analytics.topology import NodeTopology
 
 
@@ -56,13 +57,11 @@ def slow_signals(
     interference: InterferenceSettings,
 ) -> SlowSignals:
     """Interference per node and measured memory need per workload over ``window_s``."""
-    from sits_observe.analytics.interference import gpu_sample_rows
-    from sits_observe.analytics.numa import numa_miss_ratios, numa_sample_rows
+    from sits_observe.analytics.interference import measured_node_scores
     from sits_observe.analytics.topology import load_node_topology
 
     since = utc_naive(now) - timedelta(seconds=window_s)
-    numa = numa_miss_ratios(numa_sample_rows(store, since))
-    scores = node_interference(gpu_sample_rows(store, since), interference, numa)
+    scores = _named(measured_node_scores(store, since, None, interference))
     pods_at = store.scalar("SELECT max(ts) FROM pod_snapshots")
     needs: dict[tuple[str, str], int] = {}
     if pods_at is not None:
@@ -92,5 +91,9 @@ def node_interference(
     """
     from sits_observe.analytics.interference import node_scores
 
-    scores = node_scores(samples, interference, numa_miss_ratio=numa_miss_ratio)
+    return _named(node_scores(samples, interference, numa_miss_ratio=numa_miss_ratio))
+
+
+def _named(scores: Mapping[str | None, InterferenceScore]) -> dict[str, float]:
+    """Each named node's score (the view looks nodes up by name)."""
     return {node: s.score for node, s in scores.items() if node is not None}

@@ -35,13 +35,11 @@ from sits_observe.analytics.interference import (
     NodeInterference,
     gpu_sample_rows,
     interference_report,
-    node_scores,
+    measured_node_scores,
 )
 from sits_observe.analytics.numa import (
     MeasuredInputs,
     measured_inputs,
-    numa_miss_ratios,
-    numa_sample_rows,
 )
 from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
@@ -181,9 +179,7 @@ def node_interference(
     ratio: the ``nodes`` table's scores of the report for the same settings (no NUMA ratio
     or sync delay given), without the per-GPU rows; the exporter's
     ``sits_interference_score_ratio``."""
-    samples = gpu_sample_rows(store, window.since, window.until)
-    numa = numa_miss_ratios(numa_sample_rows(store, window.since, window.until))
-    return node_scores(samples, settings, numa_miss_ratio=numa)
+    return measured_node_scores(store, window.since, window.until, settings)
 
 
 def build_promql(reader: PromQLReader, window: Window, query: InterferenceQuery) -> Report:

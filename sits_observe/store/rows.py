@@ -46,15 +46,17 @@ class StoreRows:
 #: What :func:`query_rows` binds a relation name to.
 Rows: TypeAlias = "StoreRows | pa.Table | ArrowFrame"
 
-#: ``ts`` in ``[since, until)`` and, optionally, one node: the parameters of :func:`window`.
-WINDOW_SQL = (
+#: ``ts`` in ``[since, until)`` and, optionally, one node (:func:`window`).
+_WINDOW_SQL = (
     "(?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?) "
     "AND (?::VARCHAR IS NULL OR node = ?)"
 )
 
 
-def window_params(since: datetime | None, until: datetime | None, node: str | None) -> list[object]:
-    """The parameters of :data:`WINDOW_SQL`."""
+def _window_params(
+    since: datetime | None, until: datetime | None, node: str | None
+) -> list[object]:
+    """The parameters of :data:`_WINDOW_SQL`."""
     lo = utc_naive(since) if since is not None else None
     hi = utc_naive(until) if until is not None else None
     return [lo, lo, hi, hi, node, node]
@@ -72,8 +74,8 @@ def window(
     """``columns`` of ``table`` in ``[since, until)``, optionally one node."""
     return StoreRows(
         store,
-        f"SELECT {', '.join(columns)} FROM {table} WHERE {WINDOW_SQL}",
-        window_params(since, until, node),
+        f"SELECT {', '.join(columns)} FROM {table} WHERE {_WINDOW_SQL}",
+        _window_params(since, until, node),
     )
 
 

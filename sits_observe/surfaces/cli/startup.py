@@ -44,8 +44,3 @@ def resume_collection() -> None:
             gc.freeze()
             gc.enable()
             _paused = False
-
-
-def collection_paused() -> bool:
-    """Whether :func:`pause_collection` has the collector off now."""
-    return _paused
