@@ -68,6 +68,19 @@ class SitsSettings(BaseModel):
     keep_idle_nodes: bool = Field(
         True, description="among equal scores prefer nodes already in use (keep idle nodes idle)"
     )
+    cpu_pods_on_busy_nodes: bool = Field(
+        True,
+        description="among equal nodes a CPU-only pod takes the one with the least idle GPU "
+        "(its CPU then strands the fewest GPUs)",
+    )
+    tightest_share: bool = Field(
+        True,
+        description="a GPU share takes the GPU with the least free share among FGD's best on "
+        "the node, and among equal nodes the node where that GPU is tightest",
+    )
+    smaller_nodes_first: bool = Field(
+        True, description="among equal nodes prefer nodes with fewer GPUs (keep large ones whole)"
+    )
 
 
 class SitsPolicy:
@@ -95,20 +108,47 @@ class SitsPolicy:
         if tied.shape[0] > 1 and pod.shape.num_gpu > 1 and signals is not None:
             factor = self._topology_factor(sim, signals, tied, pod.shape.num_gpu)
             tied = tied[factor == factor.max()]
+        if tied.shape[0] > 1 and pod.shape.num_gpu == 0 and self.settings.cpu_pods_on_busy_nodes:
+            idle = sim.idle_gpu_milli[tied]
+            tied = tied[idle == idle.min()]
         if tied.shape[0] > 1 and self.settings.keep_idle_nodes:
             in_use = _in_use(sim, tied)
             if in_use.any():
                 tied = tied[in_use]
+        partial = is_partial(pod)
+        if partial:
+            group = np.cumsum(np.r_[False, node[1:] != node[:-1]])
+            share_gpu = self._share_gpus(node, gpu, score == best_score[group], tied)
+            if tied.shape[0] > 1 and self.settings.tightest_share:
+                free = sim.gpu_free_milli[tied, share_gpu]
+                keep = free == free.min()
+                tied, share_gpu = tied[keep], share_gpu[keep]
+        if tied.shape[0] > 1 and self.settings.smaller_nodes_first:
+            count = sim.cluster.gpu_count[tied]
+            keep = count == count.min()
+            tied = tied[keep]
+            if partial:
+                share_gpu = share_gpu[keep]
         chosen = break_tie(sim, rng, tied)
-        if is_partial(pod):
-            at = int(np.flatnonzero(nodes == chosen)[0])
-            mine = (node == chosen) & (score == best_score[at])
-            return Choice(chosen, (int(gpu[mine].min()),))
+        if partial:
+            return Choice(chosen, (int(share_gpu[np.flatnonzero(tied == chosen)[0]]),))
         if pod.shape.num_gpu > 1 and signals is not None:
             return Choice(chosen, self._numa_gpus(sim, signals, chosen, pod.shape.num_gpu))
         return Choice(chosen)
 
     # -- terms -------------------------------------------------------------------------------
+
+    def _share_gpus(
+        self, node: IntArray, gpu: IntArray, best: BoolArray, tied: IntArray
+    ) -> IntArray:
+        """Per node of ``tied`` (sorted rows), the GPU a share takes there among the ``best``
+        candidates: the first (options are ordered by node, then free share: the tightest) or,
+        without ``tightest_share``, the lowest-indexed (FGD's ``gpuSelMethod``)."""
+        at = np.flatnonzero(best & np.isin(node, tied))
+        starts = np.flatnonzero(np.r_[True, node[at][1:] != node[at][:-1]])
+        if self.settings.tightest_share:
+            return gpu[at[starts]]
+        return np.minimum.reduceat(gpu[at], starts)
 
     def _penalty(self, signals: NodeSignals | None, nodes: IntArray) -> IntArray:
         if signals is None or self.settings.interference_penalty_points == 0:

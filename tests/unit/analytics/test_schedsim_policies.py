@@ -242,3 +242,42 @@ def test_sits_keeps_idle_nodes_even_when_ties_go_random() -> None:
     sim.random_ties = True
     assert {choose("sits", sim, pod(), seed) for seed in range(30)} == {(2, None)}
     assert len({choose("fgd", sim, pod(), seed) for seed in range(30)}) == 3
+
+
+def _sits(**off: bool) -> SitsPolicy:
+    return SitsPolicy(SitsSettings.model_validate(off))
+
+
+def test_sits_puts_a_share_on_the_tightest_gpu_among_equal_scores() -> None:
+    # A 200 share leaves every GPU at >= 500 free (no fragment for M, delta 0, 50 points) on
+    # n0 (free 1000, 900) and n1 (free 700, 1000): FGD takes n0's lowest GPU; sits the GPU
+    # with the least free share, on the node where it is least: n1 GPU 0; within n0 alone
+    # GPU 1.
+    sim = cluster((8000, [0, 100]), (8000, [300, 0]))
+    assert choose("fgd", sim, pod(gpu_milli=200)) == (0, (0,))
+    assert choose("sits", sim, pod(gpu_milli=200)) == (1, (0,))
+    plain = _sits(tightest_share=False).choose(sim, pod(gpu_milli=200), np.random.default_rng(0))
+    assert plain is not None and (plain.node, plain.gpus) == (0, (0,))
+    alone = cluster((8000, [0, 100]))
+    assert choose("sits", alone, pod(gpu_milli=200)) == (0, (1,))
+
+
+def test_sits_fills_smaller_nodes_first_among_equal_scores() -> None:
+    # A whole GPU leaves F at 0 on both nodes in use; sits takes the 2-GPU node.
+    sim = cluster((8000, [500, 0, 0, 0]), (8000, [500, 0]))
+    assert choose("fgd", sim, pod()) == (0, None)
+    assert choose("sits", sim, pod()) == (1, None)
+    plain = _sits(smaller_nodes_first=False).choose(sim, pod(), np.random.default_rng(0))
+    assert plain is not None and plain.node == 0
+
+
+def test_sits_puts_cpu_only_pods_where_the_fewest_gpus_are_idle() -> None:
+    # 1 CPU leaves 7 CPUs for M's pod on either node (delta 0): n0 has 1,500 milli-GPU idle,
+    # n1 1,000: sits takes n1, so the CPU it uses can strand less GPU.
+    sim = cluster((8000, [500, 0]), (8000, [1000, 0]))
+    assert choose("fgd", sim, pod(num_gpu=0)) == (0, None)
+    assert choose("sits", sim, pod(num_gpu=0)) == (1, None)
+    plain = _sits(cpu_pods_on_busy_nodes=False).choose(
+        sim, pod(num_gpu=0), np.random.default_rng(0)
+    )
+    assert plain is not None and plain.node == 0

@@ -15,6 +15,7 @@ import pytest
 
 from sits_observe.analytics.schedsim import PolicyResult, policy_names, simulate
 from sits_observe.analytics.traces import load_node_list, load_pod_list
+from sits_observe.analytics.traces_variants import make_variant
 
 PUBLISHED_ALLOC = {
     "random": 0.8747,
@@ -53,10 +54,27 @@ def test_published_ordering_of_gpu_allocation_at_130_percent(
     assert alloc["random"] < alloc["dotprod"]
     assert alloc["dotprod"] < min(alloc["clustering"], alloc["packing"])
     assert max(alloc["clustering"], alloc["packing"]) < alloc["bestfit"]
-    assert alloc["bestfit"] < alloc["fgd"] <= alloc["sits"]
+    assert alloc["bestfit"] < alloc["fgd"]
     unallocated = {name: r.unallocated_gpus.mean for name, r in results.items()}
     assert unallocated["fgd"] < unallocated["bestfit"] - 100  # paper: 286 vs 430
-    assert unallocated["sits"] <= unallocated["fgd"]
+    # On the default workload sits ties FGD (within its seed spread, docs/analytics/
+    # simulator.md); its tie levels pay on the variants (the next test).
+    assert alloc["sits"] == pytest.approx(alloc["fgd"], abs=0.002)
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_sits_beats_fgd_on_every_seed_with_gpu_type_constraints(shared_data: Path) -> None:
+    """gpuspec33 (a third of the GPU pods pinned to a GPU model): the tie levels (CPU pods on
+    busy nodes, tightest share, smaller nodes first) gain 0.7-1.6 points per seed over FGD
+    (bench_schedsim.py --part levels); each of two seeds must gain at least 0.3."""
+    trace = shared_data / "traces" / "alibaba-gpu-v2023"
+    nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
+    pods = make_variant(load_pod_list(trace / "openb_pod_list_default.csv"), nodes, "gpuspec33")
+    fgd, sits = simulate(nodes, pods, ["fgd", "sits"], [0, 1], workers=2)
+    per_seed = {r.seed: r.final_alloc_ratio for r in fgd.replays}
+    for replay in sits.replays:
+        assert replay.final_alloc_ratio > per_seed[replay.seed] + 0.003, replay.seed
 
 
 @pytest.mark.slow
