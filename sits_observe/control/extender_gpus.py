@@ -13,8 +13,9 @@ score of a node must be the growth of its fragmentation for the GPU the pod will
   here in integers over every node at once: ``(pods + 1) x 1000 + 2 x used x split`` is
   HAMi's score x 100 x split, so equal scores stay exactly equal;
 - ``fgd``: the GPU with the best FGD score on the node (the authors' ``gpuSelMethod``:
-  the highest quantised score, lowest index among equals), which the bind verb then names in
-  the hint.
+  the highest quantised score, lowest index among equals; with ``tightest``, as the ``sits``
+  replay policy, the least free share among equals, then the lowest index), which the bind
+  verb then names in the hint.
 
 Vectorised over the view's rows: one call costs a few array passes, not a loop over nodes.
 """
@@ -83,8 +84,10 @@ def node_choices(
     choice: GpuChoice,
     policy: GpuPolicy,
     split_count: int,
+    tightest: bool = False,
 ) -> NodeChoice:
-    """The growth of every node's F_n(M) for the GPU ``choice`` gives ``shape`` there."""
+    """The growth of every node's F_n(M) for the GPU ``choice`` gives ``shape`` there
+    (``tightest``: FGD's choice among equal scores is the least free share)."""
     state = index.state
     n = len(state)
     delta = np.full(n, np.nan)
@@ -100,7 +103,7 @@ def node_choices(
         delta[options.node] = options.delta_milli
         return NodeChoice(delta, gpu)
     if choice == "fgd":
-        return _best_fgd_gpu(options.node, options.gpu, options.delta_milli, n)
+        return _best_fgd_gpu(options.node, options.gpu, options.delta_milli, n, tightest)
     picked = device_plugin_gpu(
         state.gpu_free_milli,
         pods_per_gpu,
@@ -122,16 +125,24 @@ def node_choices(
     return NodeChoice(delta, gpu)
 
 
-def _best_fgd_gpu(node: IntArray, gpu: IntArray, delta: FloatArray, n: int) -> NodeChoice:
-    """Per node: the best quantised FGD score, the lowest GPU index among its equals."""
+def _best_fgd_gpu(
+    node: IntArray, gpu: IntArray, delta: FloatArray, n: int, tightest: bool
+) -> NodeChoice:
+    """Per node: the best quantised FGD score; among its equals the lowest GPU index, or with
+    ``tightest`` the first (options are ordered by node, then free share, smallest first)."""
     score = fgd_score(delta)
     starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
     best = np.maximum.reduceat(score, starts)
     group = np.cumsum(np.r_[False, node[1:] != node[:-1]])
     candidate = score == best[group]
-    masked = np.where(candidate, gpu, np.iinfo(np.int64).max)
-    lowest = np.minimum.reduceat(masked, starts)
-    is_pick = candidate & (gpu == lowest[group])
+    if tightest:
+        position = np.arange(node.shape[0])
+        masked = np.where(candidate, position, np.iinfo(np.int64).max)
+        is_pick = position == np.minimum.reduceat(masked, starts)[group]
+    else:
+        masked = np.where(candidate, gpu, np.iinfo(np.int64).max)
+        lowest = np.minimum.reduceat(masked, starts)
+        is_pick = candidate & (gpu == lowest[group])
     out_delta = np.full(n, np.nan)
     out_gpu = np.full(n, -1, dtype=np.int64)
     out_delta[node[is_pick]] = delta[is_pick]
@@ -156,6 +167,7 @@ def view_placements(
     choice: GpuChoice,
     policy: GpuPolicy,
     split_count: int,
+    tightest: bool = False,
 ) -> GpuPlacements:
     """:func:`node_choices` over a view, and where the pod fits (a share also needs a GPU the
     device plugin would give it); without a workload M only the fit and GPU are known."""
@@ -166,7 +178,13 @@ def view_placements(
     shared = shape.num_gpu == 1 and shape.gpu_milli < MILLI_PER_GPU
     if view.fgd is not None and n:
         chosen = node_choices(
-            view.fgd, view.gpu_pods, shape, choice=choice, policy=policy, split_count=split_count
+            view.fgd,
+            view.gpu_pods,
+            shape,
+            choice=choice,
+            policy=policy,
+            split_count=split_count,
+            tightest=tightest,
         )
         delta, gpu = chosen.delta_milli, chosen.gpu
     elif shared and n:

@@ -173,6 +173,20 @@ class ScoringSettings(BaseModel):
         True,
         description="ranked mode: among otherwise equal nodes prefer ones with a GPU in use",
     )
+    cpu_pods_on_busy_nodes: bool = Field(
+        True,
+        description="ranked mode: among otherwise equal nodes a CPU-only pod gets the one with "
+        "the least idle GPU (its CPU then strands the fewest GPUs)",
+    )
+    tightest_share: bool = Field(
+        True,
+        description="ranked mode: among otherwise equal nodes prefer the one where a share's "
+        "GPU has the least free share; the bind verb's GPU is the tightest of FGD's best",
+    )
+    smaller_nodes_first: bool = Field(
+        True,
+        description="ranked mode: among otherwise equal nodes prefer ones with fewer GPUs",
+    )
     device_plugin_policy: GpuPolicy = Field(
         "spread",
         description="the HAMi GPU policy the node's device plugin runs (its default: spread); "
@@ -434,6 +448,7 @@ def gpu_placements(
         choice=gpu_choice,
         policy=settings.device_plugin_policy,
         split_count=settings.device_split_count,
+        tightest=settings.tightest_share,
     )
 
 
@@ -478,6 +493,15 @@ def prioritize(
             fit=np.rint(fit * fit_levels).astype(np.int64),
             in_use=_take(_in_use(view), r, known, False) if settings.keep_idle_nodes else None,
             tie_rank=_take(view.tie_rank, r, known, 0),
+            idle_gpu=(
+                _take(_idle_milli(view), r, known, 0)
+                if settings.cpu_pods_on_busy_nodes and request.gpus == 0
+                else None
+            ),
+            share_free=_share_free(view, placed.gpu, r, known) if settings.tightest_share else None,
+            gpu_count=(
+                _take(view.state.gpu_count, r, known, 0) if settings.smaller_nodes_first else None
+            ),
         )
         scores = ranked_scores(keys, fits)
     else:
@@ -494,11 +518,23 @@ def prioritize(
     return Priorities(tuple(nodes), scores, known, fits, delta, frag, fit, quiet, need, gpu, points)
 
 
+def _idle_milli(view: ClusterView) -> IntArray:
+    """Per view row: the node's unallocated GPU milli."""
+    return np.asarray(view.state.gpu_free_milli.sum(axis=1), dtype=np.int64)
+
+
 def _in_use(view: ClusterView) -> BoolArray:
     """Per view row: some GPU of the node is (partly) allocated."""
     state = view.state
-    idle = state.gpu_free_milli.sum(axis=1)
-    return np.asarray(idle < state.gpu_count * MILLI_PER_GPU, dtype=np.bool_)
+    return np.asarray(_idle_milli(view) < state.gpu_count * MILLI_PER_GPU, dtype=np.bool_)
+
+
+def _share_free(view: ClusterView, gpu: IntArray, r: IntArray, known: BoolArray) -> IntArray:
+    """Per candidate: the free milli of the GPU a share gets there (0 for other pods)."""
+    if not len(view):
+        return np.zeros(len(r), dtype=np.int64)
+    free = view.state.gpu_free_milli[np.arange(len(view)), np.maximum(gpu, 0)]
+    return np.asarray(_take(np.where(gpu >= 0, free, 0), r, known, 0), dtype=np.int64)
 
 
 def _memory_short(
