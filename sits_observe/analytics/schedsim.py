@@ -267,7 +267,8 @@ def replay(
 def _record(sim: SimState, curve: FloatArray, step: int) -> None:
     total = sim.total_gpu_milli
     idle = total - sim.allocated_gpu_milli
-    frag = sim.index.frag_milli
+    # F(M) never exceeds the idle capacity; the float sum of the nodes' terms can, by an ulp.
+    frag = min(sim.index.frag_milli, float(idle))
     curve[0, step] = sim.alloc_ratio
     curve[1, step] = frag / idle if idle else 0.0
     curve[2, step] = frag / total if total else 0.0
