@@ -27,9 +27,16 @@ per replay; then the issue's targets (``kube-sits`` within 0.3 points of ``fgd``
 ``kube-sits-gpuhint`` at least ``fgd``) per workload. ``--results FILE`` keeps each finished
 workload as a JSON line, so an interrupted run resumes.
 
+**levels**: ``fgd`` against ``sits`` and ``sits`` with each of its tie levels switched off
+(``SitsSettings``), on the default workload and each variant, ``--seeds`` seeds: per policy
+the mean GPU allocation at 130 % with its min-max, and the gain over ``fgd`` on the same seed
+(mean, min-max, seeds won). Only the ATC'23-style replay (no kube-scheduler), so it takes
+minutes, not hours.
+
 ``--record`` writes the figures into docs/benchmarks.md (speed: between the schedsim-bench
 markers; table: between the replay-table markers, also in docs/analytics/simulator.md),
-appending a section at the end when absent.
+appending a section at the end when absent; levels: between the sits-levels markers of
+docs/analytics/simulator.md.
 """
 
 from __future__ import annotations
@@ -49,8 +56,9 @@ from sits_observe.analytics import schedsim
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import TargetWorkload
 from sits_observe.analytics.schedsim_policies import Choice, FgdPolicy, fgd_score, is_partial
+from sits_observe.analytics.schedsim_sits import SitsPolicy, SitsSettings
 from sits_observe.analytics.schedsim_state import SimPod, SimState
-from sits_observe.analytics.traces import load_node_list, load_pod_list
+from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
 from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
 from sits_observe.control.replay_extender import REPLAY_POLICIES, replay_policies
 
@@ -62,6 +70,10 @@ BEGIN, END = "<!-- schedsim-bench:begin -->", "<!-- schedsim-bench:end -->"
 SECTION = "## Scheduling simulator"
 TABLE_BEGIN, TABLE_END = "<!-- replay-table:begin -->", "<!-- replay-table:end -->"
 TABLE_SECTION = "## Replay table: kube-scheduler with the sits extender"
+LEVELS_BEGIN, LEVELS_END = "<!-- sits-levels:begin -->", "<!-- sits-levels:end -->"
+LEVELS_SECTION = "### Beyond FGD: what breaks its ties"
+#: The sits tie levels the levels part switches off one at a time.
+SITS_LEVELS = ("cpu_on_busy_nodes", "tightest_share", "small_nodes_first", "keep_idle_nodes")
 #: Issue 10's targets: kube-sits within this many points of fgd, kube-sits-gpuhint at least fgd.
 WITHIN_PP = 0.3
 
@@ -133,10 +145,15 @@ def naive_fgd(sim: SimState, pod: SimPod, workload: TargetWorkload) -> Choice | 
     return Choice(node, (gpu,) if gpu >= 0 else None)
 
 
+def load_trace(trace: Path) -> tuple[NodeList, PodList]:
+    """The trace's node list and default pod list."""
+    nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
+    return nodes, load_pod_list(trace / "openb_pod_list_default.csv")
+
+
 def naive_vs_vectorised(trace: Path, count: int) -> tuple[float, float, bool]:
     """Seconds per decision, naive and vectorised, over the first ``count`` arrivals of seed 0."""
-    nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
-    pods = load_pod_list(trace / "openb_pod_list_default.csv")
+    nodes, pods = load_trace(trace)
     settings = schedsim.SimulationSettings()
     workload = schedsim.target_workload(pods, settings)
     arriving = schedsim.sim_pods(pods)
@@ -171,8 +188,7 @@ def naive_vs_vectorised(trace: Path, count: int) -> tuple[float, float, bool]:
 
 def run_speed(args: argparse.Namespace) -> str:
     trace = Path(args.trace)
-    nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
-    pods = load_pod_list(trace / "openb_pod_list_default.csv")
+    nodes, pods = load_trace(trace)
     seeds = list(range(args.seeds))
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
@@ -259,9 +275,7 @@ def table_rows(workload: str, results: list[schedsim.PolicyResult]) -> list[dict
 
 
 def run_table(args: argparse.Namespace) -> str:
-    trace = Path(args.trace)
-    nodes = load_node_list(trace / "openb_node_list_gpu_node.csv")
-    base = load_pod_list(trace / "openb_pod_list_default.csv")
+    nodes, base = load_trace(Path(args.trace))
     seeds = list(range(args.seeds))
     cache = Path(args.results) if args.results else None
     done: dict[str, list[dict[str, object]]] = {}
@@ -378,6 +392,59 @@ def _mean(row: dict[str, object]) -> float:
     return float(alloc[0])
 
 
+def sits_without(level: str) -> SitsPolicy:
+    """The ``sits`` policy with one tie level off, named for the table."""
+    policy = SitsPolicy(SitsSettings.model_validate({level: False}))
+    policy.name = f"sits -{level}"
+    return policy
+
+
+def run_levels(args: argparse.Namespace) -> str:
+    nodes, base = load_trace(Path(args.trace))
+    seeds = list(range(args.seeds))
+    load_before = os.getloadavg()[0]
+    policies: list[str | SitsPolicy] = ["fgd", "sits", *(sits_without(x) for x in SITS_LEVELS)]
+    lines = [
+        f"Date {datetime.now(UTC):%Y-%m-%d}; {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {args.workers} worker processes; 1-minute load "
+        f"average {load_before:.1f} at the start. Seeds 0 to {len(seeds) - 1}, 130% arrived, "
+        "node-order ties; gain = the policy's GPU allocation at 130% minus fgd's on the same "
+        "seed (percentage points).",
+        "",
+        "| workload | policy | GPU alloc at 130% (min-max) | gain over fgd (min-max) | seeds won |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for workload in ["default", *STUDY_VARIANTS]:
+        if args.workloads and workload not in args.workloads.split(","):
+            continue
+        pods = make_variant(base, nodes, workload)
+        started = time.perf_counter()
+        results = schedsim.simulate(nodes, pods, policies, seeds, workers=args.workers)
+        print(f"{workload}: {time.perf_counter() - started:.0f} s", flush=True)
+        fgd = _per_seed(results[0])
+        for r in results:
+            alloc = _per_seed(r)
+            gain = [100 * (alloc[s] - fgd[s]) for s in seeds]
+            mean = r.final_alloc_ratio
+            cells = (
+                f"{100 * mean.mean:.2f}% ({100 * mean.min:.2f}%-{100 * mean.max:.2f}%)",
+                ""
+                if r.policy == "fgd"
+                else (f"{statistics.mean(gain):+.2f} ({min(gain):+.2f} to {max(gain):+.2f})"),
+                "" if r.policy == "fgd" else f"{sum(g > 0 for g in gain)} of {len(seeds)}",
+            )
+            lines.append(f"| {workload} | {r.policy} | " + " | ".join(cells) + " |")
+    command = (
+        f"`.venv/bin/python bench/bench_schedsim.py --part levels --seeds {len(seeds)} "
+        f"--workers {args.workers} --record`"
+    )
+    return "\n".join([*lines, "", f"Command: {command}."])
+
+
+def _per_seed(result: schedsim.PolicyResult) -> dict[int, float]:
+    return {x.seed: x.final_alloc_ratio for x in result.replays}
+
+
 def record(
     body: str, path: Path = DOCS, markers: tuple[str, str] = (BEGIN, END), section: str = SECTION
 ) -> None:
@@ -399,7 +466,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--naive-pods", type=int, default=100)
-    parser.add_argument("--part", choices=("speed", "table", "all"), default="all")
+    parser.add_argument("--part", choices=("speed", "table", "levels", "all"), default="all")
     parser.add_argument("--results", default="", help="JSON lines of finished table workloads")
     parser.add_argument(
         "--workloads", default="", help="only these table workloads (comma-separated; all)"
@@ -418,6 +485,11 @@ def main() -> None:
             markers = (TABLE_BEGIN, TABLE_END)
             record(body, DOCS, markers, TABLE_SECTION)
             record(body, SIMULATOR_DOCS, markers, TABLE_SECTION)
+    if args.part == "levels":
+        body = run_levels(args)
+        print(body)
+        if args.record:
+            record(body, SIMULATOR_DOCS, (LEVELS_BEGIN, LEVELS_END), LEVELS_SECTION)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ class SitsSettings(BaseModel):
     keep_idle_nodes: bool = Field(
         True, description="among equal scores prefer nodes already in use (keep idle nodes idle)"
     )
-    cpu_pods_on_busy_nodes: bool = Field(
+    cpu_on_busy_nodes: bool = Field(
         True,
         description="among equal nodes a CPU-only pod takes the one with the least idle GPU "
         "(its CPU then strands the fewest GPUs)",
@@ -78,7 +78,7 @@ class SitsSettings(BaseModel):
         description="a GPU share takes the GPU with the least free share among FGD's best on "
         "the node, and among equal nodes the node where that GPU is tightest",
     )
-    smaller_nodes_first: bool = Field(
+    small_nodes_first: bool = Field(
         True, description="among equal nodes prefer nodes with fewer GPUs (keep large ones whole)"
     )
 
@@ -108,7 +108,7 @@ class SitsPolicy:
         if tied.shape[0] > 1 and pod.shape.num_gpu > 1 and signals is not None:
             factor = self._topology_factor(sim, signals, tied, pod.shape.num_gpu)
             tied = tied[factor == factor.max()]
-        if tied.shape[0] > 1 and pod.shape.num_gpu == 0 and self.settings.cpu_pods_on_busy_nodes:
+        if tied.shape[0] > 1 and pod.shape.num_gpu == 0 and self.settings.cpu_on_busy_nodes:
             idle = sim.idle_gpu_milli[tied]
             tied = tied[idle == idle.min()]
         if tied.shape[0] > 1 and self.settings.keep_idle_nodes:
@@ -123,7 +123,7 @@ class SitsPolicy:
                 free = sim.gpu_free_milli[tied, share_gpu]
                 keep = free == free.min()
                 tied, share_gpu = tied[keep], share_gpu[keep]
-        if tied.shape[0] > 1 and self.settings.smaller_nodes_first:
+        if tied.shape[0] > 1 and self.settings.small_nodes_first:
             count = sim.cluster.gpu_count[tied]
             keep = count == count.min()
             tied = tied[keep]

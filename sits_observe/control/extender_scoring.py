@@ -173,7 +173,7 @@ class ScoringSettings(BaseModel):
         True,
         description="ranked mode: among otherwise equal nodes prefer ones with a GPU in use",
     )
-    cpu_pods_on_busy_nodes: bool = Field(
+    cpu_on_busy_nodes: bool = Field(
         True,
         description="ranked mode: among otherwise equal nodes a CPU-only pod gets the one with "
         "the least idle GPU (its CPU then strands the fewest GPUs)",
@@ -183,7 +183,7 @@ class ScoringSettings(BaseModel):
         description="ranked mode: among otherwise equal nodes prefer the one where a share's "
         "GPU has the least free share; the bind verb's GPU is the tightest of FGD's best",
     )
-    smaller_nodes_first: bool = Field(
+    small_nodes_first: bool = Field(
         True,
         description="ranked mode: among otherwise equal nodes prefer ones with fewer GPUs",
     )
@@ -495,12 +495,12 @@ def prioritize(
             tie_rank=_take(view.tie_rank, r, known, 0),
             idle_gpu=(
                 _take(_idle_milli(view), r, known, 0)
-                if settings.cpu_pods_on_busy_nodes and request.gpus == 0
+                if settings.cpu_on_busy_nodes and request.gpus == 0
                 else None
             ),
             share_free=_share_free(view, placed.gpu, r, known) if settings.tightest_share else None,
             gpu_count=(
-                _take(view.state.gpu_count, r, known, 0) if settings.smaller_nodes_first else None
+                _take(view.state.gpu_count, r, known, 0) if settings.small_nodes_first else None
             ),
         )
         scores = ranked_scores(keys, fits)

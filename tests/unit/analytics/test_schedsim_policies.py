@@ -262,12 +262,12 @@ def test_sits_puts_a_share_on_the_tightest_gpu_among_equal_scores() -> None:
     assert choose("sits", alone, pod(gpu_milli=200)) == (0, (1,))
 
 
-def test_sits_fills_smaller_nodes_first_among_equal_scores() -> None:
+def test_sits_fills_small_nodes_first_among_equal_scores() -> None:
     # A whole GPU leaves F at 0 on both nodes in use; sits takes the 2-GPU node.
     sim = cluster((8000, [500, 0, 0, 0]), (8000, [500, 0]))
     assert choose("fgd", sim, pod()) == (0, None)
     assert choose("sits", sim, pod()) == (1, None)
-    plain = _sits(smaller_nodes_first=False).choose(sim, pod(), np.random.default_rng(0))
+    plain = _sits(small_nodes_first=False).choose(sim, pod(), np.random.default_rng(0))
     assert plain is not None and plain.node == 0
 
 
@@ -277,7 +277,5 @@ def test_sits_puts_cpu_only_pods_where_the_fewest_gpus_are_idle() -> None:
     sim = cluster((8000, [500, 0]), (8000, [1000, 0]))
     assert choose("fgd", sim, pod(num_gpu=0)) == (0, None)
     assert choose("sits", sim, pod(num_gpu=0)) == (1, None)
-    plain = _sits(cpu_pods_on_busy_nodes=False).choose(
-        sim, pod(num_gpu=0), np.random.default_rng(0)
-    )
+    plain = _sits(cpu_on_busy_nodes=False).choose(sim, pod(num_gpu=0), np.random.default_rng(0))
     assert plain is not None and plain.node == 0

@@ -186,5 +186,5 @@ def test_a_cpu_only_pod_ranks_the_node_with_the_least_idle_gpu_first(view: Clust
     nodes = ["gpu-a", "gpu-b", "gpu-c"]
     ranked = prioritize(cpu_only, view, nodes, RANKED).as_dict()
     assert ranked["gpu-b"] == 10 and ranked["gpu-c"] == 9
-    plain = ScoringSettings(cpu_pods_on_busy_nodes=False)
+    plain = ScoringSettings(cpu_on_busy_nodes=False)
     assert prioritize(cpu_only, view, nodes, plain).as_dict()["gpu-c"] == 10
