@@ -114,6 +114,14 @@ class ClusterState:
         """Unallocated GPU milli of the cluster."""
         return int(self.gpu_free_milli.sum())
 
+    def node_idle_milli(self) -> IntArray:
+        """Per node: its unallocated GPU milli."""
+        return np.asarray(self.gpu_free_milli.sum(axis=1), dtype=np.int64)
+
+    def nodes_in_use(self) -> BoolArray:
+        """Per node: some GPU of it is (partly) allocated."""
+        return np.asarray(self.node_idle_milli() < self.gpu_count * MILLI_PER_GPU, dtype=np.bool_)
+
     def node_index(self, name: str) -> int:
         """Row of node ``name``; raises ``KeyError`` naming it."""
         try:

@@ -130,7 +130,7 @@ class SimState:
             if self.memory_free_mib.shape != (n,):
                 raise ValueError(f"memory_mib has {self.memory_free_mib.shape[0]} rows, want {n}")
         self.affinity_count = np.zeros((n, AFFINITY_CODES), dtype=np.int64)
-        self.idle_gpu_milli: IntArray = state.gpu_free_milli.sum(axis=1).astype(np.int64)
+        self.idle_gpu_milli: IntArray = state.node_idle_milli()
         self.total_gpu_milli = state.total_gpu_milli
         self.allocated_gpu_milli = state.total_gpu_milli - state.idle_gpu_milli
         #: Tie-break rank of every node (lower wins); node row order until :meth:`shuffle_ties`.

@@ -84,7 +84,7 @@ def node_choices(
     choice: GpuChoice,
     policy: GpuPolicy,
     split_count: int,
-    tightest: bool = False,
+    tightest: bool,
 ) -> NodeChoice:
     """The growth of every node's F_n(M) for the GPU ``choice`` gives ``shape`` there
     (``tightest``: FGD's choice among equal scores is the least free share)."""
@@ -167,7 +167,7 @@ def view_placements(
     choice: GpuChoice,
     policy: GpuPolicy,
     split_count: int,
-    tightest: bool = False,
+    tightest: bool,
 ) -> GpuPlacements:
     """:func:`node_choices` over a view, and where the pod fits (a share also needs a GPU the
     device plugin would give it); without a workload M only the fit and GPU are known."""

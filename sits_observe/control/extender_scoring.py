@@ -180,8 +180,8 @@ class ScoringSettings(BaseModel):
     )
     tightest_share: bool = Field(
         True,
-        description="ranked mode: among otherwise equal nodes prefer the one where a share's "
-        "GPU has the least free share; the bind verb's GPU is the tightest of FGD's best",
+        description="the bind verb's GPU for a share is the tightest of FGD's best (either "
+        "mode); ranked mode: among otherwise equal nodes, the node where it is tightest",
     )
     small_nodes_first: bool = Field(
         True,
@@ -491,10 +491,12 @@ def prioritize(
         keys = RankKeys(
             points=fgd_points - np.rint(penalty * interference).astype(np.int64),
             fit=np.rint(fit * fit_levels).astype(np.int64),
-            in_use=_take(_in_use(view), r, known, False) if settings.keep_idle_nodes else None,
+            in_use=_take(view.state.nodes_in_use(), r, known, False)
+            if settings.keep_idle_nodes
+            else None,
             tie_rank=_take(view.tie_rank, r, known, 0),
             idle_gpu=(
-                _take(_idle_milli(view), r, known, 0)
+                _take(view.state.node_idle_milli(), r, known, 0)
                 if settings.cpu_on_busy_nodes and request.gpus == 0
                 else None
             ),
@@ -516,17 +518,6 @@ def prioritize(
     scores = np.where(known, scores, settings.unknown_node_score).astype(np.int64)
     gpu = _take(placed.gpu, r, known, -1).astype(np.int64)
     return Priorities(tuple(nodes), scores, known, fits, delta, frag, fit, quiet, need, gpu, points)
-
-
-def _idle_milli(view: ClusterView) -> IntArray:
-    """Per view row: the node's unallocated GPU milli."""
-    return np.asarray(view.state.gpu_free_milli.sum(axis=1), dtype=np.int64)
-
-
-def _in_use(view: ClusterView) -> BoolArray:
-    """Per view row: some GPU of the node is (partly) allocated."""
-    state = view.state
-    return np.asarray(_idle_milli(view) < state.gpu_count * MILLI_PER_GPU, dtype=np.bool_)
 
 
 def _share_free(view: ClusterView, gpu: IntArray, r: IntArray, known: BoolArray) -> IntArray:

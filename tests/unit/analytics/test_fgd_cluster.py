@@ -63,6 +63,17 @@ def test_place_default_gpus_and_errors_leave_state_unchanged() -> None:
     np.testing.assert_array_equal(state.gpu_free_milli, before[1])
 
 
+def test_per_node_idle_milli_and_nodes_in_use() -> None:
+    state = small()
+    assert state.node_idle_milli().tolist() == [2000, 1000, 0]
+    # A CPU-only node has no GPU to be in use.
+    assert state.nodes_in_use().tolist() == [False, False, False]
+    state.place(1, PodShape(0, 1, 100))
+    state.place(2, PodShape(1000, 0, 0))
+    assert state.node_idle_milli().tolist() == [2000, 900, 0]
+    assert state.nodes_in_use().tolist() == [False, True, False]
+
+
 def test_copy_is_independent() -> None:
     state = small()
     twin = state.copy()

@@ -55,7 +55,9 @@ def test_the_hinted_gpu_is_the_tightest_of_fgds_best() -> None:
     index.place(0, PodShape(0, 1, 600), (1,))
     pods = np.zeros((1, 3), dtype=np.int64)
     shape = PodShape(0, 1, 300)
-    lowest = node_choices(index, pods, shape, choice="fgd", policy="spread", split_count=10)
+    lowest = node_choices(
+        index, pods, shape, choice="fgd", policy="spread", split_count=10, tightest=False
+    )
     tight = node_choices(
         index, pods, shape, choice="fgd", policy="spread", split_count=10, tightest=True
     )
