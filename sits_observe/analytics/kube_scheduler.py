@@ -41,7 +41,7 @@ Which GPUs of the node the pod gets is the device plugin's choice
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,6 +77,22 @@ from sits_observe.simulator.device_plugin import DEFAULT_SPLIT_COUNT
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+# Filter outcomes: a bit per short resource, or the node affinity alone (kube-scheduler's
+# NodeAffinity runs before NodeResourcesFit, so a node it rejects has no resource reasons).
+_CPU, _MEMORY, _GPU, _AFFINITY = 1, 2, 4, 8
+#: NodeResourcesFit's and NodeAffinity's words per outcome code ("" = the node passes).
+FILTER_REASONS: tuple[str, ...] = (
+    *(
+        ", ".join(
+            f"Insufficient {name}"
+            for bit, name in ((_CPU, "cpu"), (_MEMORY, "memory"), (_GPU, "nvidia.com/gpu"))
+            if code & bit
+        )
+        for code in range(_AFFINITY)
+    ),
+    "node(s) didn't match Pod's node affinity/selector",
+)
 
 #: framework.MaxNodeScore and extenderv1.MaxExtenderPriority.
 MAX_NODE_SCORE = 100
@@ -161,11 +177,12 @@ class KubeScheduler:
         if total == 0:
             return Decision(None, None, "no nodes available to schedule pods")
         calls: Counter[str] = Counter()
-        reasons = self._filter_reasons(nodes, pod)
-        feasible, examined = self._sample(reasons, total)
-        statuses: dict[int, str] = {i: why for i, why in enumerate(reasons) if why}
+        codes = self._filter_codes(nodes, pod)
+        feasible, examined = self._sample(codes == 0, total)
+        #: Why the extenders' filters dropped nodes (a node's status as kube-scheduler keeps it).
+        dropped: dict[int, str] = {}
         if not feasible:
-            return Decision(None, None, _fit_error(total, statuses.values()), examined=examined)
+            return Decision(None, None, _fit_error(total, codes, dropped), examined=examined)
         names = [nodes.names[i] for i in feasible]
         interested = [e for e in self.extenders if e.config.interested(pod.resource_names)]
         for extender in interested:
@@ -187,14 +204,14 @@ class KubeScheduler:
             calls["filter"] += 1
             for name, why in {**answer.failed, **answer.unresolvable}.items():
                 if name in nodes.index:
-                    statuses[nodes.index[name]] = why
+                    dropped[nodes.index[name]] = why
             keep = set(answer.passing)
             names = [n for n in names if n in keep]
         if not names:
             return Decision(
                 None,
                 None,
-                _fit_error(total, statuses.values()),
+                _fit_error(total, codes, dropped),
                 feasible=0,
                 examined=examined,
                 calls=calls,
@@ -216,43 +233,27 @@ class KubeScheduler:
 
     # -- filter -------------------------------------------------------------------------
 
-    def _filter_reasons(self, nodes: NodeInfos, pod: SchedPod) -> list[str]:
-        """Per node: "" when it passes the modelled filter plugins, else the first failing
-        plugin's reasons as kube-scheduler words them."""
-        affinity = np.ones(len(nodes), dtype=np.bool_)
-        if pod.num_gpu and pod.gpu_types:
-            affinity = nodes.model_allowed(pod.gpu_types)
+    def _filter_codes(self, nodes: NodeInfos, pod: SchedPod) -> IntArray:
+        """Per node: 0 when it passes the modelled filter plugins, else the index of the first
+        failing plugin's reasons in :data:`FILTER_REASONS`."""
         cpu_short = (pod.cpu_milli > 0) & (
             pod.cpu_milli > nodes.cpu_alloc_milli - nodes.cpu_requested_milli
         )
         memory_short = (pod.memory_bytes > 0) & (
             pod.memory_bytes > nodes.memory_alloc_bytes - nodes.memory_requested_bytes
         )
-        gpu_short = np.zeros(len(nodes), dtype=np.bool_)
+        codes = cpu_short * _CPU + memory_short * _MEMORY
         if pod.num_gpu:
-            gpu_short = nodes.gpus_fitting(pod, self.split_count) < pod.num_gpu
-        reasons = [""] * len(nodes)
-        for i in np.flatnonzero(~affinity | cpu_short | memory_short | gpu_short).tolist():
-            if not affinity[i]:
-                reasons[i] = "node(s) didn't match Pod's node affinity/selector"
-                continue
-            short = [
-                r
-                for r, bad in (
-                    ("cpu", cpu_short[i]),
-                    ("memory", memory_short[i]),
-                    ("nvidia.com/gpu", gpu_short[i]),
-                )
-                if bad
-            ]
-            reasons[i] = ", ".join(f"Insufficient {r}" for r in short)
-        return reasons
+            codes += (nodes.gpus_fitting(pod, self.split_count) < pod.num_gpu) * _GPU
+            if pod.gpu_types:
+                codes[~nodes.model_allowed(pod.gpu_types)] = _AFFINITY
+        return np.asarray(codes, dtype=np.int64)
 
-    def _sample(self, reasons: list[str], total: int) -> tuple[list[int], int]:
+    def _sample(self, passes: BoolArray, total: int) -> tuple[list[int], int]:
         """The feasible nodes of this cycle's sample, and how many nodes were examined."""
         wanted = nodes_to_find(self.config.percentage_of_nodes_to_score, total)
         order = (self.next_start + np.arange(total)) % total
-        ok = np.array([not reasons[i] for i in order.tolist()], dtype=np.bool_)
+        ok = passes[order]
         positions = np.flatnonzero(ok)
         if positions.shape[0] >= wanted:
             examined = int(positions[wanted - 1]) + 1
@@ -432,10 +433,16 @@ def _balanced_score(
     return np.trunc((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
 
 
-def _fit_error(total: int, reasons: Iterable[str]) -> str:
-    """``FitError.Error()``: ``0/N nodes are available: <count> <reason>, ...``."""
+def _fit_error(total: int, codes: IntArray, dropped: Mapping[int, str]) -> str:
+    """``FitError.Error()``: ``0/N nodes are available: <count> <reason>, ...``, from the
+    filter plugins' codes and the reasons the extenders' filters gave (for nodes that had
+    passed the plugins)."""
     counts: Counter[str] = Counter()
-    for text in reasons:
+    per_code = np.bincount(codes, minlength=len(FILTER_REASONS))
+    for code in np.flatnonzero(per_code[1:]) + 1:
+        for part in FILTER_REASONS[code].split(", "):
+            counts[part] += int(per_code[code])
+    for text in dropped.values():
         for part in text.split(", "):
             if part:
                 counts[part] += 1

@@ -294,6 +294,26 @@ def test_gpu_pods_need_devices_with_their_share_free_and_an_allowed_model() -> N
     )
 
 
+def test_the_fit_error_counts_each_reason_over_the_plugins_and_the_extender() -> None:
+    nodes = NodeInfos.empty(
+        ["small", "tiny", "fine", "also-fine"],
+        cpu_milli=[500, 500, 8000, 8000],
+        memory_bytes=[8 * GIB, 1 * GIB, 8 * GIB, 8 * GIB],
+        gpu_count=[0, 0, 0, 0],
+        gpu_model=["", "", "", ""],
+    )
+    config = _with_extender()
+    fake = Fake(_answers({}, passing=[]))
+    decision = KubeScheduler(config, [Extender(config.extenders[0], fake)]).schedule(
+        nodes, pod(cpu_milli=1000, memory_bytes=2 * GIB), np.random.default_rng(0)
+    )
+    assert decision.node is None
+    # kube-scheduler counts every reason a node gave: "tiny" is short of both.
+    assert decision.message == (
+        "0/4 nodes are available: 2 Insufficient cpu, 1 Insufficient memory, 2 sits says no."
+    )
+
+
 def test_the_shipped_scheduler_configuration_is_read_as_kube_scheduler_reads_it() -> None:
     config = load_scheduler_config(REPO / "deploy" / "scheduler-config.yaml")
     extender, binder = config.extenders
