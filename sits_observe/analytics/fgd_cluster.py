@@ -19,7 +19,7 @@ its request, which the caller names (the FGD policy chooses it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,11 +44,11 @@ class ClusterState:
     cpu_capacity_milli: IntArray
     cpu_free_milli: IntArray
     gpu_free_milli: IntArray
-    _index: dict[str, int] = field(init=False, repr=False)
+    _index: dict[str, int] | None = field(init=False, repr=False)
     _type_masks: dict[tuple[str, ...], BoolArray] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._index = {name: i for i, name in enumerate(self.node_names)}
+        self._index = None  # built on first use, shared by copies (names never change)
         self._type_masks = {}
 
     # -- construction ----------------------------------------------------------------------
@@ -96,6 +96,7 @@ class ClusterState:
             self.cpu_free_milli.copy(),
             self.gpu_free_milli.copy(),
         )
+        twin._index = self._index
         twin._type_masks = self._type_masks  # depends only on the (fixed) GPU models
         return twin
 
@@ -122,10 +123,16 @@ class ClusterState:
         """Per node: some GPU of it is (partly) allocated."""
         return np.asarray(self.node_idle_milli() < self.gpu_count * MILLI_PER_GPU, dtype=np.bool_)
 
+    def name_rows(self) -> Mapping[str, int]:
+        """``{node name: row}``, built once and shared by copies (do not modify)."""
+        if self._index is None:
+            self._index = {name: i for i, name in enumerate(self.node_names)}
+        return self._index
+
     def node_index(self, name: str) -> int:
         """Row of node ``name``; raises ``KeyError`` naming it."""
         try:
-            return self._index[name]
+            return self.name_rows()[name]
         except KeyError:
             raise KeyError(f"unknown node {name!r}") from None
 

@@ -174,10 +174,10 @@ class ClusterView:
     slow: SlowSignals
     gpu_pods: IntArray = field(default_factory=lambda: np.zeros((0, 1), dtype=np.int64))
     base_inventory: Inventory | None = None
-    index: dict[str, int] = field(init=False, repr=False)
+    index: Mapping[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "index", {n: i for i, n in enumerate(self.state.node_names)})
+        object.__setattr__(self, "index", self.state.name_rows())
 
     def __len__(self) -> int:
         return len(self.state)
