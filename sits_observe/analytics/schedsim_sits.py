@@ -112,7 +112,7 @@ class SitsPolicy:
             idle = sim.idle_gpu_milli[tied]
             tied = tied[idle == idle.min()]
         if tied.shape[0] > 1 and self.settings.keep_idle_nodes:
-            in_use = _in_use(sim, tied)
+            in_use = sim.in_use(tied)
             if in_use.any():
                 tied = tied[in_use]
         partial = is_partial(pod)
@@ -196,10 +196,3 @@ def _numa_domain_with(sim: SimState, node: int, per: int, k: int) -> int | None:
         if int(free[domain * per : (domain + 1) * per].sum()) >= k:
             return domain
     return None
-
-
-def _in_use(sim: SimState, nodes: IntArray) -> BoolArray:
-    """True where some GPU of the node is (partly) allocated."""
-    return np.asarray(
-        sim.idle_gpu_milli[nodes] < sim.cluster.gpu_count[nodes] * MILLI_PER_GPU, dtype=np.bool_
-    )

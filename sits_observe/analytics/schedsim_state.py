@@ -170,6 +170,12 @@ class SimState:
         """Allocated GPU milli / GPU capacity (0-1)."""
         return self.allocated_gpu_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
 
+    def in_use(self, nodes: IntArray) -> BoolArray:
+        """Per node of ``nodes``: some GPU of it is (partly) allocated (the running totals'
+        :meth:`ClusterState.nodes_in_use`, for a few rows)."""
+        whole = self.cluster.gpu_count[nodes] * MILLI_PER_GPU
+        return np.asarray(self.idle_gpu_milli[nodes] < whole, dtype=np.bool_)
+
     def feasible(self, pod: SimPod) -> IntArray:
         """Rows of the nodes that pass the filters (CPU, memory, GPU count, share, model)."""
         ok = self.cluster.fits(pod.shape) & (self.memory_free_mib >= pod.memory_mib)

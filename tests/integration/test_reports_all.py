@@ -52,8 +52,9 @@ def invoke(*args: str) -> tuple[int, str, str]:
 #: The tables the reports read that a collector writes row by row; the 1-minute roll-ups
 #: are left out, as a run this short may not have completed a minute.
 RAW_TABLES = sorted({t for spec in REPORTS.values() for t in spec.reads} & set(TABLES))
-#: The window the narrowest test asks for, ending at ``until``.
-WIDEST = timedelta(seconds=15)
+#: The window the tests ask for (``--since 15s``), ending at ``until``.
+WINDOW = timedelta(seconds=15)
+SINCE = "15s"
 
 
 def window_end(store: Store) -> datetime | None:
@@ -64,7 +65,7 @@ def window_end(store: Store) -> datetime | None:
 
 def tables_missing(store: Store, until: datetime) -> list[str]:
     """The raw tables with no row in the 15 s before ``until``."""
-    return [t for t in RAW_TABLES if not rows_between(store, t, until - WIDEST, until)]
+    return [t for t in RAW_TABLES if not rows_between(store, t, until - WINDOW, until)]
 
 
 @pytest.fixture(scope="module")
@@ -114,21 +115,21 @@ def test_each_report_reads_the_window_it_was_asked_for(
     name: str, demo_db: Path, until: datetime
 ) -> None:
     doc = report_json(
-        name, "--db", str(demo_db), "--since", "15s", "--until", utc_text(until) or ""
+        name, "--db", str(demo_db), "--since", SINCE, "--until", utc_text(until) or ""
     )
     assert doc["report"] == name
     assert doc["window"] == {
-        "since": utc_text(until - timedelta(seconds=15)),
+        "since": utc_text(until - WINDOW),
         "until": utc_text(until),
         "until_rule": "given",
-        "seconds": 15.0,
+        "seconds": WINDOW.total_seconds(),
     }
     assert set(doc) == {"report", "title", "window", "columns", "rows", "tables", "notes", "facts"}
     # The same request printed as a table names the same window on stderr.
-    window = ("--since", "15s", "--until", utc_text(until) or "")
+    window = ("--since", SINCE, "--until", utc_text(until) or "")
     code, _, stderr = invoke(name, *REQUIRED.get(name, ()), "--db", str(demo_db), *window)
     assert code == 0, stderr
-    assert f"window: {utc_text(until - timedelta(seconds=15))} .. {utc_text(until)}" in stderr
+    assert f"window: {utc_text(until - WINDOW)} .. {utc_text(until)}" in stderr
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -60,6 +60,15 @@ def choose(
     return None if choice is None else (choice.node, choice.gpus)
 
 
+def test_in_use_follows_the_running_totals_as_the_cluster_reads_them() -> None:
+    sim = cluster((4000, [0, 0]), (4000, [0, 300]), (4000, []))
+    rows = np.arange(3)
+    assert sim.in_use(rows).tolist() == [False, True, False]
+    sim.place(0, pod(num_gpu=2), None)
+    assert sim.in_use(rows).tolist() == [True, True, False]
+    assert sim.in_use(rows).tolist() == sim.cluster.nodes_in_use().tolist()
+
+
 # -- the baselines ---------------------------------------------------------------------------
 
 
