@@ -1,9 +1,10 @@
 """The ``sits`` placement policy: FGD's fragmentation descent plus the SPEC's topology and
 interference terms, with idle nodes kept for last.
 
-Every feasible node gets a key, compared lexicographically (higher wins at each level):
+Every feasible node gets the keys of the ``sits`` order (:mod:`sits_order`, which the
+extender's ranked scores use too), compared level by level:
 
-1. ``score`` = the FGD score (``FGDScore``: int(100 x sigmoid(-delta / 1000)), delta = the
+1. ``points`` = the FGD score (``FGDScore``: int(100 x sigmoid(-delta / 1000)), delta = the
    growth of the node's F_n(M) in milli-GPU, the best GPU for a partial-GPU pod) minus an
    **interference** penalty ``round(interference_penalty_points x I_n)``, where I_n (0-1) is
    the node's interference score (SPEC "Topology and interference": 0.4 GPU-bandwidth
@@ -11,13 +12,17 @@ Every feasible node gets a key, compared lexicographically (higher wins at each 
    :mod:`sits_observe.analytics.interference`). With the default 10 points, a node at the
    SPEC's 0.65 threshold loses 6-7 points: it wins only when every other node's placement
    grows fragmentation by several hundred milli-GPU more;
-2. ``topology`` = 1 / (1 + distance) of the GPUs a multi-GPU pod would get on the node (SPEC:
-   NVLink 0.1, same PCIe switch 0.4, cross-NUMA 1.0; one GPU or no topology data: 0). GPUs
-   inside one NUMA domain count as one PCIe switch, an NVLink node as NVLink throughout;
-3. ``in_use`` = 1 when some GPU of the node is already (partly) allocated: among equally good
-   nodes, keep GPU-idle nodes idle for pods that need many whole GPUs (multi-GPU pods are
-   rare, so they are not in the typical-pod set M and FGD never protects them);
-4. the replay's tie-break, as every policy (the authors' node order by default).
+2. ``fit`` = the topology factor 1 / (1 + distance) of the GPUs a multi-GPU pod would get on
+   the node (SPEC: NVLink 0.1, same PCIe switch 0.4, cross-NUMA 1.0; one GPU or no topology
+   data: left out). GPUs inside one NUMA domain count as one PCIe switch, an NVLink node as
+   NVLink throughout;
+3. the tie levels, each a :class:`SitsSettings` switch: ``idle_gpu`` (CPU-only pods to the
+   node with the least idle GPU), ``in_use`` (keep GPU-idle nodes idle for pods that need many
+   whole GPUs: multi-GPU pods are rare, so they are not in the typical-pod set M and FGD never
+   protects them), ``share_free`` (a share to the node where its GPU is tightest) and
+   ``gpu_count`` (smaller nodes first);
+4. the replay's tie-break, as every policy (the authors' node order by default, or uniformly
+   random among the nodes equal on every level).
 
 A partial-GPU pod takes FGD's GPU (the best score, lowest index). A multi-GPU pod takes,
 when the node's topology is known, the lowest-indexed fully free GPUs of the first NUMA
@@ -28,8 +33,7 @@ When the terms matter: FGD's integer score ties a lot (near zero growth one poin
 milli-GPU; all idle nodes of a model tie for a whole-GPU pod), so levels 2-4 decide most
 placements among the best-scored nodes. Interference (level 1) and topology (level 2) need
 node signals (:class:`NodeSignals`); the Alibaba trace has none, so there ``sits`` is FGD with
-idle-node protection (level 3), which on the default workload leaves a few GPUs fewer
-unallocated than FGD (docs/analytics/simulator.md has the numbers).
+the tie levels (level 3; docs/analytics/simulator.md has what each is worth).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.schedsim_policies import Choice, break_tie, fgd_score, is_partial
 from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState
+from sits_observe.analytics.sits_order import RankKeys, leaders
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -92,7 +97,7 @@ class SitsPolicy:
         self.settings = settings or SitsSettings()
 
     def choose(self, sim: SimState, pod: SimPod, rng: np.random.Generator) -> Choice | None:
-        """The best node by (score, topology, in use, node order) and its GPUs."""
+        """The best node in the ``sits`` order (:mod:`sits_order`) and its GPUs."""
         options = sim.index.options(pod.shape)
         fit = sim.memory_free_mib[options.node] >= pod.memory_mib
         node, gpu = options.node[fit], options.gpu[fit]
@@ -102,49 +107,63 @@ class SitsPolicy:
         starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
         nodes = node[starts]
         best_score = np.maximum.reduceat(score, starts)
-        signals = sim.signals
-        key = best_score - self._penalty(signals, nodes)
-        tied = nodes[key == key.max()]
-        if tied.shape[0] > 1 and pod.shape.num_gpu > 1 and signals is not None:
-            factor = self._topology_factor(sim, signals, tied, pod.shape.num_gpu)
-            tied = tied[factor == factor.max()]
-        if tied.shape[0] > 1 and pod.shape.num_gpu == 0 and self.settings.cpu_on_busy_nodes:
-            idle = sim.idle_gpu_milli[tied]
-            tied = tied[idle == idle.min()]
-        if tied.shape[0] > 1 and self.settings.keep_idle_nodes:
-            in_use = sim.in_use(tied)
-            if in_use.any():
-                tied = tied[in_use]
         partial = is_partial(pod)
+        share_gpu = None
         if partial:
             group = np.cumsum(np.r_[False, node[1:] != node[:-1]])
-            share_gpu = self._share_gpus(node, gpu, score == best_score[group], tied)
-            if tied.shape[0] > 1 and self.settings.tightest_share:
-                free = sim.gpu_free_milli[tied, share_gpu]
-                keep = free == free.min()
-                tied, share_gpu = tied[keep], share_gpu[keep]
-        if tied.shape[0] > 1 and self.settings.small_nodes_first:
-            count = sim.cluster.gpu_count[tied]
-            keep = count == count.min()
-            tied = tied[keep]
-            if partial:
-                share_gpu = share_gpu[keep]
-        chosen = break_tie(sim, rng, tied)
-        if partial:
-            return Choice(chosen, (int(share_gpu[np.flatnonzero(tied == chosen)[0]]),))
-        if pod.shape.num_gpu > 1 and signals is not None:
-            return Choice(chosen, self._numa_gpus(sim, signals, chosen, pod.shape.num_gpu))
+            share_gpu = self._share_gpus(node, gpu, score == best_score[group], nodes)
+        keys = self._keys(sim, pod, nodes, best_score, share_gpu)
+        chosen = break_tie(sim, rng, nodes[leaders(keys, np.arange(nodes.shape[0]))])
+        if share_gpu is not None:
+            return Choice(chosen, (int(share_gpu[np.flatnonzero(nodes == chosen)[0]]),))
+        if pod.shape.num_gpu > 1 and sim.signals is not None:
+            return Choice(chosen, self._numa_gpus(sim, sim.signals, chosen, pod.shape.num_gpu))
         return Choice(chosen)
+
+    def _keys(
+        self,
+        sim: SimState,
+        pod: SimPod,
+        nodes: IntArray,
+        best_score: IntArray,
+        share_gpu: IntArray | None,
+    ) -> RankKeys:
+        """The order's levels for the candidate ``nodes`` (each the best score of its GPUs)."""
+        settings, signals = self.settings, sim.signals
+        points = best_score - self._penalty(signals, nodes)
+        topology = None
+        if pod.shape.num_gpu > 1 and signals is not None:
+            # Only the nodes with the top points can lead; the loop runs over those alone.
+            top = np.flatnonzero(points == points.max())
+            topology = np.zeros(nodes.shape[0], dtype=np.float64)
+            topology[top] = self._topology_factor(sim, signals, nodes[top], pod.shape.num_gpu)
+        return RankKeys(
+            points=points,
+            fit=topology,
+            in_use=sim.in_use(nodes) if settings.keep_idle_nodes else None,
+            tie_rank=sim.tie_rank[nodes],
+            idle_gpu=(
+                sim.idle_gpu_milli[nodes]
+                if pod.shape.num_gpu == 0 and settings.cpu_on_busy_nodes
+                else None
+            ),
+            share_free=(
+                sim.gpu_free_milli[nodes, share_gpu]
+                if share_gpu is not None and settings.tightest_share
+                else None
+            ),
+            gpu_count=sim.cluster.gpu_count[nodes] if settings.small_nodes_first else None,
+        )
 
     # -- terms -------------------------------------------------------------------------------
 
     def _share_gpus(
-        self, node: IntArray, gpu: IntArray, best: BoolArray, tied: IntArray
+        self, node: IntArray, gpu: IntArray, best: BoolArray, nodes: IntArray
     ) -> IntArray:
-        """Per node of ``tied`` (sorted rows), the GPU a share takes there among the ``best``
+        """Per node of ``nodes`` (sorted rows), the GPU a share takes there among the ``best``
         candidates: the first (options are ordered by node, then free share: the tightest) or,
         without ``tightest_share``, the lowest-indexed (FGD's ``gpuSelMethod``)."""
-        at = np.flatnonzero(best & np.isin(node, tied))
+        at = np.flatnonzero(best & np.isin(node, nodes))
         starts = np.flatnonzero(np.r_[True, node[at][1:] != node[at][:-1]])
         if self.settings.tightest_share:
             return gpu[at[starts]]

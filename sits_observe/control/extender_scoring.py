@@ -76,8 +76,9 @@ from sits_observe.analytics.affinity import (
 )
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.schedsim_policies import fgd_score
+from sits_observe.analytics.sits_order import RankKeys
 from sits_observe.control.extender_gpus import GpuChoice, GpuPlacements, view_placements
-from sits_observe.control.extender_rank import RankKeys, ranked_scores
+from sits_observe.control.extender_rank import ranked_scores
 from sits_observe.control.extender_view import ClusterView
 from sits_observe.simulator.device_plugin import DEFAULT_SPLIT_COUNT, GpuPolicy
 
