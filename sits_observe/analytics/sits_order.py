@@ -73,11 +73,10 @@ def rank_order(keys: RankKeys, rows: IntArray) -> IntArray:
 def leaders(keys: RankKeys, rows: IntArray) -> IntArray:
     """The candidates of ``rows`` equal to the best on every level but ``tie_rank``, in the
     order given (the set a tie-break, by ``tie_rank`` or at random, chooses from)."""
-    if rows.shape[0] <= 1:
-        return rows
-    levels = keys.levels(rows)
-    best = int(rank_order(keys, rows)[0])
-    equal = np.ones(rows.shape[0], dtype=np.bool_)
-    for level in levels:
-        equal &= level == level[best]
-    return rows[equal]
+    tied = np.arange(rows.shape[0])
+    for level in keys.levels(rows):
+        if tied.shape[0] <= 1:
+            break
+        values = level[tied]
+        tied = tied[values == values.min()]
+    return rows[tied]
