@@ -24,7 +24,8 @@ extender's ranked scores use too), compared level by level:
 4. the replay's tie-break, as every policy (the authors' node order by default, or uniformly
    random among the nodes equal on every level).
 
-A partial-GPU pod takes FGD's GPU (the best score, lowest index). A multi-GPU pod takes,
+A partial-GPU pod takes, among the GPUs with FGD's best score on the node, the one with the
+least free share (``tightest_share``; without it the lowest-indexed, FGD's). A multi-GPU pod takes,
 when the node's topology is known, the lowest-indexed fully free GPUs of the first NUMA
 domain that has enough of them; otherwise the lowest-indexed fully free GPUs (as FGD; the
 fragmentation measure does not depend on *which* free GPUs are taken).
