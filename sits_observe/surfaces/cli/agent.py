@@ -16,13 +16,12 @@ import importlib
 import importlib.abc
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any, cast
 
 import typer
@@ -34,6 +33,7 @@ from sits_observe.errors import ConfigError
 from sits_observe.surfaces.cli.common import run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.process_settings import LogSettings, MetricsEndpointSettings
+from sits_observe.surfaces.cli.stop_signals import stop_on_signals
 from sits_observe.surfaces.tracing import AGENT_SERVICE_NAME, OTLP_ENDPOINT_HELP, configure_tracing
 
 log = logging.getLogger(__name__)
@@ -219,16 +219,10 @@ def run_agent(
                 f"{exc.strerror or exc}"
             ) from exc
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s; stopping after the current tick", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        loop.run()
+        with stop_on_signals(stop, "stopping after the current tick"):
+            loop.run()
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         if server is not None:
             server.shutdown()
         shipper.close()

@@ -19,13 +19,10 @@ client, the elector, the recorder and the metrics from flags.
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import typer
@@ -49,6 +46,7 @@ from sits_observe.surfaces.cli.common import out, run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.ingest_k8s import build_api_client
 from sits_observe.surfaces.cli.process_settings import LogSettings, MetricsEndpointSettings
+from sits_observe.surfaces.cli.stop_signals import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -117,24 +115,6 @@ def build_loop(
     )
 
 
-def _install_stop(stop: threading.Event) -> Callable[[], None]:
-    """SIGTERM / SIGINT set ``stop``; returns a function that restores the old handlers."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping after this pass", signum)
-        stop.set()
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
-
-
 def register(app: typer.Typer) -> None:
     """Add ``controller`` to ``app``."""
     app.command("controller", cls=SectionedCommand)(controller)
@@ -195,9 +175,8 @@ def controller(
                 endpoint.metrics_port or 0, addr=endpoint.metrics_host, registry=registry
             )
         stop = threading.Event()
-        restore = _install_stop(stop)
         try:
-            with Store.open(db) as store:
+            with stop_on_signals(stop, "stopping after this pass"), Store.open(db) as store:
                 loop = build_loop(
                     store=store,
                     kube=KubeJson(api, timeout_s=settings.request_timeout_s),
@@ -221,7 +200,6 @@ def controller(
                         f"{dict(loop.last_plan.suppressed)}"
                     )
         finally:
-            restore()
             if client is not None:
                 client.close()
             api.close()  # type: ignore[no-untyped-call]

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-import signal
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -21,6 +19,7 @@ from rich.table import Table
 
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.flags import SettingFlags, with_parameters
+from sits_observe.surfaces.cli.stop_signals import stop_on_signals
 from sits_observe.surfaces.cli.ui import UiServerSettings
 from sits_observe.surfaces.demo_settings import DemoSettings
 
@@ -70,47 +69,41 @@ def demo(**flags: Any) -> None:
         settings = DEMO.validate(flags, what="demo", ui_port=ui_port)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        previous = signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        err.print(
-            f"starting a simulated cluster: {settings.nodes} nodes x "
-            f"{settings.gpus_per_node} GPUs (seed {settings.seed})"
-        )
-        started = time.monotonic()
-        the_demo = Demo(settings).start()
-        for line in the_demo.previous.lines():
-            err.print(line)
-        try:
+        with stop_on_signals(stop):
             err.print(
-                f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)"
+                f"starting a simulated cluster: {settings.nodes} nodes x "
+                f"{settings.gpus_per_node} GPUs (seed {settings.seed})"
             )
-            if the_demo.ui_url:
-                err.print(f"Streamlit app on {the_demo.ui_url}")
-            err.print(
-                "controller: --act against the Kubernetes emulator (not a cluster): its "
-                "labels, annotations, quotas and time slices are written there"
-            )
-            err.print(
-                f"scheduler: kube-scheduler model with the extender at "
-                f"{the_demo.service_url}/scheduler ({settings.scheduler_config})"
-            )
-            with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
-                while not stop.wait(1.0):
-                    elapsed = time.monotonic() - started
-                    live.update(_progress(the_demo, elapsed))
-                    if settings.duration_s is not None and elapsed >= settings.duration_s:
-                        break
-            counts = the_demo.counts()
-            loop = the_demo.loop_counts()
-            applied = the_demo.applied_decisions()
-        finally:
-            err.print("", "stopping: agents, inventory, service, simulation ...", sep="\n")
-            the_demo.stop()
-            signal.signal(signal.SIGINT, previous)
+            started = time.monotonic()
+            the_demo = Demo(settings).start()
+            for line in the_demo.previous.lines():
+                err.print(line)
+            try:
+                err.print(
+                    f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)"
+                )
+                if the_demo.ui_url:
+                    err.print(f"Streamlit app on {the_demo.ui_url}")
+                err.print(
+                    "controller: --act against the Kubernetes emulator (not a cluster): its "
+                    "labels, annotations, quotas and time slices are written there"
+                )
+                err.print(
+                    f"scheduler: kube-scheduler model with the extender at "
+                    f"{the_demo.service_url}/scheduler ({settings.scheduler_config})"
+                )
+                with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
+                    while not stop.wait(1.0):
+                        elapsed = time.monotonic() - started
+                        live.update(_progress(the_demo, elapsed))
+                        if settings.duration_s is not None and elapsed >= settings.duration_s:
+                            break
+                counts = the_demo.counts()
+                loop = the_demo.loop_counts()
+                applied = the_demo.applied_decisions()
+            finally:
+                err.print("", "stopping: agents, inventory, service, simulation ...", sep="\n")
+                the_demo.stop()
         _summary(settings.db_path, settings.workdir, counts, loop, applied)
 
     run_cli(go)
