@@ -31,8 +31,12 @@ from sits_observe.surfaces.service.settings import ServiceSettings
 db, port, token_file, marker, warm = sys.argv[1:6]
 
 def report(_inputs):
+    # A scrape can start the next pass in the background while the test reads the marker:
+    # write it whole (a temporary file, then a rename), never truncated and half-written.
     state = "enabled" if gc.isenabled() else "paused"
-    Path(marker).write_text(f"{state} {gc.get_freeze_count()}", encoding="utf-8")
+    partial = Path(marker + ".partial")
+    partial.write_text(f"{state} {gc.get_freeze_count()}", encoding="utf-8")
+    partial.replace(marker)
     return []
 
 configure_logging("info")
