@@ -31,7 +31,10 @@ workload as a JSON line, so an interrupted run resumes.
 (``SitsSettings``), on the default workload and each variant, ``--seeds`` seeds: per policy
 the mean GPU allocation at 130 % with its min-max, and the gain over ``fgd`` on the same seed
 (mean, min-max, seeds won). Only the ATC'23-style replay (no kube-scheduler), so it takes
-minutes, not hours.
+minutes, not hours. ``--first-seed`` starts the seeds elsewhere than 0 and ``--levels`` keeps
+only some off-switches: a held-out check of a setting chosen on the recorded seeds. ``--kube``
+adds ``kube-sits`` and ``kube-sits`` with the extender's same level off (``ScoringSettings``):
+the path a cluster runs, about ten times slower.
 
 ``--record`` writes the figures into docs/benchmarks.md (speed: between the schedsim-bench
 markers; table: between the replay-table markers, also in docs/analytics/simulator.md),
@@ -55,12 +58,20 @@ import numpy as np
 from sits_observe.analytics import schedsim
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import TargetWorkload
+from sits_observe.analytics.kube_scheduler_config import load_scheduler_config
 from sits_observe.analytics.schedsim_policies import Choice, FgdPolicy, fgd_score, is_partial
 from sits_observe.analytics.schedsim_sits import SitsPolicy, SitsSettings
 from sits_observe.analytics.schedsim_state import SimPod, SimState
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
 from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
-from sits_observe.control.replay_extender import REPLAY_POLICIES, replay_policies
+from sits_observe.control.extender_scoring import ScoringSettings
+from sits_observe.control.replay_extender import (
+    DEFAULT_SCHEDULER_CONFIG,
+    KUBE_SITS,
+    REPLAY_POLICIES,
+    ExtenderReplayPolicy,
+    replay_policies,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -399,15 +410,28 @@ def sits_without(level: str) -> SitsPolicy:
     return policy
 
 
+def kube_sits_without(level: str, pods: PodList) -> ExtenderReplayPolicy:
+    """``kube-sits`` (the shipped configuration) with the extender's same tie level off."""
+    return ExtenderReplayPolicy(
+        f"kube-sits -{level}",
+        load_scheduler_config(DEFAULT_SCHEDULER_CONFIG),
+        pods,
+        scoring=ScoringSettings.model_validate({level: False}),
+    )
+
+
 def run_levels(args: argparse.Namespace) -> str:
     nodes, base = load_trace(Path(args.trace))
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     load_before = os.getloadavg()[0]
-    policies: list[str | SitsPolicy] = ["fgd", "sits", *(sits_without(x) for x in SITS_LEVELS)]
+    levels = args.levels.split(",") if args.levels else list(SITS_LEVELS)
+    if unknown := sorted(set(levels) - set(SITS_LEVELS)):
+        raise SystemExit(f"--levels: unknown {', '.join(unknown)}; known: {', '.join(SITS_LEVELS)}")
+    policies: list[str | SitsPolicy] = ["fgd", "sits", *(sits_without(x) for x in levels)]
     lines = [
         f"Date {datetime.now(UTC):%Y-%m-%d}; {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, {args.workers} worker processes; 1-minute load "
-        f"average {load_before:.1f} at the start. Seeds 0 to {len(seeds) - 1}, 130% arrived, "
+        f"average {load_before:.1f} at the start. Seeds {seeds[0]} to {seeds[-1]}, 130% arrived, "
         "node-order ties; gain = the policy's GPU allocation at 130% minus fgd's on the same "
         "seed (percentage points).",
         "",
@@ -418,8 +442,14 @@ def run_levels(args: argparse.Namespace) -> str:
         if args.workloads and workload not in args.workloads.split(","):
             continue
         pods = make_variant(base, nodes, workload)
+        kube: list[ExtenderReplayPolicy] = []
+        if args.kube:
+            kube = [
+                replay_policies(pods)[KUBE_SITS](),
+                *(kube_sits_without(x, pods) for x in levels),
+            ]
         started = time.perf_counter()
-        results = schedsim.simulate(nodes, pods, policies, seeds, workers=args.workers)
+        results = schedsim.simulate(nodes, pods, [*policies, *kube], seeds, workers=args.workers)
         print(f"{workload}: {time.perf_counter() - started:.0f} s", flush=True)
         fgd = _per_seed(results[0])
         for r in results:
@@ -436,7 +466,11 @@ def run_levels(args: argparse.Namespace) -> str:
             lines.append(f"| {workload} | {r.policy} | " + " | ".join(cells) + " |")
     command = (
         f"`.venv/bin/python bench/bench_schedsim.py --part levels --seeds {len(seeds)} "
-        f"--workers {args.workers} --record`"
+        + (f"--first-seed {args.first_seed} " if args.first_seed else "")
+        + (f"--levels {args.levels} " if args.levels else "")
+        + ("--kube " if args.kube else "")
+        + (f"--workloads {args.workloads} " if args.workloads else "")
+        + f"--workers {args.workers}{' --record' if args.record else ''}`"
     )
     return "\n".join([*lines, "", f"Command: {command}."])
 
@@ -464,12 +498,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default=str(TRACE), help="folder with the two CSV files")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="levels: seeds from here (held-out checks)"
+    )
+    parser.add_argument(
+        "--levels", default="", help="levels: only these off-switches (comma-separated; all)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--naive-pods", type=int, default=100)
     parser.add_argument("--part", choices=("speed", "table", "levels", "all"), default="all")
     parser.add_argument("--results", default="", help="JSON lines of finished table workloads")
     parser.add_argument(
         "--workloads", default="", help="only these table workloads (comma-separated; all)"
+    )
+    parser.add_argument(
+        "--kube",
+        action="store_true",
+        help="levels: also kube-sits and kube-sits with each level off (through the extender)",
     )
     parser.add_argument("--record", action="store_true", help="write into docs/benchmarks.md")
     args = parser.parse_args()
