@@ -62,51 +62,55 @@ def demo(**flags: Any) -> None:
     """Start a simulated GPU cluster and the real pipeline against it (Ctrl-C to stop)."""
 
     def go() -> None:
-        from sits_observe.surfaces.demo import Demo
-
         # The settings' None means "no app"; with --ui the app gets the ui command's port.
         ui_port = (flags["ui_port"] or UiServerSettings().port) if flags["ui"] else None
         settings = DEMO.validate(flags, what="demo", ui_port=ui_port)
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         stop = threading.Event()
         with stop_on_signals(stop):
-            err.print(
-                f"starting a simulated cluster: {settings.nodes} nodes x "
-                f"{settings.gpus_per_node} GPUs (seed {settings.seed})"
-            )
-            started = time.monotonic()
-            the_demo = Demo(settings).start()
-            for line in the_demo.previous.lines():
-                err.print(line)
-            try:
-                err.print(
-                    f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)"
-                )
-                if the_demo.ui_url:
-                    err.print(f"Streamlit app on {the_demo.ui_url}")
-                err.print(
-                    "controller: --act against the Kubernetes emulator (not a cluster): its "
-                    "labels, annotations, quotas and time slices are written there"
-                )
-                err.print(
-                    f"scheduler: kube-scheduler model with the extender at "
-                    f"{the_demo.service_url}/scheduler ({settings.scheduler_config})"
-                )
-                with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
-                    while not stop.wait(1.0):
-                        elapsed = time.monotonic() - started
-                        live.update(_progress(the_demo, elapsed))
-                        if settings.duration_s is not None and elapsed >= settings.duration_s:
-                            break
-                counts = the_demo.counts()
-                loop = the_demo.loop_counts()
-                applied = the_demo.applied_decisions()
-            finally:
-                err.print("", "stopping: agents, inventory, service, simulation ...", sep="\n")
-                the_demo.stop()
+            counts, loop, applied = _run(settings, stop)
         _summary(settings.db_path, settings.workdir, counts, loop, applied)
 
     run_cli(go)
+
+
+def _run(
+    settings: DemoSettings, stop: threading.Event
+) -> tuple[dict[str, int], LoopCounts | None, dict[str, int]]:
+    """Runs the demo until ``stop`` or its duration; returns what it stored, what the loop
+    did and the decisions applied, for the summary."""
+    from sits_observe.surfaces.demo import Demo
+
+    err.print(
+        f"starting a simulated cluster: {settings.nodes} nodes x "
+        f"{settings.gpus_per_node} GPUs (seed {settings.seed})"
+    )
+    started = time.monotonic()
+    the_demo = Demo(settings).start()
+    for line in the_demo.previous.lines():
+        err.print(line)
+    try:
+        err.print(f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)")
+        if the_demo.ui_url:
+            err.print(f"Streamlit app on {the_demo.ui_url}")
+        err.print(
+            "controller: --act against the Kubernetes emulator (not a cluster): its "
+            "labels, annotations, quotas and time slices are written there"
+        )
+        err.print(
+            f"scheduler: kube-scheduler model with the extender at "
+            f"{the_demo.service_url}/scheduler ({settings.scheduler_config})"
+        )
+        with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
+            while not stop.wait(1.0):
+                elapsed = time.monotonic() - started
+                live.update(_progress(the_demo, elapsed))
+                if settings.duration_s is not None and elapsed >= settings.duration_s:
+                    break
+        return the_demo.counts(), the_demo.loop_counts(), the_demo.applied_decisions()
+    finally:
+        err.print("", "stopping: agents, inventory, service, simulation ...", sep="\n")
+        the_demo.stop()
 
 
 def _progress(the_demo: object, elapsed_s: float) -> Table:
