@@ -34,7 +34,7 @@ the mean GPU allocation at 130 % with its min-max, and the gain over ``fgd`` on 
 minutes, not hours. ``--first-seed`` starts the seeds elsewhere than 0 and ``--levels`` keeps
 only some off-switches: a held-out check of a setting chosen on the recorded seeds. ``--kube``
 adds ``kube-sits`` and ``kube-sits`` with the extender's same level off (``ScoringSettings``):
-the path a cluster runs, about ten times slower.
+the path a cluster runs, several times slower per replay.
 
 ``--record`` writes the figures into docs/benchmarks.md (speed: between the schedsim-bench
 markers; table: between the replay-table markers, also in docs/analytics/simulator.md),
@@ -422,6 +422,8 @@ def kube_sits_without(level: str, pods: PodList) -> ExtenderReplayPolicy:
 
 def run_levels(args: argparse.Namespace) -> str:
     nodes, base = load_trace(Path(args.trace))
+    if args.seeds < 1:
+        raise SystemExit("--seeds: at least one seed is needed")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     load_before = os.getloadavg()[0]
     levels = args.levels.split(",") if args.levels else list(SITS_LEVELS)
