@@ -27,14 +27,15 @@ per replay; then the issue's targets (``kube-sits`` within 0.3 points of ``fgd``
 ``kube-sits-gpuhint`` at least ``fgd``) per workload. ``--results FILE`` keeps each finished
 workload as a JSON line, so an interrupted run resumes.
 
-**levels**: ``fgd`` against ``sits`` and ``sits`` with each of its tie levels switched off
-(``SitsSettings``), on the default workload and each variant, ``--seeds`` seeds: per policy
-the mean GPU allocation at 130 % with its min-max, and the gain over ``fgd`` on the same seed
-(mean, min-max, seeds won). Only the ATC'23-style replay (no kube-scheduler), so it takes
-minutes, not hours. ``--first-seed`` starts the seeds elsewhere than 0 and ``--levels`` keeps
-only some off-switches: a held-out check of a setting chosen on the recorded seeds. ``--kube``
-adds ``kube-sits`` and ``kube-sits`` with the extender's same level off (``ScoringSettings``):
-the path a cluster runs, several times slower per replay.
+**levels**: ``fgd`` against ``sits`` and ``sits`` with each of its tie levels switched from
+its default (``SitsSettings``; ``sits -level`` is the level off, ``sits +level`` on), on the
+default workload and each variant, ``--seeds`` seeds: per policy the mean GPU allocation at
+130 % with its min-max, and the gain over ``fgd`` on the same seed (mean, min-max, seeds won).
+Only the ATC'23-style replay (no kube-scheduler), so it takes minutes, not hours.
+``--first-seed`` starts the seeds elsewhere than 0 and ``--levels`` keeps only some switches:
+a held-out check of a setting chosen on the recorded seeds. ``--kube`` adds ``kube-sits`` and
+``kube-sits`` with the extender's same level switched (``ScoringSettings``): the path a
+cluster runs, several times slower per replay.
 
 ``--record`` writes the figures into docs/benchmarks.md (speed: between the schedsim-bench
 markers; table: between the replay-table markers, also in docs/analytics/simulator.md),
@@ -83,7 +84,7 @@ TABLE_BEGIN, TABLE_END = "<!-- replay-table:begin -->", "<!-- replay-table:end -
 TABLE_SECTION = "## Replay table: kube-scheduler with the sits extender"
 LEVELS_BEGIN, LEVELS_END = "<!-- sits-levels:begin -->", "<!-- sits-levels:end -->"
 LEVELS_SECTION = "### Beyond FGD: what breaks its ties"
-#: The sits tie levels the levels part switches off one at a time.
+#: The sits tie levels the levels part switches from their defaults one at a time.
 SITS_LEVELS = ("cpu_on_busy_nodes", "tightest_share", "small_nodes_first", "keep_idle_nodes")
 #: Issue 10's targets: kube-sits within this many points of fgd, kube-sits-gpuhint at least fgd.
 WITHIN_PP = 0.3
@@ -403,20 +404,31 @@ def _mean(row: dict[str, object]) -> float:
     return float(alloc[0])
 
 
-def sits_without(level: str) -> SitsPolicy:
-    """The ``sits`` policy with one tie level off, named for the table."""
-    policy = SitsPolicy(SitsSettings.model_validate({level: False}))
-    policy.name = f"sits -{level}"
+def _flipped(level: str) -> tuple[dict[str, bool], str]:
+    """The settings that switch one tie level away from its default, and the row's suffix:
+    ``-level`` for a level that is on by default, ``+level`` for one that is off."""
+    on = not SitsSettings.model_fields[level].default
+    if ScoringSettings.model_fields[level].default == on:
+        raise SystemExit(f"{level}: SitsSettings and ScoringSettings disagree on the default")
+    return {level: on}, f"{'+' if on else '-'}{level}"
+
+
+def sits_flipped(level: str) -> SitsPolicy:
+    """The ``sits`` policy with one tie level switched from its default, named for the table."""
+    settings, suffix = _flipped(level)
+    policy = SitsPolicy(SitsSettings.model_validate(settings))
+    policy.name = f"sits {suffix}"
     return policy
 
 
-def kube_sits_without(level: str, pods: PodList) -> ExtenderReplayPolicy:
-    """``kube-sits`` (the shipped configuration) with the extender's same tie level off."""
+def kube_sits_flipped(level: str, pods: PodList) -> ExtenderReplayPolicy:
+    """``kube-sits`` (the shipped configuration) with the extender's same tie level switched."""
+    settings, suffix = _flipped(level)
     return ExtenderReplayPolicy(
-        f"kube-sits -{level}",
+        f"kube-sits {suffix}",
         load_scheduler_config(DEFAULT_SCHEDULER_CONFIG),
         pods,
-        scoring=ScoringSettings.model_validate({level: False}),
+        scoring=ScoringSettings.model_validate(settings),
     )
 
 
@@ -429,7 +441,7 @@ def run_levels(args: argparse.Namespace) -> str:
     levels = args.levels.split(",") if args.levels else list(SITS_LEVELS)
     if unknown := sorted(set(levels) - set(SITS_LEVELS)):
         raise SystemExit(f"--levels: unknown {', '.join(unknown)}; known: {', '.join(SITS_LEVELS)}")
-    policies: list[str | SitsPolicy] = ["fgd", "sits", *(sits_without(x) for x in levels)]
+    policies: list[str | SitsPolicy] = ["fgd", "sits", *(sits_flipped(x) for x in levels)]
     lines = [
         f"Date {datetime.now(UTC):%Y-%m-%d}; {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, {args.workers} worker processes; 1-minute load "
@@ -448,7 +460,7 @@ def run_levels(args: argparse.Namespace) -> str:
         if args.kube:
             kube = [
                 replay_policies(pods)[KUBE_SITS](),
-                *(kube_sits_without(x, pods) for x in levels),
+                *(kube_sits_flipped(x, pods) for x in levels),
             ]
         started = time.perf_counter()
         results = schedsim.simulate(nodes, pods, [*policies, *kube], seeds, workers=args.workers)
@@ -504,7 +516,7 @@ def main() -> None:
         "--first-seed", type=int, default=0, help="levels: seeds from here (held-out checks)"
     )
     parser.add_argument(
-        "--levels", default="", help="levels: only these off-switches (comma-separated; all)"
+        "--levels", default="", help="levels: only these switches (comma-separated; all)"
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--naive-pods", type=int, default=100)
@@ -516,7 +528,7 @@ def main() -> None:
     parser.add_argument(
         "--kube",
         action="store_true",
-        help="levels: also kube-sits and kube-sits with each level off (through the extender)",
+        help="levels: also kube-sits and kube-sits with each level switched (through the extender)",
     )
     parser.add_argument("--record", action="store_true", help="write into docs/benchmarks.md")
     args = parser.parse_args()

@@ -85,7 +85,9 @@ class SitsSettings(BaseModel):
         "the node, and among equal nodes the node where that GPU is tightest",
     )
     small_nodes_first: bool = Field(
-        True, description="among equal nodes prefer nodes with fewer GPUs (keep large ones whole)"
+        False,
+        description="among equal nodes prefer nodes with fewer GPUs (keep large ones whole); "
+        "off: measured to cost 0.2-0.35 points on cpu200 and gain nothing elsewhere",
     )
 
 

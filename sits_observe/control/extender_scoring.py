@@ -185,8 +185,9 @@ class ScoringSettings(BaseModel):
         "mode); ranked mode: among otherwise equal nodes, the node where it is tightest",
     )
     small_nodes_first: bool = Field(
-        True,
-        description="ranked mode: among otherwise equal nodes prefer ones with fewer GPUs",
+        False,
+        description="ranked mode: among otherwise equal nodes prefer ones with fewer GPUs "
+        "(off: measured to cost points on CPU-heavy workloads, docs/extender.md)",
     )
     device_plugin_policy: GpuPolicy = Field(
         "spread",

@@ -181,10 +181,11 @@ def test_the_vectorised_prediction_is_the_device_plugin(
 def test_a_cpu_only_pod_ranks_the_node_with_the_least_idle_gpu_first(view: ClusterView) -> None:
     """No CPU asked: F_n(M) does not move anywhere (50 points; gpu-a 48 after its penalty).
     gpu-b and gpu-c are both in use; gpu-b has 2000 milli-GPU idle, gpu-c 2100: gpu-b first.
-    Without the level the smaller node (gpu-c, 4 GPUs against 8) would be."""
+    Without the level, and smaller nodes first on, the smaller node (gpu-c, 4 GPUs against
+    8) would be."""
     cpu_only = PodRequest("serve", "new", 0, 0)
     nodes = ["gpu-a", "gpu-b", "gpu-c"]
     ranked = prioritize(cpu_only, view, nodes, RANKED).as_dict()
     assert ranked["gpu-b"] == 10 and ranked["gpu-c"] == 9
-    plain = ScoringSettings(cpu_on_busy_nodes=False)
+    plain = ScoringSettings(cpu_on_busy_nodes=False, small_nodes_first=True)
     assert prioritize(cpu_only, view, nodes, plain).as_dict()["gpu-c"] == 10
