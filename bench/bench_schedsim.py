@@ -260,8 +260,11 @@ def run_speed(args: argparse.Namespace) -> str:
 # -- the replay table ------------------------------------------------------------------------
 
 
-def table_rows(workload: str, results: list[schedsim.PolicyResult]) -> list[dict[str, object]]:
-    """One JSON-able row per policy of one workload."""
+def table_rows(
+    workload: str, results: list[schedsim.PolicyResult], load_before: float, wall_s: float
+) -> list[dict[str, object]]:
+    """One JSON-able row per policy of one workload, with the 1-minute load average when the
+    workload started and its wall time (so a resumed table reports the runs that made it)."""
     rows: list[dict[str, object]] = []
     for r in results:
         failure = r.first_failure_arrived
@@ -281,6 +284,8 @@ def table_rows(workload: str, results: list[schedsim.PolicyResult]) -> list[dict
                 "frag90": float(r.frag_ratio[0, min(90, r.frag_ratio.shape[1] - 1)]),
                 "replay_s": statistics.median(x.elapsed_s for x in r.replays),
                 "per_seed": [x.final_alloc_ratio for x in r.replays],
+                "load_before": load_before,
+                "wall_s": wall_s,
             }
         )
     return rows
@@ -295,40 +300,47 @@ def run_table(args: argparse.Namespace) -> str:
         for line in cache.read_text().splitlines():
             row = json.loads(line)  # a workload finished earlier, with the seeds it ran
             done.setdefault(str(row["workload"]), []).append(row)
-    load_before = os.getloadavg()[0]
-    wall: dict[str, float] = {}
+    ran = 0
     for workload in ["default", *STUDY_VARIANTS]:
         if workload in done or (args.workloads and workload not in args.workloads.split(",")):
             continue
         pods = make_variant(base, nodes, workload)
         for name, factory in replay_policies(pods).items():
             schedsim.register_policy(name, factory)
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         results = schedsim.simulate(
             nodes, pods, schedsim.policy_names(), seeds, workers=args.workers
         )
-        wall[workload] = time.perf_counter() - started
-        done[workload] = table_rows(workload, results)
-        print(f"{workload}: {wall[workload]:.0f} s", flush=True)
+        wall_s = time.perf_counter() - started
+        done[workload] = table_rows(workload, results, load_before, wall_s)
+        ran += 1
+        print(f"{workload}: {wall_s:.0f} s", flush=True)
         if cache is not None:
             with cache.open("a") as out:
                 for row in done[workload]:
                     out.write(json.dumps(row) + "\n")
-    return render_table(done, seeds, args, load_before, wall)
+    return render_table(done, seeds, args, ran)
 
 
 def render_table(
     done: dict[str, list[dict[str, object]]],
     seeds: list[int],
     args: argparse.Namespace,
-    load_before: float,
-    wall: dict[str, float],
+    ran: int,
 ) -> str:
+    # Per workload, from its first row (results files written before 2026-12-04 lack both).
+    loads = [float(r[0]["load_before"]) for r in done.values() if "load_before" in r[0]]  # type: ignore[arg-type]
+    walls = [float(r[0]["wall_s"]) for r in done.values() if "wall_s" in r[0]]  # type: ignore[arg-type]
+    load = (
+        f"1-minute load average {min(loads):.1f}-{max(loads):.1f} at the start of a workload"
+        if loads
+        else "load average not recorded"
+    )
     lines = [
         f"Date {datetime.now(UTC):%Y-%m-%d}; {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, {args.workers} worker processes; 1-minute load "
-        f"average {load_before:.1f} at the start (a shared machine: other jobs ran alongside, "
-        "so the seconds are upper bounds).",
+        f"Python {platform.python_version()}, {args.workers} worker processes; {load} "
+        "(a shared machine: other jobs ran alongside, so the seconds are upper bounds).",
         f"Workloads: the Alibaba default pod list and the study's variants generated from it "
         f"({', '.join(STUDY_VARIANTS)}; `analytics/traces_variants.py`), 1,213 nodes / 6,212 "
         "GPUs, 130% arrived; seeds 0 to n-1 (n per workload in the table); node-order ties "
@@ -370,13 +382,16 @@ def render_table(
             f"| {_diff(by, 'kube-sits-nobind', fgd, None)} "
             f"| {_diff(by, 'kube-default', fgd, None)} |"
         )
-    if wall:
-        total = sum(wall.values())
-        lines += ["", f"Wall time of this run: {total / 60:.0f} min for {len(wall)} workload(s)."]
+    if walls:
+        lines += [
+            "",
+            f"Wall time: {sum(walls) / 60:.0f} min for {len(walls)} workload(s) "
+            f"({ran} run now, the rest read from the results file).",
+        ]
     lines += [
         "",
         f"Command: `.venv/bin/python bench/bench_schedsim.py --part table --seeds {len(seeds)} "
-        f"--workers {args.workers} --results /tmp/schedsim_table.jsonl"
+        f"--workers {args.workers} --results {args.results or '/tmp/schedsim_table.jsonl'}"
         f"{' --record' if args.record else ''}` (workloads already in the results file are "
         f"reused with the seeds they ran: {_seed_counts(done)}).",
     ]
