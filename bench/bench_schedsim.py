@@ -382,6 +382,7 @@ def render_table(
             f"| {_diff(by, 'kube-sits-nobind', fgd, None)} "
             f"| {_diff(by, 'kube-default', fgd, None)} |"
         )
+    lines += ["", *per_seed_gains(done)]
     if walls:
         lines += [
             "",
@@ -396,6 +397,40 @@ def render_table(
         f"reused with the seeds they ran: {_seed_counts(done)}).",
     ]
     return "\n".join(lines)
+
+
+#: The per-seed table's policies, against fgd on the same seed.
+GAIN_POLICIES = ("sits", "kube-sits", "kube-sits-gpuhint", "kube-sits-nobind", "kube-default")
+
+
+def per_seed_gains(done: dict[str, list[dict[str, object]]]) -> list[str]:
+    """Per workload and policy, the gain over ``fgd`` on the same seed: mean, min-max, and the
+    seeds ahead / level / behind (level: within 0.005 points)."""
+    lines = [
+        "Per seed, gain over `fgd` on the same seed (`kube-*` break ties at random, the others "
+        "in node order):",
+        "",
+        "| workload | seeds | fgd | policy | gain over fgd, points (min to max) "
+        "| seeds ahead / level / behind |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for workload, rows in done.items():
+        by = {str(r["policy"]): r for r in rows}
+        fgd = dict(zip(by["fgd"]["seeds"], by["fgd"]["per_seed"], strict=True))  # type: ignore[call-overload]
+        for policy in GAIN_POLICIES:
+            if policy not in by:
+                continue
+            row = by[policy]
+            mine = zip(row["seeds"], row["per_seed"], strict=True)  # type: ignore[call-overload]
+            gain = [100 * (a - fgd[seed]) for seed, a in mine if seed in fgd]
+            ahead = sum(g > 0.005 for g in gain)
+            behind = sum(g < -0.005 for g in gain)
+            lines.append(
+                f"| {workload} | {len(gain)} | {_mean(by['fgd']):.2%} | {policy} "
+                f"| {statistics.mean(gain):+.2f} ({min(gain):+.2f} to {max(gain):+.2f}) "
+                f"| {ahead} / {len(gain) - ahead - behind} / {behind} |"
+            )
+    return lines
 
 
 def _seed_counts(done: dict[str, list[dict[str, object]]]) -> str:
