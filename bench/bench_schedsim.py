@@ -387,7 +387,7 @@ def render_table(
         lines += [
             "",
             f"Wall time: {sum(walls) / 60:.0f} min for {len(walls)} workload(s) "
-            f"({ran} run now, the rest read from the results file).",
+            f"({ran} of them run by this command, the others read from the results file).",
         ]
     lines += [
         "",
