@@ -13,6 +13,8 @@ import pytest
 
 from sits_observe.analytics.kube_scheduler_config import ExtenderConfig, SchedulerConfig
 from sits_observe.analytics.schedsim import replay
+from sits_observe.analytics.schedsim_sits import SitsSettings
+from sits_observe.control.extender_scoring import ScoringSettings
 from sits_observe.control.replay_extender import (
     DEFAULT_SCHEDULER_CONFIG,
     KUBE_SITS,
@@ -110,3 +112,15 @@ def test_the_shipped_configuration_is_replayed() -> None:
 def test_a_configuration_without_an_extender_is_refused(tmp_path: object) -> None:
     with pytest.raises(ConfigError, match="has no extender"):
         ExtenderReplayPolicy("x", SchedulerConfig(), PODS)
+
+
+def test_the_replay_and_the_extender_default_every_shared_tie_level_alike() -> None:
+    """`sits` and `kube-sits` are one order (analytics/sits_order.py) with two settings
+    classes: a level switched in one and not the other would make the replay measure a policy
+    the extender does not ship."""
+    shared = SitsSettings.model_fields.keys() & ScoringSettings.model_fields.keys()
+    assert {"cpu_on_busy_nodes", "tightest_share", "small_nodes_first", "keep_idle_nodes"} <= shared
+    for name in shared:
+        assert (
+            SitsSettings.model_fields[name].default == ScoringSettings.model_fields[name].default
+        ), name
