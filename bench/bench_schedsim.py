@@ -85,7 +85,13 @@ TABLE_SECTION = "## Replay table: kube-scheduler with the sits extender"
 LEVELS_BEGIN, LEVELS_END = "<!-- sits-levels:begin -->", "<!-- sits-levels:end -->"
 LEVELS_SECTION = "### Beyond FGD: what breaks its ties"
 #: The sits tie levels the levels part switches from their defaults one at a time.
-SITS_LEVELS = ("cpu_on_busy_nodes", "tightest_share", "small_nodes_first", "keep_idle_nodes")
+SITS_LEVELS = (
+    "cpu_on_busy_nodes",
+    "tightest_share",
+    "cpu_for_idle_gpus",
+    "small_nodes_first",
+    "keep_idle_nodes",
+)
 #: Issue 10's targets: kube-sits within this many points of fgd, kube-sits-gpuhint at least fgd.
 WITHIN_PP = 0.3
 

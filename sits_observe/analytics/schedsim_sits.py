@@ -19,8 +19,9 @@ extender's ranked scores use too), compared level by level:
 3. the tie levels, each a :class:`SitsSettings` switch: ``idle_gpu`` (CPU-only pods to the
    node with the least idle GPU), ``in_use`` (keep GPU-idle nodes idle for pods that need many
    whole GPUs: multi-GPU pods are rare, so they are not in the typical-pod set M and FGD never
-   protects them), ``share_free`` (a share to the node where its GPU is tightest) and
-   ``gpu_count`` (smaller nodes first);
+   protects them), ``share_free`` (a share to the node where its GPU is tightest),
+   ``cpu_short`` (a GPU pod to the node left with the least usable idle GPU its free CPU
+   cannot feed) and ``gpu_count`` (smaller nodes first, off by default);
 4. the replay's tie-break, as every policy (the authors' node order by default, or uniformly
    random among the nodes equal on every level).
 
@@ -46,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.schedsim_policies import Choice, break_tie, fgd_score, is_partial
 from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState
-from sits_observe.analytics.sits_order import RankKeys, leaders
+from sits_observe.analytics.sits_order import RankKeys, cpu_short_steps, leaders
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -83,6 +84,11 @@ class SitsSettings(BaseModel):
         True,
         description="a GPU share takes the GPU with the least free share among FGD's best on "
         "the node, and among equal nodes the node where that GPU is tightest",
+    )
+    cpu_for_idle_gpus: bool = Field(
+        True,
+        description="among equal nodes a GPU pod takes the one left with the least usable idle "
+        "GPU that its free CPU cannot feed (at the pod's CPU per GPU)",
     )
     small_nodes_first: bool = Field(
         False,
@@ -153,6 +159,17 @@ class SitsPolicy:
             share_free=(
                 sim.gpu_free_milli[nodes, share_gpu]
                 if share_gpu is not None and settings.tightest_share
+                else None
+            ),
+            cpu_short=(
+                cpu_short_steps(
+                    sim.cluster.cpu_free_milli[nodes],
+                    sim.idle_gpu_milli[nodes],
+                    sim.index.node_frag_milli[nodes],
+                    pod.shape.cpu_milli,
+                    pod.gpu_request_milli,
+                )
+                if pod.shape.num_gpu > 0 and settings.cpu_for_idle_gpus
                 else None
             ),
             gpu_count=sim.cluster.gpu_count[nodes] if settings.small_nodes_first else None,

@@ -76,7 +76,7 @@ from sits_observe.analytics.affinity import (
 )
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.schedsim_policies import fgd_score
-from sits_observe.analytics.sits_order import RankKeys
+from sits_observe.analytics.sits_order import RankKeys, cpu_short_steps
 from sits_observe.control.extender_gpus import GpuChoice, GpuPlacements, view_placements
 from sits_observe.control.extender_rank import ranked_scores
 from sits_observe.control.extender_view import ClusterView
@@ -183,6 +183,11 @@ class ScoringSettings(BaseModel):
         True,
         description="the bind verb's GPU for a share is the tightest of FGD's best (either "
         "mode); ranked mode: among otherwise equal nodes, the node where it is tightest",
+    )
+    cpu_for_idle_gpus: bool = Field(
+        True,
+        description="ranked mode: among otherwise equal nodes a GPU pod gets the one left with "
+        "the least usable idle GPU that its free CPU cannot feed (at the pod's CPU per GPU)",
     )
     small_nodes_first: bool = Field(
         False,
@@ -503,6 +508,7 @@ def prioritize(
                 else None
             ),
             share_free=_share_free(view, placed.gpu, r, known) if settings.tightest_share else None,
+            cpu_short=_cpu_short(view, request, r, known) if settings.cpu_for_idle_gpus else None,
             gpu_count=(
                 _take(view.state.gpu_count, r, known, 0) if settings.small_nodes_first else None
             ),
@@ -520,6 +526,24 @@ def prioritize(
     scores = np.where(known, scores, settings.unknown_node_score).astype(np.int64)
     gpu = _take(placed.gpu, r, known, -1).astype(np.int64)
     return Priorities(tuple(nodes), scores, known, fits, delta, frag, fit, quiet, need, gpu, points)
+
+
+def _cpu_short(
+    view: ClusterView, request: PodRequest, r: IntArray, known: BoolArray
+) -> IntArray | None:
+    """Per candidate: the ``cpu_short`` level of a GPU pod (None for a CPU-only pod)."""
+    if request.gpus == 0:
+        return None
+    state = view.state
+    frag = view.fgd.node_frag_milli if view.fgd is not None else np.zeros(len(view))
+    steps = cpu_short_steps(
+        state.cpu_free_milli,
+        state.node_idle_milli(),
+        frag,
+        request.cpu_milli,
+        request.gpus * request.gpu_milli,
+    )
+    return np.asarray(_take(steps, r, known, 0), dtype=np.int64)
 
 
 def _share_free(view: ClusterView, gpu: IntArray, r: IntArray, known: BoolArray) -> IntArray:

@@ -261,13 +261,13 @@ def test_sits_puts_a_share_on_the_tightest_gpu_among_equal_scores() -> None:
     # A 200 share leaves every GPU at >= 500 free (no fragment for M, delta 0, 50 points) on
     # n0 (free 1000, 900) and n1 (free 700, 1000): FGD takes n0's lowest GPU; sits the GPU
     # with the least free share, on the node where it is least: n1 GPU 0; within n0 alone
-    # GPU 1.
-    sim = cluster((8000, [0, 100]), (8000, [300, 0]))
+    # GPU 1. CPU is ample, so no idle GPU goes unfed (cpu_short 0 on both).
+    sim = cluster((64000, [0, 100]), (64000, [300, 0]))
     assert choose("fgd", sim, pod(gpu_milli=200)) == (0, (0,))
     assert choose("sits", sim, pod(gpu_milli=200)) == (1, (0,))
     plain = _sits(tightest_share=False).choose(sim, pod(gpu_milli=200), np.random.default_rng(0))
     assert plain is not None and (plain.node, plain.gpus) == (0, (0,))
-    alone = cluster((8000, [0, 100]))
+    alone = cluster((64000, [0, 100]))
     assert choose("sits", alone, pod(gpu_milli=200)) == (0, (1,))
 
 
@@ -279,6 +279,20 @@ def test_sits_fills_small_nodes_first_among_equal_scores_when_asked() -> None:
     assert choose("sits", sim, pod()) == (0, None)
     small = _sits(small_nodes_first=True).choose(sim, pod(), np.random.default_rng(0))
     assert small is not None and small.node == 1
+
+
+def test_sits_sends_a_gpu_pod_where_its_cpu_strands_the_fewest_idle_gpus() -> None:
+    # A 4-CPU whole-GPU pod on n0 (6 CPU, GPUs [500, 0, 0] used) or n1 (16 CPU, the same
+    # GPUs): M's 1 CPU + half a GPU still fits everywhere after it (F stays 0, 50 points on
+    # both) and both are in use. n0 is left with 2 CPU for 1,500 usable idle milli-GPU, which
+    # feeds only 500 at the pod's 4 CPU per GPU (1,000 short: 4 steps); n1 with 12 CPU, enough
+    # for all. FGD takes n0 (node order), sits n1; with the level off, n0.
+    sim = cluster((6000, [500, 0, 0]), (16000, [500, 0, 0]))
+    big = pod(cpu_milli=4000)
+    assert choose("fgd", sim, big) == (0, None)
+    assert choose("sits", sim, big) == (1, None)
+    plain = _sits(cpu_for_idle_gpus=False).choose(sim, big, np.random.default_rng(0))
+    assert plain is not None and plain.node == 0
 
 
 def test_sits_puts_cpu_only_pods_where_the_fewest_gpus_are_idle() -> None:
