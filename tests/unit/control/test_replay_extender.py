@@ -11,17 +11,26 @@ import pickle
 import numpy as np
 import pytest
 
+from sits_observe.analytics.fgd_cluster import ClusterState
+from sits_observe.analytics.fgd_model import PodShape
+from sits_observe.analytics.fgd_workload import TargetWorkload
 from sits_observe.analytics.kube_scheduler_config import ExtenderConfig, SchedulerConfig
 from sits_observe.analytics.schedsim import replay
 from sits_observe.analytics.schedsim_sits import SitsSettings
-from sits_observe.control.extender_scoring import ScoringSettings
+from sits_observe.analytics.schedsim_state import SimState
+from sits_observe.analytics.traces import PodList
+from sits_observe.control.extender_overlay import Placement, with_placements
+from sits_observe.control.extender_scoring import PodRequest, ScoringSettings, prioritize
+from sits_observe.control.extender_view import ViewSettings, build_view
 from sits_observe.control.replay_extender import (
     DEFAULT_SCHEDULER_CONFIG,
     KUBE_SITS,
     KUBE_SITS_GPUHINT,
     KUBE_SITS_NOBIND,
+    SNAPSHOT_AT,
     ExtenderReplayPolicy,
     replay_policies,
+    replay_store,
     with_gpu_hint,
     without_bind,
 )
@@ -124,3 +133,27 @@ def test_the_replay_and_the_extender_default_every_shared_tie_level_alike() -> N
         assert (
             SitsSettings.model_fields[name].default == ScoringSettings.model_fields[name].default
         ), name
+
+
+def test_the_extender_ranks_a_gpu_pod_where_its_cpu_strands_the_fewest_idle_gpus() -> None:
+    """The replay policy's case (test_schedsim_policies) through the service's view builder:
+    n0 (6 CPU) and n1 (16 CPU), 3 GPUs each with half of GPU 0 used, M = 1 CPU + half a GPU.
+    A 4-CPU whole-GPU pod leaves F at 0 on both (equal points) and would leave n0 1,500
+    usable idle milli-GPU with 2 CPU, enough for 500 at 4 CPU per GPU: n1 ranks first. With
+    the level off the tie order (n0 before n1) decides."""
+    state = ClusterState.empty(["n0", "n1"], [6000, 16000], [3, 3], ["G", "G"])
+    half = PodShape(1000, 1, 500)
+    sim = SimState(state, TargetWorkload.from_weights([(half, 1.0)]))
+    one = np.ones(1, dtype=np.int64)
+    typical = PodList(("m",), 1000 * one, 0 * one, one, 500 * one, ((),))
+    with replay_store(sim, typical) as store:
+        empty = build_view(store, SNAPSHOT_AT, ViewSettings())
+    fillers = [Placement("t", f"fill-{n}", n, PodShape(0, 1, 500), (0,)) for n in ("n0", "n1")]
+    view, skipped = with_placements(empty, fillers)
+    assert skipped == [] and view.tie_rank.tolist() == [0, 1]
+    big = PodRequest("serve", "new", 1, 4000)
+    shipped = prioritize(big, view, ["n0", "n1"], ScoringSettings())
+    assert shipped.fgd_points.tolist() == [50, 50]
+    assert shipped.as_dict() == {"n0": 9, "n1": 10}
+    plain = prioritize(big, view, ["n0", "n1"], ScoringSettings(cpu_for_idle_gpus=False))
+    assert plain.as_dict() == {"n0": 10, "n1": 9}
