@@ -30,7 +30,8 @@ workload as a JSON line, so an interrupted run resumes.
 **levels**: ``fgd`` against ``sits`` and ``sits`` with each of its tie levels switched from
 its default (``SitsSettings``; ``sits -level`` is the level off, ``sits +level`` on), on the
 default workload and each variant, ``--seeds`` seeds: per policy the mean GPU allocation at
-130 % with its min-max, and the gain over ``fgd`` on the same seed (mean, min-max, seeds won).
+130 % with its min-max, and the gain over ``fgd`` on the same seed (mean, min-max, seeds won);
+then per policy F(M) at 130 % by cause (the idle GPUs no typical pod can use, and why).
 Only the ATC'23-style replay (no kube-scheduler), so it takes minutes, not hours.
 ``--first-seed`` starts the seeds elsewhere than 0 and ``--levels`` keeps only some switches:
 a held-out check of a setting chosen on the recorded seeds. ``--kube`` adds ``kube-sits`` and
@@ -57,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from sits_observe.analytics import schedsim
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fgd_model import CAUSES, MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import TargetWorkload
 from sits_observe.analytics.kube_scheduler_config import load_scheduler_config
 from sits_observe.analytics.schedsim_policies import Choice, FgdPolicy, fgd_score, is_partial
@@ -506,6 +507,15 @@ def run_levels(args: argparse.Namespace) -> str:
         "| workload | policy | GPU alloc at 130% (min-max) | gain over fgd (min-max) | seeds won |",
         "|---|---|---:|---:|---:|",
     ]
+    causes = [
+        "",
+        "F(M) at 130% by cause (mean over the seeds, GPUs): why the GPUs left idle are unusable "
+        "to the typical pods (docs/analytics/fragmentation-fgd.md); `idle` = capacity minus "
+        "allocated.",
+        "",
+        "| workload | policy | idle | " + " | ".join(str(c) for c in CAUSES) + " |",
+        "|---|---|---:|" + "---:|" * len(CAUSES),
+    ]
     for workload in ["default", *STUDY_VARIANTS]:
         if args.workloads and workload not in args.workloads.split(","):
             continue
@@ -532,6 +542,12 @@ def run_levels(args: argparse.Namespace) -> str:
                 "" if r.policy == "fgd" else f"{sum(g > 0 for g in gain)} of {len(seeds)}",
             )
             lines.append(f"| {workload} | {r.policy} | " + " | ".join(cells) + " |")
+            by_cause = [f"{r.frag_by_cause_gpus[str(c)].mean:.1f}" for c in CAUSES]
+            causes.append(
+                f"| {workload} | {r.policy} | {r.unallocated_gpus.mean:.1f} | "
+                + " | ".join(by_cause)
+                + " |"
+            )
     command = (
         f"`.venv/bin/python bench/bench_schedsim.py --part levels --seeds {len(seeds)} "
         + (f"--first-seed {args.first_seed} " if args.first_seed else "")
@@ -540,7 +556,7 @@ def run_levels(args: argparse.Namespace) -> str:
         + (f"--workloads {args.workloads} " if args.workloads else "")
         + f"--workers {args.workers}{' --record' if args.record else ''}`"
     )
-    return "\n".join([*lines, "", f"Command: {command}."])
+    return "\n".join([*lines, *causes, "", f"Command: {command}."])
 
 
 def _per_seed(result: schedsim.PolicyResult) -> dict[int, float]:

@@ -20,7 +20,10 @@ hkust-adsl/kubernetes-scheduler-simulator; docs/analytics/simulator.md has the d
    typical-pod set of the *original* pod list (fixed for the run). ``first_failure_arrived``
    is the arrived fraction (including the failing pod's request) when the first pod fails;
    ``unallocated_gpus`` = (capacity - allocated milli) / 1000 at the end, which is how the
-   paper turns its 130% allocation ratio into "GPUs unallocated" (FGD 95.39% of 6,212 -> 286).
+   paper turns its 130% allocation ratio into "GPUs unallocated" (FGD 95.39% of 6,212 -> 286);
+   ``frag_by_cause_gpus`` = F(M) at the end split by why the typical pods cannot use the idle
+   GPUs (:func:`sits_observe.analytics.fgd.fragmentation`'s causes, in GPUs): free shares too
+   small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model, CPU-only pods.
 
 The arrival sequence and the node tie-break order depend only on the seed, so every policy
 sees the same pods in the same order for a given seed (their curves coincide until the first
@@ -42,6 +45,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics import schedsim_policies as policies
+from sits_observe.analytics.fgd import fragmentation
 from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
 from sits_observe.analytics.schedsim_kube import KubePolicy
 from sits_observe.analytics.schedsim_results import PolicyResult, ReplayResult, Spread
@@ -248,6 +252,7 @@ def replay(
         _record(sim, curve, step)
         step += 1
     elapsed = time.perf_counter() - started
+    causes = fragmentation(sim.cluster, workload).by_cause
     return ReplayResult(
         policy=chooser.name,
         seed=seed,
@@ -261,6 +266,7 @@ def replay(
         pods_placed=placed,
         pods_failed=failed,
         elapsed_s=elapsed,
+        frag_by_cause_gpus={cause: milli / 1000.0 for cause, milli in causes.items()},
     )
 
 

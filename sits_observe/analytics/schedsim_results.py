@@ -8,7 +8,7 @@ of the mean, min and max over seeds, and :class:`Spread` (mean, min, max) for th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,9 @@ class ReplayResult:
     pods_placed: int
     pods_failed: int
     elapsed_s: float
+    #: F(M) at the end split by cause (:class:`~sits_observe.analytics.fgd_model.Cause`, every
+    #: cause present), in whole GPUs: why the idle capacity left is unusable to typical pods.
+    frag_by_cause_gpus: dict[str, float] = field(default_factory=dict)
 
     @property
     def final_alloc_ratio(self) -> float:
@@ -73,6 +76,8 @@ class PolicyResult:
     final_alloc_ratio: Spread
     pods_per_s: float
     replays: tuple[ReplayResult, ...]
+    #: Per cause, :attr:`ReplayResult.frag_by_cause_gpus` over the seeds.
+    frag_by_cause_gpus: dict[str, Spread] = field(default_factory=dict)
 
     @classmethod
     def combine(cls, replays: Sequence[ReplayResult]) -> PolicyResult:
@@ -90,6 +95,10 @@ class PolicyResult:
         final = Spread.of([r.final_alloc_ratio for r in ordered])
         assert unallocated is not None and final is not None  # replays is not empty
         rates = [r.pods_arrived / r.elapsed_s for r in ordered if r.elapsed_s > 0]
+        causes = {
+            c: Spread.of([r.frag_by_cause_gpus[c] for r in ordered])
+            for c in ordered[0].frag_by_cause_gpus
+        }
         return cls(
             policy=ordered[0].policy,
             seeds=tuple(r.seed for r in ordered),
@@ -103,4 +112,5 @@ class PolicyResult:
             final_alloc_ratio=final,
             pods_per_s=float(np.median(rates)) if rates else 0.0,
             replays=ordered,
+            frag_by_cause_gpus={c: v for c, v in causes.items() if v is not None},
         )

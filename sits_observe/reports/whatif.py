@@ -12,7 +12,9 @@ policies.
 Main table: one row per policy, means over the seeds (allocation at the end, GPUs left
 unallocated, the arrived load of the first failure; replay speed in ``-o wide``). ``curve``:
 per policy, every :data:`CURVE_STEP` arrived-load steps, allocation and fragmentation (mean
-over seeds; the full curve is in :func:`result_document`). The per-policy JSON
+over seeds; the full curve is in :func:`result_document`). ``causes``: per policy, F(M) at
+the end by cause in GPUs (why the idle GPUs left are unusable to the typical pods; mean over
+seeds). The per-policy JSON
 document of ``simulate --format json`` is :func:`result_document`.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 
 from pydantic import Field
 
+from sits_observe.analytics.fgd_model import CAUSES
 from sits_observe.analytics.schedsim import PolicyResult, SimulationSettings, Spread, simulate
 from sits_observe.control.replay_extender import all_policy_names, choose_policies
 from sits_observe.domain.units import Unit
@@ -94,6 +97,7 @@ _CURVE = (
     col("frag_ratio", "frag", Unit.ratio),
     col("frag_amount_ratio", "frag amount", Unit.ratio, wide=True),
 )
+_CAUSES = (col("policy", "policy"), *(col(str(c), str(c), Unit.number) for c in CAUSES))
 
 
 def build(store: Store, window: Window, query: WhatIfQuery) -> Report:
@@ -121,7 +125,14 @@ def build(store: Store, window: Window, query: WhatIfQuery) -> Report:
         if i % CURVE_STEP == 0 or i == len(d["curve"]) - 1
     ]
     main = table_of("policies", f"Replay of {trace.label}", rows, _POLICIES)
-    others = (table_of("curve", "Allocation and fragmentation by arrived load", curve, _CURVE),)
+    causes = [
+        {"policy": d["policy"], **{c: s["mean"] for c, s in d["frag_by_cause_gpus"].items()}}
+        for d in documents
+    ]
+    others = (
+        table_of("curve", "Allocation and fragmentation by arrived load", curve, _CURVE),
+        table_of("causes", "F(M) at the end by cause, GPUs", causes, _CAUSES),
+    )
     notes = (
         ("trace files: the window does not apply (no store is read)",) if is_trace(query) else ()
     )
@@ -193,6 +204,7 @@ def result_document(
         "pods_arrived": _spread(Spread.of([r.pods_arrived for r in result.replays])),
         "pods_failed": _spread(Spread.of([r.pods_failed for r in result.replays])),
         "pods_per_s": result.pods_per_s,
+        "frag_by_cause_gpus": {c: _spread(v) for c, v in result.frag_by_cause_gpus.items()},
     }
 
 

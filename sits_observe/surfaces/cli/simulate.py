@@ -23,6 +23,7 @@ import typer
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from sits_observe.analytics.fgd_model import CAUSES
 from sits_observe.analytics.schedsim import (
     PolicyResult,
     ReplayResult,
@@ -201,3 +202,23 @@ def _print_tables(results: list[PolicyResult], total_gpus: int, workload: str) -
     for i in rows:
         curve.add_row(f"{arrived[i]:.0%}", *(f"{r.alloc_ratio[0, i]:.2%}" for r in results))
     out.print(curve)
+    _print_causes(results, arrived[-1])
+
+
+def _print_causes(results: list[PolicyResult], load: float) -> None:
+    """F(M) at the end by cause (means over seeds), when the replays measured it."""
+    causes = [str(c) for c in CAUSES if any(str(c) in r.frag_by_cause_gpus for r in results)]
+    if not causes:
+        return
+    table = data_table(
+        title=f"Why the idle GPUs are fragmented at {load:.0%}: F(M) by cause, GPUs",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("policy", no_wrap=True)
+    for cause in causes:
+        table.add_column(cause, justify="right", overflow="fold")
+    for r in results:
+        cells = [r.frag_by_cause_gpus.get(c) for c in causes]
+        table.add_row(r.policy, *("-" if x is None else f"{x.mean:,.1f}" for x in cells))
+    out.print(table)

@@ -120,3 +120,4 @@ def _results(report: Report) -> None:
     curve = report.table("curve")
     rows = records(curve, ["policy", "arrived_ratio", "alloc_ratio", "frag_ratio"])
     st.vega_lite_chart(spec=curve_spec(rows), width="stretch")
+    show(report.table("causes"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sits_observe.analytics.fgd_model import CAUSES
 from sits_observe.analytics.schedsim import (
     PolicyResult,
     ReplayResult,
@@ -123,6 +124,10 @@ def test_curve_invariants_hold_for_every_policy(replays: dict[str, ReplayResult]
         assert r.pods_placed + r.pods_failed == r.pods_arrived, name
         assert r.unallocated_gpus == pytest.approx(CAPACITY / 1000 * (1 - r.final_alloc_ratio))
         assert r.first_failure_arrived is not None and 0 < r.first_failure_arrived <= 1.3
+        # The end's F(M) split by cause adds up to the curve's last fragmentation amount.
+        assert set(r.frag_by_cause_gpus) == {str(c) for c in CAUSES}, name
+        total = sum(r.frag_by_cause_gpus.values())
+        assert total == pytest.approx(r.frag_amount_ratio[-1] * CAPACITY / 1000), name
 
 
 def test_policies_see_the_same_arrivals_until_the_first_failure(
@@ -208,6 +213,43 @@ def test_simulate_aggregates_mean_min_max_over_seeds() -> None:
     unallocated = [r.unallocated_gpus for r in result.replays]
     assert result.unallocated_gpus.mean == pytest.approx(np.mean(unallocated))
     assert result.seeds_with_failure == 3
+    for cause, spread in result.frag_by_cause_gpus.items():
+        values = [r.frag_by_cause_gpus[cause] for r in result.replays]
+        assert (spread.mean, spread.min, spread.max) == (
+            pytest.approx(np.mean(values)),
+            min(values),
+            max(values),
+        )
+
+
+def test_the_end_fragmentation_is_split_by_why_the_idle_gpus_are_unusable() -> None:
+    # One 1-GPU node with 5 cores; every pod asks 600 milli-GPU and 2 cores. The first pod
+    # leaves 400 milli, too small a share for the next (lack_gpu); on a second node with the
+    # same GPU but 2 cores, one pod leaves 400 milli *and* no CPU (lack_both).
+    nodes = NodeList(
+        names=("a", "b"),
+        cpu_milli=np.array([5000, 2000], dtype=np.int64),
+        memory_mib=np.array([65536, 65536], dtype=np.int64),
+        gpu_count=np.array([1, 1], dtype=np.int64),
+        gpu_model=("T4", "T4"),
+    )
+    pods = PodList(
+        names=("p1", "p2", "p3"),
+        cpu_milli=np.full(3, 2000, dtype=np.int64),
+        memory_mib=np.full(3, 1024, dtype=np.int64),
+        num_gpu=np.ones(3, dtype=np.int64),
+        gpu_milli=np.full(3, 600, dtype=np.int64),
+        gpu_types=((), (), ()),
+    )
+    r = replay(nodes, pods, "fgd", seed=0)
+    assert r.final_alloc_ratio == pytest.approx(0.6)  # one pod per node, the rest fail
+    assert r.frag_by_cause_gpus == {
+        "lack_gpu": pytest.approx(0.4),
+        "lack_cpu": 0.0,
+        "lack_both": pytest.approx(0.4),
+        "cpu_only": 0.0,
+        "gpu_type": 0.0,
+    }
 
 
 def test_processes_give_the_same_results_as_one() -> None:

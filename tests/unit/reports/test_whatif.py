@@ -55,6 +55,10 @@ def test_a_replay_of_the_live_cluster(store: Store) -> None:
     curve = report.table("curve").rows.to_pylist()
     assert {r["policy"] for r in curve} == {"bestfit", "fgd"}
     assert curve[-1]["arrived_ratio"] == pytest.approx(1.3)  # the load, the last step kept
+    # The GPU left is node-a's, whose CPU the pod used up: F(M) is that GPU, for lack of CPU.
+    for row in report.table("causes").rows.to_pylist():
+        assert row["lack_cpu"] == pytest.approx(1.0)
+        assert sum(v for k, v in row.items() if k != "policy") == pytest.approx(1.0)
 
 
 def test_trace_files_read_no_store(tmp_path: Path) -> None:

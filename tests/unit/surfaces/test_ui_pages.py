@@ -392,7 +392,7 @@ def test_whatif_page_replays_the_live_cluster(db: Path, monkeypatch: pytest.Monk
     assert not at.exception and not at.error
     assert any("live cluster: 2 nodes, 1 pods" in m.value for m in at.markdown)
     assert any("4 GPUs" in m.value for m in at.markdown)
-    (results,) = frames(at)
+    results, causes = frames(at)
     row = results.iloc[0]
     # Onto the empty cluster the pod (1 GPU, 4000 mCPU) fits node-a once and node-b twice
     # (CPU runs out first): 3 of 4 GPUs allocated, 1 left however high the load.
@@ -401,6 +401,8 @@ def test_whatif_page_replays_the_live_cluster(db: Path, monkeypatch: pytest.Monk
     assert row["alloc"] == human(report.main.rows.column("alloc_ratio")[0].as_py(), Unit.ratio)
     (curve,) = charts(at)
     assert {p["policy"] for p in curve["data"]["values"]} == {"bestfit"}
+    # The GPU left is on the node whose CPU ran out: unusable for lack of CPU.
+    assert (causes.iloc[0]["policy"], causes.iloc[0]["lack_cpu"]) == ("bestfit", "1")
 
 
 def test_whatif_page_replays_kube_scheduler_with_and_without_the_extender(
@@ -412,7 +414,7 @@ def test_whatif_page_replays_kube_scheduler_with_and_without_the_extender(
     at.multiselect(key="policies").set_value(["kube-default", "kube-sits"])
     at.button(key="run").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    (results,) = frames(at)
+    results, _causes = frames(at)
     by = {row["policy"]: row for _, row in results.iterrows()}
     assert set(by) == {"kube-default", "kube-sits"}
     # kube-sits went through the extender's handler: it placed the same pods (the cluster of
