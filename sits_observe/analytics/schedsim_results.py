@@ -8,7 +8,7 @@ of the mean, min and max over seeds, and :class:`Spread` (mean, min, max) for th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +34,7 @@ class ReplayResult:
     elapsed_s: float
     #: F(M) at the end split by cause (:class:`~sits_observe.analytics.fgd_model.Cause`, every
     #: cause present), in whole GPUs: why the idle capacity left is unusable to typical pods.
-    frag_by_cause_gpus: dict[str, float] = field(default_factory=dict)
+    frag_by_cause_gpus: dict[str, float]
 
     @property
     def final_alloc_ratio(self) -> float:
@@ -77,7 +77,7 @@ class PolicyResult:
     pods_per_s: float
     replays: tuple[ReplayResult, ...]
     #: Per cause, :attr:`ReplayResult.frag_by_cause_gpus` over the seeds.
-    frag_by_cause_gpus: dict[str, Spread] = field(default_factory=dict)
+    frag_by_cause_gpus: dict[str, Spread]
 
     @classmethod
     def combine(cls, replays: Sequence[ReplayResult]) -> PolicyResult:

@@ -206,19 +206,15 @@ def _print_tables(results: list[PolicyResult], total_gpus: int, workload: str) -
 
 
 def _print_causes(results: list[PolicyResult], load: float) -> None:
-    """F(M) at the end by cause (means over seeds), when the replays measured it."""
-    causes = [str(c) for c in CAUSES if any(str(c) in r.frag_by_cause_gpus for r in results)]
-    if not causes:
-        return
+    """F(M) at the end by cause (means over seeds)."""
     table = data_table(
         title=f"Why the idle GPUs are fragmented at {load:.0%}: F(M) by cause, GPUs",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
     table.add_column("policy", no_wrap=True)
-    for cause in causes:
-        table.add_column(cause, justify="right", overflow="fold")
+    for cause in CAUSES:
+        table.add_column(str(cause), justify="right", overflow="fold")
     for r in results:
-        cells = [r.frag_by_cause_gpus.get(c) for c in causes]
-        table.add_row(r.policy, *("-" if x is None else f"{x.mean:,.1f}" for x in cells))
+        table.add_row(r.policy, *(f"{r.frag_by_cause_gpus[c].mean:,.1f}" for c in CAUSES))
     out.print(table)

@@ -23,7 +23,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_model import PodShape
+from sits_observe.analytics.fgd_model import CAUSES, PodShape
 from sits_observe.analytics.fgd_workload import TypicalPodSettings, typical_pods
 from sits_observe.analytics.schedsim_results import PolicyResult, Spread
 from sits_observe.analytics.trends import EpsChoice, SeriesPoint, TrendCluster, TrendClusters
@@ -198,6 +198,7 @@ def test_simulate_tables(text: str) -> None:
         final_alloc_ratio=spread,
         pods_per_s=10.0,
         replays=(),
+        frag_by_cause_gpus={str(c): spread for c in CAUSES},
     )
     stdout, _ = capture(lambda: simulate._print_tables([result], total_gpus=8, workload="default"))
     assert shown(text) in stdout
