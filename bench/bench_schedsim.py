@@ -516,6 +516,15 @@ def run_levels(args: argparse.Namespace) -> str:
         "| workload | policy | idle | " + " | ".join(str(c) for c in CAUSES) + " |",
         "|---|---|---:|" + "---:|" * len(CAUSES),
     ]
+    failed = [
+        "",
+        "Pods that failed, by kind (mean over the seeds): CPU-only pods, then the GPUs requested "
+        "by the failed pods of each GPU kind (`share` = part of one GPU, `<k>gpu` = k whole "
+        "GPUs; `-` = no such pod in the workload).",
+        "",
+        "| workload | policy | cpu_only pods | " + " | ".join(_GPU_KINDS) + " |",
+        "|---|---|---:|" + "---:|" * len(_GPU_KINDS),
+    ]
     for workload in ["default", *STUDY_VARIANTS]:
         if args.workloads and workload not in args.workloads.split(","):
             continue
@@ -548,6 +557,7 @@ def run_levels(args: argparse.Namespace) -> str:
                 + " | ".join(by_cause)
                 + " |"
             )
+            failed.append(f"| {workload} | {r.policy} | " + " | ".join(_failed_cells(r)) + " |")
     command = (
         f"`.venv/bin/python bench/bench_schedsim.py --part levels --seeds {len(seeds)} "
         + (f"--first-seed {args.first_seed} " if args.first_seed else "")
@@ -556,7 +566,21 @@ def run_levels(args: argparse.Namespace) -> str:
         + (f"--workloads {args.workloads} " if args.workloads else "")
         + f"--workers {args.workers}{' --record' if args.record else ''}`"
     )
-    return "\n".join([*lines, *causes, "", f"Command: {command}."])
+    return "\n".join([*lines, *causes, *failed, "", f"Command: {command}."])
+
+
+#: The GPU pod kinds of the default trace (``SimPod.kind``), the failed table's columns.
+_GPU_KINDS = ("share", "1gpu", "2gpu", "4gpu", "8gpu")
+
+
+def _failed_cells(r: schedsim.PolicyResult) -> list[str]:
+    """CPU-only pods failed, then GPUs failed per kind of :data:`_GPU_KINDS` (``-``: absent)."""
+    pods, gpus = r.failed_pods_by_kind, r.failed_gpus_by_kind
+    cells = [f"{pods['cpu_only'].mean:.1f}" if "cpu_only" in pods else "-"]
+    cells += [f"{gpus[k].mean:.1f}" if k in gpus else "-" for k in _GPU_KINDS]
+    if other := sorted(set(gpus) - {"cpu_only", *_GPU_KINDS}):
+        raise SystemExit(f"pod kinds the failed table has no column for: {', '.join(other)}")
+    return cells
 
 
 def _per_seed(result: schedsim.PolicyResult) -> dict[int, float]:

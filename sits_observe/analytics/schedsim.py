@@ -23,7 +23,9 @@ hkust-adsl/kubernetes-scheduler-simulator; docs/analytics/simulator.md has the d
    paper turns its 130% allocation ratio into "GPUs unallocated" (FGD 95.39% of 6,212 -> 286);
    ``frag_by_cause_gpus`` = F(M) at the end split by why the typical pods cannot use the idle
    GPUs (:func:`sits_observe.analytics.fgd.fragmentation`'s causes, in GPUs): free shares too
-   small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model, CPU-only pods.
+   small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model, CPU-only pods;
+   ``failed_pods_by_kind`` / ``failed_gpus_by_kind`` = the pods that failed and the GPUs they
+   asked for, by kind (CPU-only, a share of one GPU, k whole GPUs): which demand went unmet.
 
 The arrival sequence and the node tie-break order depend only on the seed, so every policy
 sees the same pods in the same order for a given seed (their curves coincide until the first
@@ -50,7 +52,7 @@ from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettin
 from sits_observe.analytics.schedsim_kube import KubePolicy
 from sits_observe.analytics.schedsim_results import PolicyResult, ReplayResult, Spread
 from sits_observe.analytics.schedsim_sits import SitsPolicy
-from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState
+from sits_observe.analytics.schedsim_state import NodeSignals, SimPod, SimState, pod_kinds
 from sits_observe.analytics.traces import NodeList, PodList
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 
@@ -230,6 +232,8 @@ def replay(
     thresholds = np.arange(steps + 1, dtype=np.int64) * capacity // 100
     curve = np.zeros((3, steps + 1), dtype=np.float64)
     arrived = placed = failed = 0
+    failed_pods = dict.fromkeys(pod_kinds(arriving), 0)
+    failed_milli = dict.fromkeys(failed_pods, 0)
     first_failure: float | None = None
     step = 0
     started = time.perf_counter()
@@ -243,6 +247,8 @@ def replay(
         choice = chooser.choose(sim, pod, choice_rng)
         if choice is None:
             failed += 1
+            failed_pods[pod.kind] += 1
+            failed_milli[pod.kind] += request
             if first_failure is None:
                 first_failure = arrived / capacity if capacity else 0.0
             continue
@@ -267,6 +273,8 @@ def replay(
         pods_failed=failed,
         elapsed_s=elapsed,
         frag_by_cause_gpus={cause: milli / 1000.0 for cause, milli in causes.items()},
+        failed_pods_by_kind=failed_pods,
+        failed_gpus_by_kind={kind: milli / 1000.0 for kind, milli in failed_milli.items()},
     )
 
 

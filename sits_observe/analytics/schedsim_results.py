@@ -35,6 +35,10 @@ class ReplayResult:
     #: F(M) at the end split by cause (:class:`~sits_observe.analytics.fgd_model.Cause`, every
     #: cause present), in whole GPUs: why the idle capacity left is unusable to typical pods.
     frag_by_cause_gpus: dict[str, float]
+    #: Pods that failed, by kind (:attr:`~sits_observe.analytics.schedsim_state.SimPod.kind`,
+    #: every kind of the pod list present), and the whole GPUs they requested.
+    failed_pods_by_kind: dict[str, int]
+    failed_gpus_by_kind: dict[str, float]
 
     @property
     def final_alloc_ratio(self) -> float:
@@ -78,6 +82,9 @@ class PolicyResult:
     replays: tuple[ReplayResult, ...]
     #: Per cause, :attr:`ReplayResult.frag_by_cause_gpus` over the seeds.
     frag_by_cause_gpus: dict[str, Spread]
+    #: Per pod kind, :attr:`ReplayResult.failed_pods_by_kind` and ``failed_gpus_by_kind``.
+    failed_pods_by_kind: dict[str, Spread]
+    failed_gpus_by_kind: dict[str, Spread]
 
     @classmethod
     def combine(cls, replays: Sequence[ReplayResult]) -> PolicyResult:
@@ -95,10 +102,12 @@ class PolicyResult:
         final = Spread.of([r.final_alloc_ratio for r in ordered])
         assert unallocated is not None and final is not None  # replays is not empty
         rates = [r.pods_arrived / r.elapsed_s for r in ordered if r.elapsed_s > 0]
-        causes = {
-            c: Spread.of([r.frag_by_cause_gpus[c] for r in ordered])
-            for c in ordered[0].frag_by_cause_gpus
-        }
+
+        def per_key(name: str) -> dict[str, Spread]:
+            first: dict[str, float] = getattr(ordered[0], name)
+            spreads = {k: Spread.of([getattr(r, name)[k] for r in ordered]) for k in first}
+            return {k: v for k, v in spreads.items() if v is not None}
+
         return cls(
             policy=ordered[0].policy,
             seeds=tuple(r.seed for r in ordered),
@@ -112,5 +121,7 @@ class PolicyResult:
             final_alloc_ratio=final,
             pods_per_s=float(np.median(rates)) if rates else 0.0,
             replays=ordered,
-            frag_by_cause_gpus={c: v for c, v in causes.items() if v is not None},
+            frag_by_cause_gpus=per_key("frag_by_cause_gpus"),
+            failed_pods_by_kind=per_key("failed_pods_by_kind"),
+            failed_gpus_by_kind=per_key("failed_gpus_by_kind"),
         )

@@ -71,6 +71,21 @@ class SimPod:
         """GPU milli the pod takes (``num_gpu * gpu_milli``)."""
         return self.shape.gpu_request_milli
 
+    @property
+    def kind(self) -> str:
+        """``cpu_only``, ``share`` (part of one GPU) or ``<k>gpu`` (k whole GPUs)."""
+        if self.shape.num_gpu == 0:
+            return "cpu_only"
+        if self.shape.gpu_milli < MILLI_PER_GPU:
+            return "share"
+        return f"{self.shape.num_gpu}gpu"
+
+
+def pod_kinds(pods: Sequence[SimPod]) -> list[str]:
+    """The kinds of ``pods`` (:attr:`SimPod.kind`), CPU-only first, then by GPUs requested."""
+    order = {pod.kind: (pod.affinity, pod.shape.num_gpu) for pod in pods}
+    return sorted(order, key=order.__getitem__)
+
 
 @dataclass(frozen=True, eq=False)
 class NodeSignals:

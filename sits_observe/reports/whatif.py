@@ -98,6 +98,12 @@ _CURVE = (
     col("frag_amount_ratio", "frag amount", Unit.ratio, wide=True),
 )
 _CAUSES = (col("policy", "policy"), *(col(str(c), str(c), Unit.number) for c in CAUSES))
+_FAILED = (
+    col("policy", "policy"),
+    col("kind", "pod kind"),
+    col("pods", "pods failed", Unit.number),
+    col("gpus", "GPUs requested", Unit.number),
+)
 
 
 def build(store: Store, window: Window, query: WhatIfQuery) -> Report:
@@ -129,9 +135,20 @@ def build(store: Store, window: Window, query: WhatIfQuery) -> Report:
         {"policy": d["policy"], **{c: s["mean"] for c, s in d["frag_by_cause_gpus"].items()}}
         for d in documents
     ]
+    failed = [
+        {
+            "policy": d["policy"],
+            "kind": kind,
+            "pods": pods["mean"],
+            "gpus": d["failed_gpus_by_kind"][kind]["mean"],
+        }
+        for d in documents
+        for kind, pods in d["failed_pods_by_kind"].items()
+    ]
     others = (
         table_of("curve", "Allocation and fragmentation by arrived load", curve, _CURVE),
         table_of("causes", "F(M) at the end by cause, GPUs", causes, _CAUSES),
+        table_of("failed", "Pods that failed by kind", failed, _FAILED),
     )
     notes = (
         ("trace files: the window does not apply (no store is read)",) if is_trace(query) else ()
@@ -205,6 +222,8 @@ def result_document(
         "pods_failed": _spread(Spread.of([r.pods_failed for r in result.replays])),
         "pods_per_s": result.pods_per_s,
         "frag_by_cause_gpus": {c: _spread(v) for c, v in result.frag_by_cause_gpus.items()},
+        "failed_pods_by_kind": {k: _spread(v) for k, v in result.failed_pods_by_kind.items()},
+        "failed_gpus_by_kind": {k: _spread(v) for k, v in result.failed_gpus_by_kind.items()},
     }
 
 

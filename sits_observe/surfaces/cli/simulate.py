@@ -203,6 +203,7 @@ def _print_tables(results: list[PolicyResult], total_gpus: int, workload: str) -
         curve.add_row(f"{arrived[i]:.0%}", *(f"{r.alloc_ratio[0, i]:.2%}" for r in results))
     out.print(curve)
     _print_causes(results, arrived[-1])
+    _print_failed(results)
 
 
 def _print_causes(results: list[PolicyResult], load: float) -> None:
@@ -217,4 +218,24 @@ def _print_causes(results: list[PolicyResult], load: float) -> None:
         table.add_column(str(cause), justify="right", overflow="fold")
     for r in results:
         table.add_row(r.policy, *(f"{r.frag_by_cause_gpus[c].mean:,.1f}" for c in CAUSES))
+    out.print(table)
+
+
+def _print_failed(results: list[PolicyResult]) -> None:
+    """The pods that failed by kind, and the GPUs they asked for (means over seeds)."""
+    table = data_table(
+        title="Pods that failed by kind: pods / GPUs requested",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("policy", no_wrap=True)
+    kinds = list(results[0].failed_pods_by_kind)
+    for kind in kinds:
+        table.add_column(kind, justify="right", overflow="fold")
+    for r in results:
+        cells = (
+            f"{r.failed_pods_by_kind[k].mean:,.0f} / {r.failed_gpus_by_kind[k].mean:,.1f}"
+            for k in kinds
+        )
+        table.add_row(r.policy, *cells)
     out.print(table)

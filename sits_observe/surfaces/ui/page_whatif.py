@@ -121,3 +121,4 @@ def _results(report: Report) -> None:
     rows = records(curve, ["policy", "arrived_ratio", "alloc_ratio", "frag_ratio"])
     st.vega_lite_chart(spec=curve_spec(rows), width="stretch")
     show(report.table("causes"))
+    show(report.table("failed"))

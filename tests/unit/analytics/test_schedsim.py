@@ -10,6 +10,7 @@ from sits_observe.analytics.schedsim import (
     PolicyResult,
     ReplayResult,
     SimulationSettings,
+    Spread,
     arrival_order,
     policy_names,
     replay,
@@ -128,6 +129,14 @@ def test_curve_invariants_hold_for_every_policy(replays: dict[str, ReplayResult]
         assert set(r.frag_by_cause_gpus) == {str(c) for c in CAUSES}, name
         total = sum(r.frag_by_cause_gpus.values())
         assert total == pytest.approx(r.frag_amount_ratio[-1] * CAPACITY / 1000), name
+        # The failures by kind add up to the pods that found no node, and their GPUs to what
+        # arrived (at most 1.3x the capacity, within one pod's request of it) but was not placed.
+        assert list(r.failed_pods_by_kind) == ["cpu_only", "share", "1gpu", "2gpu", "8gpu"]
+        assert sum(r.failed_pods_by_kind.values()) == r.pods_failed, name
+        unplaced = (1.3 - r.final_alloc_ratio) * CAPACITY / 1000
+        failed_gpus = sum(r.failed_gpus_by_kind.values())
+        assert unplaced - REQUEST.max() / 1000 < failed_gpus <= unplaced + 1e-9, name
+        assert r.failed_gpus_by_kind["cpu_only"] == 0.0, name
 
 
 def test_policies_see_the_same_arrivals_until_the_first_failure(
@@ -213,13 +222,16 @@ def test_simulate_aggregates_mean_min_max_over_seeds() -> None:
     unallocated = [r.unallocated_gpus for r in result.replays]
     assert result.unallocated_gpus.mean == pytest.approx(np.mean(unallocated))
     assert result.seeds_with_failure == 3
-    for cause, spread in result.frag_by_cause_gpus.items():
-        values = [r.frag_by_cause_gpus[cause] for r in result.replays]
-        assert (spread.mean, spread.min, spread.max) == (
-            pytest.approx(np.mean(values)),
-            min(values),
-            max(values),
-        )
+    for name in ("frag_by_cause_gpus", "failed_pods_by_kind", "failed_gpus_by_kind"):
+        spreads: dict[str, Spread] = getattr(result, name)
+        assert set(spreads) == set(getattr(result.replays[0], name)), name
+        for key, spread in spreads.items():
+            values = [getattr(r, name)[key] for r in result.replays]
+            assert (spread.mean, spread.min, spread.max) == (
+                pytest.approx(np.mean(values)),
+                min(values),
+                max(values),
+            )
 
 
 def test_the_end_fragmentation_is_split_by_why_the_idle_gpus_are_unusable() -> None:
@@ -250,6 +262,10 @@ def test_the_end_fragmentation_is_split_by_why_the_idle_gpus_are_unusable() -> N
         "cpu_only": 0.0,
         "gpu_type": 0.0,
     }
+    # p3 (or p2, by arrival order) and the copies drawn up to 1.3x the GPUs fail, all shares.
+    assert list(r.failed_pods_by_kind) == ["share"]
+    assert r.failed_pods_by_kind["share"] == r.pods_failed == r.pods_arrived - 2
+    assert r.failed_gpus_by_kind["share"] == pytest.approx(0.6 * r.pods_failed)
 
 
 def test_processes_give_the_same_results_as_one() -> None:

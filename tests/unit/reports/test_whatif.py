@@ -59,6 +59,12 @@ def test_a_replay_of_the_live_cluster(store: Store) -> None:
     for row in report.table("causes").rows.to_pylist():
         assert row["lack_cpu"] == pytest.approx(1.0)
         assert sum(v for k, v in row.items() if k != "policy") == pytest.approx(1.0)
+    # Five copies arrive (5 GPUs <= 1.3 x 4); the two that find no GPU fail, as 1-GPU pods.
+    failed = [
+        (r["policy"], r["kind"], r["pods"], r["gpus"])
+        for r in report.table("failed").rows.to_pylist()
+    ]
+    assert failed == [("bestfit", "1gpu", 2.0, 2.0), ("fgd", "1gpu", 2.0, 2.0)]
 
 
 def test_trace_files_read_no_store(tmp_path: Path) -> None:

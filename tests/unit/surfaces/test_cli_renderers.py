@@ -199,6 +199,8 @@ def test_simulate_tables(text: str) -> None:
         pods_per_s=10.0,
         replays=(),
         frag_by_cause_gpus={str(c): spread for c in CAUSES},
+        failed_pods_by_kind={text: spread},
+        failed_gpus_by_kind={text: spread},
     )
     stdout, _ = capture(lambda: simulate._print_tables([result], total_gpus=8, workload="default"))
     assert shown(text) in stdout

@@ -392,7 +392,7 @@ def test_whatif_page_replays_the_live_cluster(db: Path, monkeypatch: pytest.Monk
     assert not at.exception and not at.error
     assert any("live cluster: 2 nodes, 1 pods" in m.value for m in at.markdown)
     assert any("4 GPUs" in m.value for m in at.markdown)
-    results, causes = frames(at)
+    results, causes, failed = frames(at)
     row = results.iloc[0]
     # Onto the empty cluster the pod (1 GPU, 4000 mCPU) fits node-a once and node-b twice
     # (CPU runs out first): 3 of 4 GPUs allocated, 1 left however high the load.
@@ -403,6 +403,8 @@ def test_whatif_page_replays_the_live_cluster(db: Path, monkeypatch: pytest.Monk
     assert {p["policy"] for p in curve["data"]["values"]} == {"bestfit"}
     # The GPU left is on the node whose CPU ran out: unusable for lack of CPU.
     assert (causes.iloc[0]["policy"], causes.iloc[0]["lack_cpu"]) == ("bestfit", "1")
+    # Five 1-GPU copies arrive (1.3 x 4 GPUs); the two that fit nowhere failed.
+    assert list(failed.iloc[0]) == ["bestfit", "1gpu", "2", "2"]
 
 
 def test_whatif_page_replays_kube_scheduler_with_and_without_the_extender(
@@ -414,7 +416,7 @@ def test_whatif_page_replays_kube_scheduler_with_and_without_the_extender(
     at.multiselect(key="policies").set_value(["kube-default", "kube-sits"])
     at.button(key="run").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    results, _causes = frames(at)
+    results, _causes, _failed = frames(at)
     by = {row["policy"]: row for _, row in results.iterrows()}
     assert set(by) == {"kube-default", "kube-sits"}
     # kube-sits went through the extender's handler: it placed the same pods (the cluster of
