@@ -63,7 +63,7 @@ from sits_observe.analytics.fgd_workload import TargetWorkload
 from sits_observe.analytics.kube_scheduler_config import load_scheduler_config
 from sits_observe.analytics.schedsim_policies import Choice, FgdPolicy, fgd_score, is_partial
 from sits_observe.analytics.schedsim_sits import SitsPolicy, SitsSettings
-from sits_observe.analytics.schedsim_state import SimPod, SimState
+from sits_observe.analytics.schedsim_state import SimPod, SimState, pod_kinds
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
 from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
 from sits_observe.control.extender_scoring import ScoringSettings
@@ -529,6 +529,8 @@ def run_levels(args: argparse.Namespace) -> str:
         if args.workloads and workload not in args.workloads.split(","):
             continue
         pods = make_variant(base, nodes, workload)
+        if other := sorted(set(pod_kinds(schedsim.sim_pods(pods))) - {"cpu_only", *_GPU_KINDS}):
+            raise SystemExit(f"{workload}: pod kinds the failed table has no column for: {other}")
         kube: list[ExtenderReplayPolicy] = []
         if args.kube:
             kube = [
@@ -569,7 +571,8 @@ def run_levels(args: argparse.Namespace) -> str:
     return "\n".join([*lines, *causes, *failed, "", f"Command: {command}."])
 
 
-#: The GPU pod kinds of the default trace (``SimPod.kind``), the failed table's columns.
+#: The GPU pod kinds of the trace and its variants (``SimPod.kind``), the failed table's
+#: columns (a workload with another kind is refused before its replays).
 _GPU_KINDS = ("share", "1gpu", "2gpu", "4gpu", "8gpu")
 
 
@@ -577,10 +580,7 @@ def _failed_cells(r: schedsim.PolicyResult) -> list[str]:
     """CPU-only pods failed, then GPUs failed per kind of :data:`_GPU_KINDS` (``-``: absent)."""
     pods, gpus = r.failed_pods_by_kind, r.failed_gpus_by_kind
     cells = [f"{pods['cpu_only'].mean:.1f}" if "cpu_only" in pods else "-"]
-    cells += [f"{gpus[k].mean:.1f}" if k in gpus else "-" for k in _GPU_KINDS]
-    if other := sorted(set(gpus) - {"cpu_only", *_GPU_KINDS}):
-        raise SystemExit(f"pod kinds the failed table has no column for: {', '.join(other)}")
-    return cells
+    return cells + [f"{gpus[k].mean:.1f}" if k in gpus else "-" for k in _GPU_KINDS]
 
 
 def _per_seed(result: schedsim.PolicyResult) -> dict[int, float]:
