@@ -257,7 +257,8 @@ def _shoot(chromium: str, url: str, png: Path, work: Path, size: tuple[int, int]
             with Image.open(raw) as image:
                 small = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
                 small.save(png, optimize=True)
-            print(f"{png.relative_to(ROOT)}: {png.stat().st_size / 1024:.0f} KiB")
+            shown = png.relative_to(ROOT) if png.is_relative_to(ROOT) else png
+            print(f"{shown}: {png.stat().st_size / 1024:.0f} KiB")
             return
     raise SystemExit(f"{url}: the page did not draw within {BUDGETS_MS[-1] / 1000:g} s")
 
