@@ -131,7 +131,7 @@ def test_curve_invariants_hold_for_every_policy(replays: dict[str, ReplayResult]
         assert total == pytest.approx(r.frag_amount_ratio[-1] * CAPACITY / 1000), name
         # The failures by kind add up to the pods that found no node, and their GPUs to what
         # arrived (at most 1.3x the capacity, within one pod's request of it) but was not placed.
-        assert list(r.failed_pods_by_kind) == ["cpu_only", "share", "1gpu", "2gpu", "8gpu"]
+        assert list(r.failed_pods_by_kind) == ["cpu_only", "share", "1gpu", "2gpu", "8gpu"], name
         assert sum(r.failed_pods_by_kind.values()) == r.pods_failed, name
         unplaced = (1.3 - r.final_alloc_ratio) * CAPACITY / 1000
         failed_gpus = sum(r.failed_gpus_by_kind.values())
