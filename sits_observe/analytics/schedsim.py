@@ -206,13 +206,16 @@ def replay(
     signals: NodeSignals | None = None,
     workload: TargetWorkload | None = None,
     arriving: Sequence[SimPod] | None = None,
+    on_place: Callable[[SimState, SimPod, int, tuple[int, ...]], None] | None = None,
 ) -> ReplayResult:
     """Replay ``pods`` onto the empty cluster of ``nodes`` with ``policy`` and ``seed``.
 
     ``policy`` is a registered name or a policy object; ``signals`` are per-node measurements
     the ``sits`` policy uses when present. ``workload`` and ``arriving`` (one
     :class:`SimPod` per pod) may be passed to share them between replays; they default to
-    :func:`target_workload` and :func:`sim_pods`.
+    :func:`target_workload` and :func:`sim_pods`. ``on_place`` is called after every
+    placement with the cluster, the pod, its node row and its GPUs (to inspect the end state,
+    as :class:`~sits_observe.analytics.schedsim_room.ShareLedger` does).
     """
     settings = settings or SimulationSettings()
     chooser = find_policy(policy) if isinstance(policy, str) else policy
@@ -252,7 +255,9 @@ def replay(
             if first_failure is None:
                 first_failure = arrived / capacity if capacity else 0.0
             continue
-        sim.place(choice.node, pod, choice.gpus)
+        gpus = sim.place(choice.node, pod, choice.gpus)
+        if on_place is not None:
+            on_place(sim, pod, choice.node, gpus)
         placed += 1
     while step <= steps:
         _record(sim, curve, step)
