@@ -493,7 +493,7 @@ def run_levels(args: argparse.Namespace) -> str:
         raise SystemExit("--seeds: at least one seed is needed")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     load_before = os.getloadavg()[0]
-    levels = args.levels.split(",") if args.levels else list(SITS_LEVELS)
+    levels = _levels(args.levels)
     if unknown := sorted(set(levels) - set(SITS_LEVELS)):
         raise SystemExit(f"--levels: unknown {', '.join(unknown)}; known: {', '.join(SITS_LEVELS)}")
     policies: list[str | SitsPolicy] = ["fgd", "sits", *(sits_flipped(x) for x in levels)]
@@ -524,6 +524,16 @@ def run_levels(args: argparse.Namespace) -> str:
         "",
         "| workload | policy | cpu_only pods | " + " | ".join(_GPU_KINDS) + " |",
         "|---|---|---:|" + "---:|" * len(_GPU_KINDS),
+    ]
+    margins = [
+        "",
+        "The margin over `fgd` against the seed-to-seed spread (sd = sample standard deviation "
+        "over the seeds, points; range gap = the policy's worst seed minus fgd's best, > 0 when "
+        "every seed is beyond fgd's range):",
+        "",
+        "| workload | policy | gain | sd of the gain | sd of fgd | sd of the policy "
+        "| gain / sd of fgd | range gap |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for workload in ["default", *STUDY_VARIANTS]:
         if args.workloads and workload not in args.workloads.split(","):
@@ -560,6 +570,8 @@ def run_levels(args: argparse.Namespace) -> str:
                 + " |"
             )
             failed.append(f"| {workload} | {r.policy} | " + " | ".join(_failed_cells(r)) + " |")
+            if r.policy != "fgd" and len(seeds) > 1:
+                margins.append(f"| {workload} | {r.policy} | " + _margin_cells(alloc, fgd) + " |")
     command = (
         f"`.venv/bin/python bench/bench_schedsim.py --part levels --seeds {len(seeds)} "
         + (f"--first-seed {args.first_seed} " if args.first_seed else "")
@@ -568,7 +580,29 @@ def run_levels(args: argparse.Namespace) -> str:
         + (f"--workloads {args.workloads} " if args.workloads else "")
         + f"--workers {args.workers}{' --record' if args.record else ''}`"
     )
-    return "\n".join([*lines, *causes, *failed, "", f"Command: {command}."])
+    return "\n".join([*lines, *causes, *failed, *margins, "", f"Command: {command}."])
+
+
+def _levels(spec: str) -> list[str]:
+    """The switches ``--levels`` names: all when empty, none for ``none``."""
+    if spec == "none":
+        return []
+    return spec.split(",") if spec else list(SITS_LEVELS)
+
+
+def _margin_cells(alloc: dict[int, float], fgd: dict[int, float]) -> str:
+    """The margin table's cells for one policy (allocation per seed, fgd's on the same seeds):
+    how the mean gain compares with the spread over seeds, in points."""
+    seeds = sorted(fgd)
+    mine = [100 * alloc[s] for s in seeds]
+    theirs = [100 * fgd[s] for s in seeds]
+    gain = [a - b for a, b in zip(mine, theirs, strict=True)]
+    sd_fgd = statistics.stdev(theirs)
+    ratio = f"{statistics.mean(gain) / sd_fgd:.1f}" if sd_fgd > 0 else "-"
+    return (
+        f"{statistics.mean(gain):+.2f} | {statistics.stdev(gain):.2f} | {sd_fgd:.2f} "
+        f"| {statistics.stdev(mine):.2f} | {ratio} | {min(mine) - max(theirs):+.2f}"
+    )
 
 
 #: The GPU pod kinds of the trace and its variants (``SimPod.kind``), the failed table's
@@ -610,7 +644,9 @@ def main() -> None:
         "--first-seed", type=int, default=0, help="levels: seeds from here (held-out checks)"
     )
     parser.add_argument(
-        "--levels", default="", help="levels: only these switches (comma-separated; all)"
+        "--levels",
+        default="",
+        help="levels: only these switches (comma-separated; all), or none",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--naive-pods", type=int, default=100)
