@@ -31,10 +31,13 @@ workload as a JSON line, so an interrupted run resumes.
 its default (``SitsSettings``; ``sits -level`` is the level off, ``sits +level`` on), on the
 default workload and each variant, ``--seeds`` seeds: per policy the mean GPU allocation at
 130 % with its min-max, and the gain over ``fgd`` on the same seed (mean, min-max, seeds won);
-then per policy F(M) at 130 % by cause (the idle GPUs no typical pod can use, and why).
-Only the ATC'23-style replay (no kube-scheduler), so it takes minutes, not hours.
-``--first-seed`` starts the seeds elsewhere than 0 and ``--levels`` keeps only some switches:
-a held-out check of a setting chosen on the recorded seeds. ``--kube`` adds ``kube-sits`` and
+then per policy F(M) at 130 % by cause (the idle GPUs no typical pod can use, and why), the
+pods that failed by kind, and the margin over ``fgd`` against the seed-to-seed spread (the
+sample standard deviations of fgd, of the policy and of the paired gain, and the range gap:
+the policy's worst seed minus fgd's best). Only the ATC'23-style replay (no kube-scheduler),
+so it takes minutes, not hours. ``--first-seed`` starts the seeds elsewhere than 0 and
+``--levels`` keeps only some switches (``none``: no switched rows): a held-out check of a
+setting chosen on the recorded seeds. ``--kube`` adds ``kube-sits`` and
 ``kube-sits`` with the extender's same level switched (``ScoringSettings``): the path a
 cluster runs, several times slower per replay.
 
