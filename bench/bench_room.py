@@ -53,7 +53,7 @@ def row(workload: str, policy: str, rooms: list[RoomLeft]) -> str:
     top: Counter[tuple[int, ...]] = Counter()
     for r in rooms:
         top.update(r.remnant_by_shares)
-    (sizes, total), *_ = top.most_common(1) or [((), 0.0)]
+    sizes, total = top.most_common(1)[0] if top else ((), 0.0)
     shares = "+".join(str(m) for m in sizes) or "-"
     return (
         f"| {workload} | {policy} | {mean('idle_gpus'):.1f} | {mean('whole_idle_gpus'):.1f} "
@@ -75,12 +75,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.seeds < 1:
         raise SystemExit("--seeds: at least one seed is needed")
-    workloads = [w for w in ("default", *STUDY_VARIANTS) if w in args.workloads.split(",")] or [
-        "default",
-        *STUDY_VARIANTS,
-    ]
-    if args.workloads and set(args.workloads.split(",")) - set(workloads):
-        raise SystemExit(f"--workloads: choose from default, {', '.join(STUDY_VARIANTS)}")
+    known = ("default", *STUDY_VARIANTS)
+    asked = args.workloads.split(",") if args.workloads else list(known)
+    if unknown := sorted(set(asked) - set(known)):
+        raise SystemExit(f"--workloads: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    workloads = [w for w in known if w in asked]
     policies = ["fgd", "sits", *([KUBE_SITS] if args.kube else [])]
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     jobs = [(w, p, s) for w in workloads for p in policies for s in seeds]

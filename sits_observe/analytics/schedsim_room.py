@@ -13,7 +13,7 @@ can only leave fewer idle GPUs behind, and what it can win is bounded by where t
 - ``repacked_remnant_gpus``: a reference, not a bound: the remnant left if the *same* shares
   were repacked with hindsight, largest first, each onto the GPU it fills best (best-fit
   decreasing), ignoring CPU, memory and GPU models. The difference to ``share_remnant_gpus``
-  is what any order of placing these shares could win at most, roughly;
+  is roughly what a better order of placing these shares could win;
 - ``remnant_by_shares``: the remnant by the set of share sizes on the GPU, largest first
   (``(810,)``: a GPU holding one 810-milli share).
 
