@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.schedsim_policies import is_partial
 from sits_observe.analytics.schedsim_state import SimPod, SimState
 
 
@@ -60,7 +61,7 @@ class ShareLedger:
     def __call__(self, sim: SimState, pod: SimPod, node: int, gpus: tuple[int, ...]) -> None:
         """Record ``pod`` on ``node`` when it is a share (the ``on_place`` hook)."""
         self.sim = sim
-        if pod.shape.num_gpu == 1 and pod.shape.gpu_milli < MILLI_PER_GPU:
+        if is_partial(pod):
             self.shares[(node, gpus[0])].append(pod.shape.gpu_milli)
 
     def room(self) -> RoomLeft:
@@ -70,7 +71,6 @@ class ShareLedger:
         if sim is None:
             raise ValueError("no pod was placed: the ledger has not seen the replay's cluster")
         free = sim.gpu_free_milli
-        real = np.arange(free.shape[1])[None, :] < sim.cluster.gpu_count[:, None]
         by_shares: defaultdict[tuple[int, ...], int] = defaultdict(int)
         lone = 0
         for (node, gpu), sizes in self.shares.items():
@@ -81,7 +81,8 @@ class ShareLedger:
         placed = [m for sizes in self.shares.values() for m in sizes]
         return RoomLeft(
             idle_gpus=(sim.total_gpu_milli - sim.allocated_gpu_milli) / MILLI_PER_GPU,
-            whole_idle_gpus=int(((free == MILLI_PER_GPU) & real).sum()),
+            # Columns past a node's GPU count hold 0 (ClusterState), so never count as idle.
+            whole_idle_gpus=int((free == MILLI_PER_GPU).sum()),
             share_remnant_gpus=sum(by_shares.values()) / MILLI_PER_GPU,
             lone_share_remnant_gpus=lone / MILLI_PER_GPU,
             repacked_remnant_gpus=repacked_remnant_milli(placed) / MILLI_PER_GPU,
