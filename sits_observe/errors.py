@@ -27,6 +27,17 @@ class ParseError(SitsError):
     """Input in a vendor format (exposition text, cgroup file, log row) could not be read."""
 
 
+class InputTooLarge(ParseError):
+    """Input that would cost more than a configured limit once decoded; ``limit`` names it
+    (a flag or setting), ``value`` is what the input declares and ``allowed`` the limit."""
+
+    def __init__(self, message: str, *, limit: str, value: int, allowed: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.allowed = allowed
+
+
 class CollectorError(SitsError):
     """A collector could not reach or read its source (dead endpoint, missing driver)."""
 

@@ -18,6 +18,10 @@ may be LZ4- or ZSTD-compressed (Arrow IPC body compression); the reader handles 
 
 Decoding never trusts a length: each one is checked against what is left of the body, and a
 body that does not follow the layout exactly raises :class:`ParseError` naming the offset.
+With :class:`DecodeLimits`, every stream's rows and decoded bytes are read from its message
+headers (:mod:`.wire_size`) before anything is decoded, and a batch over a limit raises
+:class:`InputTooLarge` naming it: a few hundred bytes on the wire cannot declare ten million
+rows that decoding would then allocate.
 The batch identity (``X-Sits-Batch-Id``) and the node (``X-Sits-Node``) travel as HTTP
 headers, not in the body; the patterns below validate both on either side.
 """
@@ -27,11 +31,18 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyarrow import ipc
 
-from sits_observe.errors import ParseError
+from sits_observe.collectors.agent.wire_size import (
+    StreamSize,
+    dictionary_expansion,
+    stream_size,
+)
+from sits_observe.domain.tables import TABLES
+from sits_observe.errors import InputTooLarge, ParseError
 
 MAGIC = b"SITSARW1"
 CONTENT_TYPE = "application/vnd.sits.arrow-batch"
@@ -50,6 +61,39 @@ MAX_NAME_BYTES = 64
 
 _NAME_LEN = struct.Struct(">H")
 _STREAM_LEN = struct.Struct(">Q")
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """What one batch may cost once decoded; each field is named by the flag that sets it."""
+
+    max_batch_rows: int
+    max_table_rows: int
+    max_decoded_bytes: int
+
+    def check(self, name: str, table: StreamSize, batch: StreamSize) -> None:
+        """Raise :class:`InputTooLarge` when table ``name`` or the batch so far (``batch``,
+        ``table`` included) is over a limit."""
+        over = [
+            ("max_table_rows", f"table {name!r} declares", table.rows, self.max_table_rows, "rows"),
+            ("max_batch_rows", "the batch declares", batch.rows, self.max_batch_rows, "rows"),
+            (
+                "max_decoded_bytes",
+                "the batch decodes to",
+                batch.decoded_bytes,
+                self.max_decoded_bytes,
+                "bytes",
+            ),
+        ]
+        for limit, what, value, allowed, unit in over:
+            if value > allowed:
+                raise InputTooLarge(
+                    f"{what} {value} {unit} (at table {name!r}); the limit is {allowed} "
+                    f"(--{limit.replace('_', '-')}): send smaller batches",
+                    limit=limit,
+                    value=value,
+                    allowed=allowed,
+                )
 
 
 def encode_batch(tables: Mapping[str, pa.Table], *, compression: str | None = None) -> bytes:
@@ -78,24 +122,44 @@ def encode_batch(tables: Mapping[str, pa.Table], *, compression: str | None = No
     return b"".join(parts)
 
 
-def decode_batch(body: bytes) -> dict[str, pa.Table]:
-    """Read a body written by :func:`encode_batch`; raises :class:`ParseError` on any defect."""
+def decode_batch(body: bytes, limits: DecodeLimits | None = None) -> dict[str, pa.Table]:
+    """Read a body written by :func:`encode_batch`; raises :class:`ParseError` on any defect
+    and, with ``limits``, :class:`InputTooLarge` before decoding a batch over one."""
+    streams = _frames(body)
+    if limits is None:
+        return {name: _read_table(stream, name) for name, stream in streams.items()}
+    sizes = {name: _stream_size(stream, name) for name, stream in streams.items()}
+    batch = StreamSize()
+    for name, size in sizes.items():
+        batch += size
+        limits.check(name, size, batch)
+    tables = {name: _read_table(stream, name) for name, stream in streams.items()}
+    # Dictionary-encoded strings grow when the store converts them: count that too.
+    for name, table in tables.items():
+        grown = StreamSize(0, dictionary_expansion(table))
+        if grown.decoded_bytes:
+            batch += grown
+            limits.check(name, sizes[name] + grown, batch)
+    return tables
+
+
+def _frames(body: bytes) -> dict[str, memoryview]:
+    """Every frame's table name and stream, in order."""
     view = memoryview(body)
     if bytes(view[: len(MAGIC)]) != MAGIC:
         raise ParseError(
             f"body does not start with {MAGIC!r}; expected a {CONTENT_TYPE} batch (see docs/api.md)"
         )
     pos = len(MAGIC)
-    tables: dict[str, pa.Table] = {}
+    streams: dict[str, memoryview] = {}
     while pos < len(view):
-        if len(tables) >= MAX_TABLES:
+        if len(streams) >= MAX_TABLES:
             raise ParseError(f"more than {MAX_TABLES} tables in one batch")
         name, pos = _read_name(view, pos)
-        if name in tables:
+        if name in streams:
             raise ParseError(f"table {name!r} appears twice in one batch")
-        stream, pos = _read_stream(view, pos, name)
-        tables[name] = _read_table(stream, name)
-    return tables
+        streams[name], pos = _read_stream(view, pos, name)
+    return streams
 
 
 def batch_rows(tables: Mapping[str, pa.Table]) -> int:
@@ -129,6 +193,15 @@ def _read_stream(view: memoryview, pos: int, name: str) -> tuple[memoryview, int
             f"stream of table {name!r} claims {length} bytes but only {len(view) - pos} remain"
         )
     return view[pos : pos + length], pos + length
+
+
+def _stream_size(stream: memoryview, name: str) -> StreamSize:
+    table = TABLES.get(name)
+    columns = 0 if table is None else len(table.schema)
+    try:
+        return stream_size(pa.py_buffer(stream), min_columns=columns)
+    except ParseError as exc:
+        raise ParseError(f"table {name!r} is not a valid Arrow IPC stream: {exc}") from exc
 
 
 def _read_table(stream: memoryview, name: str) -> pa.Table:

@@ -146,6 +146,7 @@ def create_app(
         auth.guard(Role.ingest, node_header=HEADER_NODE),
         metrics,
         max_body_bytes=settings.max_body_bytes,
+        decode_limits=settings.decode_limits(),
         clock=clock,
         max_future_skew_s=settings.max_future_skew_s,
         writer=writer,

@@ -3,7 +3,10 @@
 The checks run cheapest first and before the body is read where they can: token (401),
 headers (422), media type (415), declared ``Content-Length`` (413), then the body is read
 in chunks and abandoned as soon as it passes the limit (413), so an oversized or
-unauthenticated request never costs more than the limit in memory. A batch is acknowledged
+unauthenticated request never costs more than the limit in memory. What decoding would cost
+is read from the Arrow headers before anything is decoded (rows per table and per batch,
+bytes once decompressed: :class:`~sits_observe.collectors.agent.wire.DecodeLimits`), and a
+batch over a limit gets 413 with the limit's name as its reason. A batch is acknowledged
 (200) only after the store committed it (with group commit, the transaction that holds it and
 the batches that arrived with it: :mod:`sits_observe.store.group_commit`); a batch id seen
 before is acknowledged as a duplicate and not stored again, which makes agent replays
@@ -35,9 +38,10 @@ from sits_observe.collectors.agent.wire import (
     HEADER_BATCH_ID,
     HEADER_NODE,
     NODE_PATTERN,
+    DecodeLimits,
     decode_batch,
 )
-from sits_observe.errors import BatchConflict, ParseError, SchemaError, StoreError
+from sits_observe.errors import BatchConflict, InputTooLarge, ParseError, SchemaError, StoreError
 from sits_observe.store import BatchReceipt, GroupCommitter, Store
 from sits_observe.surfaces.service.ingest_rows import (
     RowDropMetrics,
@@ -142,11 +146,13 @@ class IngestEndpoint:
         metrics: ServiceMetrics,
         *,
         max_body_bytes: int,
+        decode_limits: DecodeLimits,
         clock: Callable[[], datetime],
         max_future_skew_s: float,
         writer: GroupCommitter | None = None,
     ) -> None:
         self._store = store
+        self._decode_limits = decode_limits
         self._writer = writer
         self._auth = auth
         self._metrics = metrics
@@ -203,9 +209,12 @@ class IngestEndpoint:
 
     def _open(self, body: bytes, now: datetime) -> tuple[Screened, str] | Refusal:
         """The body decoded and screened by the range rules, with its SHA-256 (hex), or why
-        it is refused (400: undecodable, a table agents may not send, a schema misfit)."""
+        it is refused (413: over a decode limit, read from the headers before decoding; 400:
+        undecodable, a table agents may not send, a schema misfit)."""
         try:
-            tables = decode_batch(body)
+            tables = decode_batch(body, self._decode_limits)
+        except InputTooLarge as exc:
+            return Refusal(413, exc.limit, str(exc))
         except ParseError as exc:
             return Refusal(400, "undecodable", str(exc))
         unknown = sorted(set(tables) - set(AGENT_TABLES))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from sits_observe.collectors.agent.wire import DecodeLimits
 from sits_observe.errors import ConfigError
 from sits_observe.store import GroupCommitSettings, RetentionSettings
 from sits_observe.surfaces.service.auth import (
@@ -79,6 +80,28 @@ class ServiceSettings(BaseModel):
         le=1024 * MIB,
         description="largest ingest body accepted, in bytes; larger ones get HTTP 413",
     )
+    max_batch_rows: int = Field(
+        500_000,
+        ge=1,
+        le=100_000_000,
+        description="most rows one ingest batch may declare over all its tables (read from the "
+        "Arrow headers before decoding); more get HTTP 413 'max_batch_rows'",
+    )
+    max_table_rows: int = Field(
+        250_000,
+        ge=1,
+        le=100_000_000,
+        description="most rows one table of an ingest batch may declare; more get HTTP 413 "
+        "'max_table_rows'",
+    )
+    max_decoded_bytes: int = Field(
+        128 * MIB,
+        ge=1024,
+        le=16 * 1024 * MIB,
+        description="most bytes one ingest batch may take once decoded (its Arrow buffers "
+        "decompressed, 8 bytes per row and column for the store's conversion, dictionary "
+        "strings expanded); more get HTTP 413 'max_decoded_bytes'",
+    )
     db_memory_limit: str | None = Field(
         None,
         pattern=r"^\d+(\.\d+)?\s*(%|[KMGT]i?B)$",
@@ -134,6 +157,14 @@ class ServiceSettings(BaseModel):
         description="seconds a row's ts may lie ahead of the service's clock; later rows "
         "(ingest and OTLP) are dropped and counted as ts:future",
     )
+
+    def decode_limits(self) -> DecodeLimits:
+        """What one ingest batch may cost once decoded."""
+        return DecodeLimits(
+            max_batch_rows=self.max_batch_rows,
+            max_table_rows=self.max_table_rows,
+            max_decoded_bytes=self.max_decoded_bytes,
+        )
 
     def resolved_token(self) -> str | None:
         """The all-roles token, from ``token`` or ``token_file`` (None when neither is

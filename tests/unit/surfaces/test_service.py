@@ -175,6 +175,61 @@ def test_streamed_oversize_body_without_length_is_413(client: TestClient, store:
 
 
 @pytest.mark.parametrize(
+    ("tables", "compression", "reason"),
+    [
+        # 10,000,000 rows of null-type columns: a few hundred bytes on the wire
+        (
+            {"requests": pa.table({"ts": pa.nulls(10_000_000), "model": pa.nulls(10_000_000)})},
+            None,
+            "max_table_rows",
+        ),
+        (
+            {
+                name: pa.table({"ts": pa.nulls(100_000)})
+                for name in ("requests", "gpu_samples", "container_samples", "numa_samples")
+            },
+            None,
+            "max_batch_rows",
+        ),
+        # 2 GB of dictionary-encoded strings in a 2 KB zstd body
+        (
+            {
+                "requests": pa.table(
+                    {
+                        "model": pa.DictionaryArray.from_arrays(
+                            pa.array([0] * 100_000, pa.int8()), pa.array(["m" * 20_000])
+                        )
+                    }
+                )
+            },
+            "zstd",
+            "max_decoded_bytes",
+        ),
+    ],
+    ids=["null-rows", "rows-over-tables", "dictionary"],
+)
+def test_batches_over_a_decode_limit_are_413_before_decoding(
+    store: Store, tables: dict[str, pa.Table], compression: str | None, reason: str
+) -> None:
+    limits = {"max_table_rows": 150_000, "max_batch_rows": 300_000, "max_decoded_bytes": 2**30}
+    body = encode_batch(tables, compression=compression)
+    assert len(body) < 4096
+    with make_client(store, **limits) as client:
+        before = pa.total_allocated_bytes()
+        answer = client.post("/api/v1/ingest", content=body, headers=headers())
+        assert pa.total_allocated_bytes() - before < 1 << 20
+        assert answer.status_code == 413
+        assert answer.json()["reason"] == reason
+        assert f"--{reason.replace('_', '-')}" in answer.json()["detail"]
+        assert metric(client, "sits_ingest_rejected_total", reason=reason) == 1
+        ok = client.post(
+            "/api/v1/ingest", content=encode_batch({"gpu_samples": gpu_table(3)}), headers=headers()
+        )
+        assert ok.status_code == 200
+    assert store.count("ingest_batches") == 1 and store.count("requests") == 0
+
+
+@pytest.mark.parametrize(
     ("body", "reason"),
     [
         (b"not arrow at all", "undecodable"),
