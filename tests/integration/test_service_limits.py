@@ -9,6 +9,7 @@ Timeouts are set short through the flags; nothing asserts how fast the server re
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -64,7 +65,8 @@ def test_slow_headers_and_slow_bodies_are_cut_off_while_healthz_answers(tmp_path
         assert healthy > 0
         answer, closed = results["headers"]
         assert closed, "the slow-header client was never disconnected"
-        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert answer.startswith(b"HTTP/1.1 408 ") and b'"reason":"header_timeout"' in answer
+        assert b"content-type: application/json" in answer
         answer, closed = results["body"]
         assert closed, "the slow-body client was never disconnected"
         assert answer.startswith(b"HTTP/1.1 408 ") and b'"reason":"body_timeout"' in answer
@@ -86,6 +88,17 @@ def test_a_body_trickled_after_the_answer_is_cut_off(tmp_path: Path) -> None:
         assert service.metric("sits_http_dropped_total", reason="body_timeout") == 1
 
 
+def test_a_request_the_protocol_cannot_parse_is_a_json_400(tmp_path: Path) -> None:
+    with serving(tmp_path) as service, connect(service.port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n")
+        answer, closed = read_until_closed(sock, 10)
+        assert closed and answer.startswith(b"HTTP/1.1 400 ")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"content-type: application/json" in head
+        assert json.loads(body)["reason"] == "bad_request"
+        assert service.metric("sits_http_dropped_total", reason="bad_request") == 1
+
+
 def test_connections_over_the_cap_get_503_and_the_cap_frees_up(tmp_path: Path) -> None:
     with serving(tmp_path, "--max-connections", "3", "--header-timeout-s", "60") as service:
         held = [connect(service.port) for _ in range(3)]
@@ -93,6 +106,7 @@ def test_connections_over_the_cap_get_503_and_the_cap_frees_up(tmp_path: Path) -
             with connect(service.port) as extra:
                 answer, closed = read_until_closed(extra, 10)
             assert closed and answer.startswith(b"HTTP/1.1 503 ")
+            assert b'"reason":"connection_limit"' in answer
             held.pop().close()
 
             def healthz_answers() -> bool:

@@ -234,15 +234,35 @@ class IngestEndpoint:
         self, tables: dict[str, pa.Table], batch_id: str, node: str | None, digest: str
     ) -> BatchReceipt:
         """Store the batch: through the group committer (awaited on the event loop, no
-        worker thread held while the commit runs), or in a transaction of its own."""
+        worker thread held while the commit runs), or in a transaction of its own.
+
+        A request cancelled meanwhile (uvicorn cancels what still runs once the shutdown
+        grace is over) is answered truthfully: a batch still queued is withdrawn and the
+        request ends with 503 ``shutting_down`` (:mod:`.unhandled`); one whose commit has
+        begun cannot be withdrawn, so the answer waits for it, and a committed batch is
+        never answered with an error."""
+        queued = None
         if self._writer is not None:
-            future = self._writer.submit(tables, batch_id=batch_id, node=node, body_sha256=digest)
-            return await asyncio.wrap_future(future)
-        return await run_in_threadpool(
-            lambda: self._store.append_batch(
-                tables, batch_id=batch_id, node=node, body_sha256=digest
+            queued = self._writer.submit(tables, batch_id=batch_id, node=node, body_sha256=digest)
+            waiting: asyncio.Future[BatchReceipt] = asyncio.wrap_future(queued)
+        else:
+            waiting = asyncio.ensure_future(
+                run_in_threadpool(
+                    lambda: self._store.append_batch(
+                        tables, batch_id=batch_id, node=node, body_sha256=digest
+                    )
+                )
             )
-        )
+        try:
+            return await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            if queued is not None and queued.cancel():
+                raise  # withdrawn before its commit began: never stored
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            log.warning("batch %s: shutdown cancelled its request mid-commit; answering", batch_id)
+            return await waiting
 
     def _refused(self, refusal: Refusal) -> JSONResponse:
         note({"sits.ingest.refused": refusal.reason})

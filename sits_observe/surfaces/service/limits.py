@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sits_observe.surfaces.service.ingest import Refusal
 from sits_observe.surfaces.service.metrics import ServiceMetrics, TimingMiddleware
+from sits_observe.surfaces.service.unhandled import add_error_handler
 
 log = logging.getLogger(__name__)
 
@@ -269,11 +270,12 @@ def _client(scope: Scope) -> str:
 
 
 def add_limits(app: Starlette, metrics: ServiceMetrics, limits: HttpLimits) -> None:
-    """The limits middleware on ``app``, drops counted in ``sits_http_dropped_total``, and
-    the timing middleware outside everything."""
+    """The limits middleware on ``app``, drops counted in ``sits_http_dropped_total``, the
+    timing middleware outside everything, and JSON answers for unhandled errors."""
 
     def dropped(reason: str) -> None:
         metrics.dropped.labels(reason).inc()
 
+    add_error_handler(app)
     app.add_middleware(LimitsMiddleware, limits=limits, on_drop=dropped)
     app.add_middleware(TimingMiddleware, metrics=metrics)

@@ -5,9 +5,11 @@
 - :func:`guarded_protocol` is uvicorn's h11 protocol with what uvicorn lacks: a header
   timeout (uvicorn waits for headers forever), a cap on open connections (answered 503 and
   closed before a byte is read), and a body timeout for bodies nobody reads (a client that
-  keeps trickling the body of an already answered request is closed). The h11 protocol is
-  used whatever else is installed, so the limits hold everywhere; the ASGI half of the limits
-  is :mod:`.limits`.
+  keeps trickling the body of an already answered request is closed). What it answers
+  itself (those, and a request it cannot parse) is JSON like every other refusal; each app
+  runs inside :class:`~.unhandled.JsonErrors`, so an error or a cancelled request is too.
+  The h11 protocol is used whatever else is installed, so the limits hold everywhere; the
+  ASGI half of the limits is :mod:`.limits`.
 - :class:`Servers` runs one uvicorn server per listener (the API, and the scheduler extender
   on its own port) in one event loop, and on SIGTERM / SIGINT stops them together:
   in-flight requests get ``shutdown_grace_s``, then the apps' lifespans stop their background
@@ -34,16 +36,19 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sits_observe.surfaces.service.limits import HttpLimits, OnDrop
 from sits_observe.surfaces.service.metrics import ServiceMetrics
+from sits_observe.surfaces.service.unhandled import JsonErrors, raw_answer
 
 log = logging.getLogger(__name__)
 
-_RAW_408 = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"connection: close\r\ncontent-length: 38\r\n\r\nrequest headers not received in time\r\n"
+_RAW_408 = raw_answer(
+    408, "Request Timeout", "header_timeout", "request headers not received in time"
 )
-_RAW_503 = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"connection: close\r\nretry-after: 1\r\ncontent-length: 26\r\n\r\ntoo many open connections\n"
+_RAW_503 = raw_answer(
+    503,
+    "Service Unavailable",
+    "connection_limit",
+    "too many open connections; retry shortly",
+    {"Retry-After": "1"},
 )
 #: How often a body timer re-checks while the app is still answering the request.
 _RECHECK_S = 1.0
@@ -82,6 +87,12 @@ def guarded_protocol(limits: HttpLimits, on_drop: OnDrop) -> type[H11Protocol]:
                     )
             if state is not h11.SEND_BODY:
                 self._cancel_body_timer()
+
+        def send_400_response(self, msg: str) -> None:
+            """A request h11 cannot parse: the JSON error shape, then close."""
+            on_drop("bad_request")
+            self.transport.write(raw_answer(400, "Bad Request", "bad_request", msg))
+            self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_header_timer()
@@ -175,7 +186,7 @@ class Servers:
         self._servers: list[_Server] = []
         for listener in listeners:
             config = uvicorn.Config(
-                listener.app,
+                JsonErrors(listener.app),
                 http=guarded_protocol(listener.limits, _drop_counter(listener.metrics)),
                 # No route is a WebSocket; "auto" would import the websockets package at start.
                 ws="none",
