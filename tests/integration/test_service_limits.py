@@ -144,6 +144,47 @@ def test_requests_over_the_in_flight_cap_get_503_busy(tmp_path: Path) -> None:
         assert service.metric("sits_http_dropped_total", reason="busy") >= 1
 
 
+def test_one_node_token_holding_slow_bodies_cannot_starve_other_nodes(tmp_path: Path) -> None:
+    tokens = tmp_path / "ingest-tokens"
+    tokens.write_text("token-of-a node-a\ntoken-of-b node-b\n", encoding="utf-8")
+    flags = ("--ingest-tokens-file", str(tokens), "--body-timeout-s", "60")
+    with serving(tmp_path, *flags) as service:
+        head = (
+            "POST /api/v1/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer token-of-a\r\n"
+            "X-Sits-Node: node-a\r\nX-Sits-Batch-Id: slow-{i}\r\nContent-Length: 1000\r\n\r\nS"
+        )
+        slow = [connect(service.port) for _ in range(64)]  # 64 bodies that never end
+        try:
+            for i, sock in enumerate(slow):
+                sock.sendall(head.format(i=i).encode())
+            wait_until(
+                lambda: service.metric("sits_http_dropped_total", reason="client_busy") >= 48,
+                10,
+                "node-a's requests past its share to be refused",
+            )
+            answer = httpx.post(
+                service.url + "/api/v1/ingest",
+                content=b"SITSARW1",  # a valid batch with no tables
+                headers={
+                    "Authorization": "Bearer token-of-b",
+                    "X-Sits-Node": "node-b",
+                    "X-Sits-Batch-Id": "b-1",
+                },
+                timeout=10,
+            )
+            assert answer.status_code == 200, answer.text
+            # node-a holds its share (8); 8 more waited and the other 48 were refused at once
+            wait_until(
+                lambda: service.metric("sits_http_dropped_total", reason="client_busy") == 56,
+                15,
+                "node-a's waiting requests to be refused",
+            )
+            assert service.metric("sits_http_dropped_total", reason="busy") == 0
+        finally:
+            for sock in slow:
+                sock.close()
+
+
 def test_a_request_over_the_cap_waits_for_the_slot_and_is_served(tmp_path: Path) -> None:
     flags = ("--max-concurrent-requests", "1", "--queue-timeout-s", "30")
     with serving(tmp_path, *flags) as service, connect(service.port) as slow:

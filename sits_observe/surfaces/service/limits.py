@@ -23,12 +23,19 @@ refused at once, 60 s with 8,145 retries after a 2 s wait, and 3.1 s with no ret
 4 s wait (the default: under the agent's 5 s timeout). Probes and ``/metrics`` are exempt
 from the cap, so a saturated service is neither killed as dead nor blind.
 
+Each client, a (bearer token, ``X-Sits-Node``) pair, holds at most
+``max_requests_per_client`` of the slots (and as many waiting), so one token or node trickling
+slow bodies cannot hold every slot for the body timeout while every other node gets 503: past
+its share it waits for one of its own slots and then gets 503 ``client_busy``. An agent has
+one batch in flight; requests without a token or node share one key.
+
 Everything dropped is counted in ``sits_http_dropped_total{reason}`` (docs/api.md, "Limits").
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -96,6 +103,14 @@ class HttpLimits(BaseModel):
         "arrival order, before 503 'busy' (0: refused at once); keep it under the clients' "
         "timeout (the agent's --ship-timeout-s, 5)",
     )
+    max_requests_per_client: int = Field(
+        8,
+        ge=1,
+        le=100_000,
+        description="requests in progress at most for one client, a (bearer token, "
+        "X-Sits-Node) pair; more wait for one of its slots (--queue-timeout-s), then get 503 "
+        "'client_busy', so one token or node cannot hold every slot",
+    )
     max_queued_requests: int = Field(
         256,
         ge=0,
@@ -117,22 +132,45 @@ class LimitsMiddleware:
         self._limits = limits
         self._on_drop = on_drop
         self._slots = Slots(limits.max_concurrent_requests, limits.max_queued_requests)
+        #: Each client's share of the slots, while it has requests in progress or waiting.
+        self._clients: dict[bytes, Slots] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
         path = str(scope.get("path", ""))
-        counted = path not in EXEMPT_PATHS
-        if counted and not await self._slots.acquire(self._limits.queue_timeout_s):
-            self._on_drop("busy")
-            await _refuse(scope, receive, send, _busy(self._limits.max_concurrent_requests))
-            return
-        try:
+        if path in EXEMPT_PATHS:
             await self._run(scope, receive, send, path)
+            return
+        limits = self._limits
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limits.queue_timeout_s
+        key = client_key(scope)
+        share = self._clients.get(key)
+        if share is None:
+            share = self._clients[key] = Slots(
+                limits.max_requests_per_client, limits.max_requests_per_client
+            )
+        try:
+            if not await share.acquire(limits.queue_timeout_s):
+                self._on_drop("client_busy")
+                await _refuse(scope, receive, send, _client_busy(limits.max_requests_per_client))
+                return
+            try:
+                if not await self._slots.acquire(deadline - loop.time()):
+                    self._on_drop("busy")
+                    await _refuse(scope, receive, send, _busy(limits.max_concurrent_requests))
+                    return
+                try:
+                    await self._run(scope, receive, send, path)
+                finally:
+                    self._slots.release()
+            finally:
+                share.release()
         finally:
-            if counted:
-                self._slots.release()
+            if share.idle:
+                self._clients.pop(key, None)
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         started = False
@@ -179,6 +217,7 @@ class Slots:
     """
 
     def __init__(self, limit: int, max_waiting: int) -> None:
+        self._limit = limit
         self._free = limit
         self._max_waiting = max_waiting
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -186,6 +225,11 @@ class Slots:
     @property
     def waiting(self) -> int:
         return sum(not f.done() for f in self._waiters)
+
+    @property
+    def idle(self) -> bool:
+        """No holder and nobody waiting."""
+        return self._free == self._limit and self.waiting == 0
 
     async def acquire(self, timeout_s: float) -> bool:
         """Take a slot, waiting up to ``timeout_s``; False when none came (or the queue is
@@ -249,6 +293,27 @@ def _deadline(receive: Receive, timeout_s: float) -> Receive:
         return message
 
     return bounded
+
+
+def client_key(scope: Scope) -> bytes:
+    """Who a request counts against: its bearer token and ``X-Sits-Node`` header, digested
+    (a token is never kept); requests without either share one key."""
+    wanted = {b"authorization": b"", b"x-sits-node": b""}
+    for name, value in scope.get("headers", ()):
+        lowered = name.lower()
+        if lowered in wanted:
+            wanted[lowered] = value
+    return hashlib.sha256(wanted[b"authorization"] + b"\0" + wanted[b"x-sits-node"]).digest()
+
+
+def _client_busy(limit: int) -> Refusal:
+    return Refusal(
+        503,
+        "client_busy",
+        f"this client (bearer token and X-Sits-Node) has {limit} requests in progress, its "
+        "share of this port; retry once one is answered",
+        {"Retry-After": "1", "Connection": "close"},
+    )
 
 
 def _busy(limit: int) -> Refusal:
