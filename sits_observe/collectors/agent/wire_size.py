@@ -46,6 +46,8 @@ _U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
+#: ``Buffer`` struct: offset and length in the body.
+_BUFFER = struct.Struct("<qq")
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class _Batch:
 
     length: int
     fields: int
-    buffers: tuple[tuple[int, int], ...]
+    buffers: tuple[tuple[int, ...], ...]
     compressed: bool
 
 
@@ -134,10 +136,7 @@ def _record_batch(flat: _Flat, *, dictionary: bool) -> _Batch:
     buffers = flat.vector(header, 2, 16)
     if length < 0:
         raise ParseError(f"record batch length {length} is negative")
-    spans = tuple(
-        (flat.at(_I64, buffers[0] + 16 * i), flat.at(_I64, buffers[0] + 16 * i + 8))
-        for i in range(buffers[1])
-    )
+    spans = tuple(_BUFFER.iter_unpack(flat.slice(buffers[0], buffers[1] * _BUFFER.size)))
     return _Batch(length, nodes[1], spans, flat.table(header, 3) is not None)
 
 
@@ -170,6 +169,11 @@ class _Flat:
             raise ParseError(f"message header truncated at byte {pos}")
         value: int = kind.unpack_from(self._data, pos)[0]
         return value
+
+    def slice(self, pos: int, size: int) -> bytes:
+        if pos < 0 or pos + size > len(self._data):
+            raise ParseError(f"message header truncated at byte {pos}")
+        return self._data[pos : pos + size]
 
     def root(self) -> int:
         return self.at(_U32, 0)
