@@ -11,7 +11,7 @@ other counts as plain numbers.
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, DecimalException
 from typing import Literal
 
 from sits_observe.errors import ParseError
@@ -24,6 +24,11 @@ _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_LARGEST_FIRST = sorted(_BINARY.items(), key=lambda item: -item[1])
 
+#: The largest magnitude a quantity holds: "no quantity may represent a number greater than
+#: 2^63-1 in magnitude [...] Numbers larger [...] will be capped" (Kubernetes API reference,
+#: Quantity). Capped at parse time, so no reader's arithmetic meets ``1e999999``.
+MAX_QUANTITY = Decimal(2**63 - 1)
+
 #: What the amount handed to :func:`format_quantity` counts.
 QuantityUnit = Literal["bytes", "cores", "millicores", "count"]
 
@@ -33,10 +38,14 @@ def parse_quantity(text: str | int | float) -> Decimal:
 
     ``<number><suffix>`` with suffix a binary SI (``Ki`` .. ``Ei``, powers of 1024), a decimal
     SI (``n``, ``u``, ``m``, none, ``k``, ``M`` .. ``E``; apimachinery's suffix.go) or a
-    decimal exponent (``e3``, ``E-2``). Raises :class:`ParseError` for anything else.
+    decimal exponent (``e3``, ``E-2``). Raises :class:`ParseError` for anything else. A
+    magnitude above :data:`MAX_QUANTITY` (2^63-1) is capped at it, as the API reference says
+    quantities are: ``1e30`` and ``1e1000000`` read as 9223372036854775807.
     """
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ParseError(f"quantity {text!r} is not a string or number")
+    if isinstance(text, int) and abs(text) > MAX_QUANTITY:
+        return MAX_QUANTITY if text > 0 else -MAX_QUANTITY  # str() of 5,000 digits raises
     raw = str(text).strip()
     match = _QUANTITY.match(raw)
     if match is None:
@@ -45,13 +54,19 @@ def parse_quantity(text: str | int | float) -> Decimal:
         )
     number = Decimal(match["num"])
     suffix = match["suffix"]
-    if suffix in _BINARY:
-        return number * (Decimal(1024) ** _BINARY[suffix])
-    exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
     try:
-        return number.scaleb(exponent)
-    except InvalidOperation as exc:  # pragma: no cover - exponent beyond Decimal's range
-        raise ParseError(f"quantity {text!r} is out of range") from exc
+        if suffix in _BINARY:
+            value = number * (Decimal(1024) ** _BINARY[suffix])
+        else:
+            exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+            value = number.scaleb(exponent)
+    except (DecimalException, ValueError):
+        # An exponent beyond Decimal's range (1e1000000; int() refuses 5,000 digits): a huge
+        # number is capped below like any other; a vanishing one is refused.
+        if number != 0 and suffix[1:2] == "-":
+            raise ParseError(f"quantity {text!r} is out of range") from None
+        value = MAX_QUANTITY.copy_sign(number) if number != 0 else number
+    return max(-MAX_QUANTITY, min(value, MAX_QUANTITY))
 
 
 def quantity_value(text: str | int | float) -> int:

@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as reference_parse
 
-from sits_observe.domain.quantity import parse_quantity, quantity_milli, quantity_value
+from sits_observe.domain.quantity import (
+    MAX_QUANTITY,
+    parse_quantity,
+    quantity_milli,
+    quantity_value,
+)
 from sits_observe.errors import ParseError
 
 
@@ -80,9 +85,37 @@ _SUFFIXES = ["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", 
     suffix=st.sampled_from(_SUFFIXES),
 )
 def test_agrees_with_the_official_client(whole: int, frac: int | None, suffix: str) -> None:
-    """Our parser and ``kubernetes.utils.parse_quantity`` agree on the shared grammar."""
+    """Our parser and ``kubernetes.utils.parse_quantity`` agree on the shared grammar, up to
+    2^63-1 (the client does not cap, the API reference does: ``10E`` is capped)."""
     text = f"{whole}{'' if frac is None else f'.{frac}'}{suffix}"
-    assert parse_quantity(text) == reference_parse(text)
+    assert parse_quantity(text) == min(reference_parse(text), MAX_QUANTITY)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("9223372036854775807", 2**63 - 1),
+        ("9223372036854775808", 2**63 - 1),
+        ("1e16", 10**16),  # within the range: exact
+        ("1e30", 2**63 - 1),
+        ("-1e30", -(2**63 - 1)),
+        ("16Ei", 2**63 - 1),
+        ("1e999999", 2**63 - 1),  # int() of it alone would take seconds
+        ("1e1000000", 2**63 - 1),  # beyond Decimal's exponent range
+        pytest.param("1e" + "9" * 5000, 2**63 - 1, id="1e9999..."),  # int() refuses it
+        ("0e99999999999999999999", 0),
+        pytest.param(10**5000, 2**63 - 1, id="10**5000"),  # str() refuses it
+    ],
+)
+def test_magnitudes_above_2_63_are_capped(text: str | int, expected: int) -> None:
+    """The Quantity reference: "no quantity may represent a number greater than 2^63-1 in
+    magnitude [...] Numbers larger [...] will be capped"."""
+    assert parse_quantity(text) == expected
+
+
+def test_a_vanishing_exponent_is_out_of_range() -> None:
+    with pytest.raises(ParseError, match="out of range"):
+        parse_quantity("1e-99999999999999999999")
 
 
 @given(st.integers(min_value=-(10**12), max_value=10**12), st.integers(-6, 6))
