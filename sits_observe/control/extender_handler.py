@@ -8,12 +8,17 @@ which parses the body as kube-scheduler writes it (:mod:`extender_wire`), scores
 view (:mod:`extender_scoring`) and returns the answer body with its HTTP status and an
 outcome for the metrics:
 
-- filter: HTTP 200 always (an unreadable body carries its reason in ``Error``, which
-  kube-scheduler reports); ``fail_open`` (every node passes) without a usable view;
-- prioritize: HTTP 400 for an unreadable body (kube-scheduler ignores a failed prioritize),
-  500 for an internal error; every node 0 without a usable view (no effect on the ranking);
-- bind (:mod:`extender_bind`): HTTP 200 with ``ExtenderBindingResult``; only when a binder is
-  configured (``serve`` with Kubernetes API access), else 404.
+- filter: HTTP 200 always (an unreadable body or an internal error carries its reason in
+  ``Error``, which kube-scheduler reports); ``fail_open`` (every node passes) without a usable
+  view;
+- prioritize: HTTP 400 for an unreadable body (kube-scheduler ignores a failed prioritize);
+  every node 0 (no effect on the ranking) without a usable view, and, HTTP 200, after an
+  internal error;
+- bind (:mod:`extender_bind`): HTTP 200 with ``ExtenderBindingResult`` (an internal error in
+  ``Error``); only when a binder is configured (``serve`` with Kubernetes API access), else 404.
+
+No exception leaves a verb: an unexpected one is logged and answered as above with the
+outcome ``error`` (``sits_extender_calls_total{outcome="error"}``), never a bare HTTP 500.
 
 A view is *usable* when it has an inventory snapshot younger than ``max_snapshot_age_s``. The
 pods of filter and prioritize calls are remembered for the bind verb of the same cycle.
@@ -25,6 +30,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from sits_observe.control.extender_bind import Binder
 from sits_observe.control.extender_gpus import GpuChoice
@@ -32,6 +38,7 @@ from sits_observe.control.extender_scoring import ScoringSettings, filter_nodes,
 from sits_observe.control.extender_view import ClusterView
 from sits_observe.control.extender_wire import (
     ExtenderCall,
+    binding_result,
     encode,
     filter_error,
     filter_result,
@@ -44,6 +51,7 @@ from sits_observe.errors import ParseError
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+Verb = Literal["filter", "prioritize", "bind"]
 
 
 @dataclass(frozen=True)
@@ -97,18 +105,20 @@ class ExtenderHandler:
             call = parse_extender_args(body)
         except ParseError as exc:
             return Answer(200, encode(filter_error(str(exc))), "bad_request")
+        except Exception as exc:
+            return self._failed("filter", None, exc)
+        try:
+            return self._filter(call, view)
+        except Exception as exc:
+            return self._failed("filter", call, exc)
+
+    def _filter(self, call: ExtenderCall, view: ClusterView | None) -> Answer:
         self._remember(call)
         usable = self.usable(view)
         if usable is None:
             passing = encode(filter_result(call, call.nodes, {}, {}))
             return Answer(200, passing, "fail_open", passed=len(call.nodes))
-        try:
-            outcome = filter_nodes(call.pod, usable, call.nodes, self.scoring)
-        except Exception as exc:
-            # One bad call must not take the endpoint down: report it to kube-scheduler.
-            log.exception("extender filter failed for pod %s", _who(call))
-            message = f"sits-observe extender internal error: {exc}"
-            return Answer(200, encode(filter_error(message)), "error")
+        outcome = filter_nodes(call.pod, usable, call.nodes, self.scoring)
         result = filter_result(call, outcome.passing, outcome.failed, outcome.unresolvable)
         return Answer(
             200,
@@ -125,22 +135,25 @@ class ExtenderHandler:
             call = parse_extender_args(body)
         except ParseError as exc:
             return Answer(400, problem_json("bad_request", str(exc)), "bad_request")
+        except Exception as exc:
+            return self._failed("prioritize", None, exc)
+        try:
+            return self._prioritize(call, view)
+        except Exception as exc:
+            return self._failed("prioritize", call, exc)
+
+    def _prioritize(self, call: ExtenderCall, view: ClusterView | None) -> Answer:
         self._remember(call)
         usable = self.usable(view)
         if usable is None:
             return Answer(200, host_priority_json(call.nodes, [0] * len(call.nodes)), "fail_open")
-        try:
-            result = prioritize(
-                call.pod,
-                usable,
-                call.nodes,
-                self.scoring,
-                gpu_choice=self.gpu_choice,
-            )
-        except Exception as exc:
-            log.exception("extender prioritize failed for pod %s", _who(call))
-            message = f"sits-observe extender internal error: {exc}"
-            return Answer(500, problem_json("internal", message), "error")
+        result = prioritize(
+            call.pod,
+            usable,
+            call.nodes,
+            self.scoring,
+            gpu_choice=self.gpu_choice,
+        )
         return Answer(200, host_priority_json(result.hosts, result.scores.tolist()), "scored")
 
     def bind(self, body: bytes, view: ClusterView | None) -> Answer:
@@ -148,8 +161,24 @@ class ExtenderHandler:
         if self.binder is None:
             message = "this sits-observe service has no Kubernetes API access: no bind verb"
             return Answer(404, problem_json("not_found", message), "bad_request")
-        outcome = self.binder.bind(body, self.usable(view))
+        try:
+            outcome = self.binder.bind(body, self.usable(view))
+        except Exception as exc:
+            return self._failed("bind", None, exc)
         return Answer(200, outcome.body, outcome.outcome)
+
+    def _failed(self, verb: Verb, call: ExtenderCall | None, exc: Exception) -> Answer:
+        """The verb's answer to an unexpected error (one bad call must not take the endpoint
+        down): filter and bind report it in ``Error``, prioritize scores every node 0."""
+        who = _who(call) if call is not None else "(not parsed)"
+        log.exception("extender %s failed for pod %s", verb, who)
+        message = f"sits-observe extender internal error: {type(exc).__name__}: {exc}"
+        if verb == "filter":
+            return Answer(200, encode(filter_error(message)), "error")
+        if verb == "bind":
+            return Answer(200, binding_result(message), "error")
+        nodes = call.nodes if call is not None else ()
+        return Answer(200, host_priority_json(nodes, [0] * len(nodes)), "error")
 
     def _remember(self, call: ExtenderCall) -> None:
         if self.binder is not None:

@@ -89,6 +89,11 @@ BoolArray = npt.NDArray[np.bool_]
 GIB = 1024**3
 #: MaxExtenderPriority of k8s.io/kube-scheduler/extender/v1.
 MAX_SCORE = 10
+#: The most a :class:`PodRequest` amount holds (GPUs, milli-CPU, bytes): 2**50, beyond any
+#: node (a million billion GPUs, a billion billion cores' thousandths, a PiB). The wire holds a
+#: larger request at this cap, so it still fits nowhere while the scorer's int64 arithmetic
+#: stays in range (``gpus x 1000`` too).
+REQUEST_CAP = 2**50
 
 
 class ScoringSettings(BaseModel):
@@ -244,7 +249,8 @@ class PodRequest:
     ``hint_uuids`` the GPUs its own ``nvidia.com/use-gpuuuid`` annotation allows (empty: any);
     ``model`` and ``precision`` what its ``sits.io/model`` / ``sits.io/precision`` label or
     annotation declares (None: not declared), for the device affinity rules. Read from the
-    pod by :func:`sits_observe.control.extender_wire.pod_request`.
+    pod by :func:`sits_observe.control.extender_wire.pod_request`, which holds every amount
+    at :data:`REQUEST_CAP` at most.
     """
 
     namespace: str
@@ -362,7 +368,9 @@ def filter_nodes(
                 f"({', '.join(request.gpu_types)})"
             )
         elif too_small[i]:
-            unresolvable[name] = f"node has {alloc[i]} allocatable nvidia.com/gpu, pod requests {k}"
+            unresolvable[name] = (
+                f"node has {alloc[i]} allocatable nvidia.com/gpu, pod requests {_amount(k)}"
+            )
         elif busy[i] and request.shared:
             failed[name] = (
                 f"no GPU of {alloc[i]} with {request.gpu_milli} milli-GPU free and a "
@@ -370,7 +378,7 @@ def filter_nodes(
             )
         elif busy[i]:
             failed[name] = (
-                f"{free[i]} of {alloc[i]} nvidia.com/gpu unallocated{at}, pod requests {k}"
+                f"{free[i]} of {alloc[i]} nvidia.com/gpu unallocated{at}, pod requests {_amount(k)}"
             )
         else:
             gib = (need.bytes_per_gpu or 0.0) / GIB
@@ -381,6 +389,11 @@ def filter_nodes(
     rejected = set(failed) | set(unresolvable)
     passing = tuple(n for n in nodes if n not in rejected) if rejected else tuple(nodes)
     return FilterOutcome(passing, failed, unresolvable)
+
+
+def _amount(value: int) -> str:
+    """A requested amount as a message shows it (one held at the cap says so)."""
+    return str(value) if value < REQUEST_CAP else f"at least {REQUEST_CAP} (2**50)"
 
 
 def usable_gpus(view: ClusterView, request: PodRequest, settings: ScoringSettings) -> IntArray:

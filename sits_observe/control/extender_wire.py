@@ -44,7 +44,7 @@ from sits_observe.analytics.fgd_model import MILLI_PER_GPU
 from sits_observe.collectors.kube_gpu import GPU_RESOURCE, pod_gpu_request
 from sits_observe.collectors.kube_gpu_stack import affinity_keys
 from sits_observe.collectors.kube_pods import pod_requests, workload_of
-from sits_observe.control.extender_scoring import PodRequest
+from sits_observe.control.extender_scoring import REQUEST_CAP, PodRequest
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.domain.strict_json import dumps
 from sits_observe.errors import ParseError
@@ -219,6 +219,8 @@ def pod_request(pod: PodWire) -> PodRequest:
 
     Requests follow the scheduler's rule (a request defaults to the limit; init containers and
     sidecars by the Kubernetes formula, see :func:`sits_observe.collectors.kube.pod_requests`).
+    An amount above :data:`~sits_observe.control.extender_scoring.REQUEST_CAP` (``1e16``
+    GPUs, a ``1e400`` memory need) is held at it: beyond every node, so it fits nowhere.
     """
     meta, spec = pod.metadata, pod.spec
     who = f"pod {meta.namespace}/{meta.name}"
@@ -270,7 +272,12 @@ def pod_request(pod: PodWire) -> PodRequest:
 
 
 def _ceil(value: Decimal) -> int:
-    return int(value.to_integral_value(rounding=ROUND_CEILING))
+    """``value`` rounded up, held at ``REQUEST_CAP`` before it becomes an int (``int()`` of
+    ``1e999999`` alone takes seconds, and the scorer computes in int64)."""
+    return int(min(value, _CAP).to_integral_value(rounding=ROUND_CEILING))
+
+
+_CAP = Decimal(REQUEST_CAP)
 
 
 # -- answers ---------------------------------------------------------------------------------

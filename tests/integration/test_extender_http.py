@@ -159,6 +159,49 @@ def test_bad_bodies(client: httpx.Client) -> None:
     assert "ExtenderArgs" in bad.json()["detail"]
 
 
+def test_a_pod_asking_1e16_gpus_gets_protocol_answers(client: httpx.Client) -> None:
+    """The reported case: prioritize answered HTTP 500 (OverflowError) for 1e16 nvidia.com/gpu
+    while filter answered. Both verbs answer the protocol: every GPU node unresolvable, every
+    node 0 (the unknown new-node passes the filter, ``unknown_nodes: pass``)."""
+    manifest = json.loads(POD_1GPU_JSON)
+    manifest["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1e16"
+    body = json.dumps({"Pod": manifest, "Nodes": None, "NodeNames": CANDIDATES})
+    scored = post(client, PRIORITIZE, body)
+    assert scored.status_code == 200
+    assert scored.json() == [{"Host": n, "Score": 0} for n in CANDIDATES]
+    filtered = post(client, FILTER, body).json()
+    assert filtered["Error"] == ""
+    assert filtered["NodeNames"] == ["new-node"]
+    assert set(filtered["FailedAndUnresolvableNodes"]) == set(CANDIDATES) - {"new-node"}
+    metrics = client.get("/metrics").text
+    assert 'sits_extender_calls_total{outcome="scored",verb="prioritize"} 1.0' in metrics
+
+
+def test_an_internal_error_is_answered_and_counted(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scorer bug is no HTTP 500 with a text traceback: filter carries it in ``Error``,
+    prioritize scores every node 0, and ``outcome="error"`` counts both."""
+    import sits_observe.control.extender_handler as handler
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("scorer bug")
+
+    monkeypatch.setattr(handler, "filter_nodes", broken)
+    monkeypatch.setattr(handler, "prioritize", broken)
+    filtered = post(client, FILTER, args_by_name(POD_1GPU_JSON))
+    assert filtered.status_code == 200
+    assert filtered.json()["Error"] == (
+        "sits-observe extender internal error: RuntimeError: scorer bug"
+    )
+    scored = post(client, PRIORITIZE, args_by_name(POD_1GPU_JSON))
+    assert scored.status_code == 200
+    assert scored.json() == [{"Host": n, "Score": 0} for n in CANDIDATES]
+    metrics = client.get("/metrics").text
+    assert 'sits_extender_calls_total{outcome="error",verb="filter"} 1.0' in metrics
+    assert 'sits_extender_calls_total{outcome="error",verb="prioritize"} 1.0' in metrics
+
+
 def test_no_token_on_extender_but_reads_still_need_one(client: httpx.Client) -> None:
     assert client.get("/api/v1/tables").status_code == 401
     assert post(client, FILTER, args_by_name(POD_1GPU_JSON)).status_code == 200

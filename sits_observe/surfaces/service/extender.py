@@ -39,6 +39,9 @@ Failure answers, chosen for what kube-scheduler does with them:
   every node scores 0, which changes no ranking.
 - bind: HTTP 200 with ``ExtenderBindingResult.Error`` for an unreadable or oversized body or a
   refused API call; kube-scheduler then retries the pod (or binds it itself, ``ignorable``).
+- an internal error (an exception while reading or scoring a call): no bare HTTP 500; the
+  handler logs it and answers in the protocol (filter and bind: ``Error``; prioritize: every
+  node 0), counted as ``outcome="error"``.
 
 Handlers run on the event loop: a call against 5,000 names is about a millisecond of numpy
 and JSON, less than a thread hand-off would add. Bodies above ``inline_body_bytes`` (full

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.control.extender_scoring import PodRequest
+from sits_observe.control.extender_scoring import REQUEST_CAP, PodRequest
 from sits_observe.control.extender_wire import (
     MAX_EXTENDER_PRIORITY,
     encode,
@@ -107,6 +107,52 @@ def test_bad_quantity_and_annotation_are_refused() -> None:
     bad_memory["metadata"]["annotations"]["sits.io/gpu-memory"] = "lots"
     with pytest.raises(ParseError, match=r"sits\.io/gpu-memory='lots'"):
         parse_extender_args(json.dumps({"Pod": bad_memory, "NodeNames": ["a"]}).encode())
+
+
+_EXTREME = [
+    "1e16",
+    "1e30",
+    "1e400",
+    "1e999999",
+    "1e1000000",
+    "9223372036854775808",
+    "100Ei",
+    "-1",
+    "-1e400",
+    "0.5",
+    "1e-400",
+    "NaN",
+    "Infinity",
+    "",
+]
+
+
+@given(
+    resource=st.sampled_from(["nvidia.com/gpu", "cpu", "memory", "sits.io/gpu-memory"]),
+    quantity=st.one_of(
+        st.sampled_from(_EXTREME),
+        st.integers(-(10**40), 10**40),
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+)
+def test_any_quantity_reads_as_a_bounded_request_or_a_parse_error(
+    resource: str, quantity: str | int | float
+) -> None:
+    """A quantity becomes an amount in 0..REQUEST_CAP (so the scorer's int64 arithmetic holds:
+    1e16 GPUs is beyond every node, not an OverflowError) or a ParseError saying what is wrong;
+    never another exception."""
+    manifest = pod(POD_1GPU_JSON)
+    if resource == "sits.io/gpu-memory":
+        manifest["metadata"]["annotations"] = {resource: str(quantity)}
+    else:
+        manifest["spec"]["containers"][0]["resources"]["requests"][resource] = quantity
+    try:
+        call = parse_extender_args(json.dumps({"Pod": manifest, "NodeNames": ["a"]}).encode())
+    except ParseError:
+        return
+    request = call.pod
+    amounts = [request.gpus, request.cpu_milli, request.memory_bytes, request.gpu_memory_bytes]
+    assert all(0 <= a <= REQUEST_CAP for a in amounts if a is not None)
 
 
 def test_filter_result_by_name_has_exact_keys_and_explicit_lists() -> None:
