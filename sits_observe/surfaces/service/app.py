@@ -185,6 +185,7 @@ def create_app(
         auth.guard(Role.ingest),
         metrics,
         max_body_bytes=settings.max_body_bytes,
+        max_spans=settings.max_table_rows,
         clock=clock,
         max_future_skew_s=settings.max_future_skew_s,
     )

@@ -9,7 +9,9 @@ retry", 503 (store trouble) means "retry later", as the OTLP spec asks of client
 
 The checks mirror ``POST /api/v1/ingest`` (same bearer token, same body limit, cheapest first):
 token (401), media type and encoding (415), declared length (413), body streamed and
-abandoned past the limit (413), gunzipped up to the same limit (413), decoded (400). Which
+abandoned past the limit (413), gunzipped up to the same limit (413), sized (413: an OTLP/JSON
+body of more than ``MAX_JSON_OBJECTS`` objects, an export of more spans than
+``--max-table-rows``), decoded (400). Which
 spans count as requests, and how their attributes map to columns, is
 :mod:`.otlp_spans`; the rows then pass the domain's range rules, with an end time at most
 ``max_future_skew_s`` past the injected clock. Rows are written with
@@ -41,7 +43,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 from starlette.concurrency import run_in_threadpool
 
-from sits_observe.errors import ParseError, SchemaError, StoreError
+from sits_observe.errors import InputTooLarge, ParseError, SchemaError, StoreError
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.service.auth import RoleGuard
 from sits_observe.surfaces.service.ingest import Refusal, check_length, read_limited
@@ -105,10 +107,12 @@ class OtlpEndpoint:
         otlp_metrics: OtlpMetrics,
         *,
         max_body_bytes: int,
+        max_spans: int,
         clock: Callable[[], datetime],
         max_future_skew_s: float,
     ) -> None:
         self._store = store
+        self._max_spans = max_spans
         self._auth = auth
         self._metrics = metrics
         self._otlp = otlp_metrics
@@ -134,8 +138,13 @@ class OtlpEndpoint:
         latest = utc_naive(self._clock()) + self._max_future_skew
         try:
             rows = await run_in_threadpool(
-                lambda: screen_rows(request_rows(decode_export(body, media)), latest=latest)
+                lambda: screen_rows(
+                    request_rows(decode_export(body, media, max_spans=self._max_spans)),
+                    latest=latest,
+                )
             )
+        except InputTooLarge as exc:
+            return self._refused(Refusal(413, exc.limit, str(exc)), answer_media)
         except ParseError as exc:
             return self._refused(Refusal(400, "malformed", str(exc)), answer_media)
         self._count_spans(rows)
@@ -259,16 +268,19 @@ def register_otlp(
     metrics: ServiceMetrics,
     *,
     max_body_bytes: int,
+    max_spans: int,
     clock: Callable[[], datetime],
     max_future_skew_s: float,
 ) -> OtlpEndpoint:
-    """Add ``POST /v1/traces`` to ``app`` (counters on the service's registry)."""
+    """Add ``POST /v1/traces`` to ``app`` (counters on the service's registry); an export of
+    more than ``max_spans`` spans is refused (413)."""
     endpoint = OtlpEndpoint(
         store,
         auth,
         metrics,
         OtlpMetrics(metrics.registry),
         max_body_bytes=max_body_bytes,
+        max_spans=max_spans,
         clock=clock,
         max_future_skew_s=max_future_skew_s,
     )

@@ -49,7 +49,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from sits_observe.domain.ranges import bound_of, check_rows, value_problem
 from sits_observe.domain.tables import find_table
-from sits_observe.errors import ParseError
+from sits_observe.errors import InputTooLarge, ParseError
 
 MEDIA_PROTOBUF = "application/x-protobuf"
 MEDIA_JSON = "application/json"
@@ -86,6 +86,11 @@ NAMESPACE_KEY = "k8s.namespace.name"
 #: nested kvlist value adds 4 (3 protobuf messages). 128 admits what the protobuf runtime's
 #: own limit of 100 nested messages admits, and stays far below Python's recursion limit.
 MAX_JSON_DEPTH = 128
+#: Most JSON objects an OTLP/JSON body may hold. Parsing costs about 6 us and 240 bytes of
+#: memory an object (8 MB of ``{}`` spans took 15 s and 650 MB); a request span with vLLM's
+#: attributes is about 35 objects, so this admits some 7,000 spans an export (an SDK's
+#: BatchSpanProcessor sends 512).
+MAX_JSON_OBJECTS = 250_000
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _TRACE_ID_BYTES, _SPAN_ID_BYTES = 16, 8
@@ -107,17 +112,30 @@ class SpanRows:
     dropped_values: Counter[str] = field(default_factory=Counter)
 
 
-def decode_export(body: bytes, media: str) -> ExportTraceServiceRequest:
+def decode_export(
+    body: bytes, media: str, *, max_spans: int | None = None
+) -> ExportTraceServiceRequest:
     """The export in ``body`` (``media`` is :data:`MEDIA_PROTOBUF` or :data:`MEDIA_JSON`).
 
-    Raises :class:`ParseError` saying what is wrong.
+    Raises :class:`ParseError` saying what is wrong, and :class:`InputTooLarge` for an
+    OTLP/JSON body of more than :data:`MAX_JSON_OBJECTS` objects (counted before parsing) or
+    an export of more than ``max_spans`` spans (counted after the protobuf runtime's lazy
+    parse, before a row is built).
     """
     export = ExportTraceServiceRequest()
     if media == MEDIA_JSON:
-        depth = json_depth(body)
+        depth, objects = json_shape(body)
         if depth > MAX_JSON_DEPTH:
             raise ParseError(
                 f"OTLP/JSON body nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted"
+            )
+        if objects > MAX_JSON_OBJECTS:
+            raise InputTooLarge(
+                f"OTLP/JSON body holds {objects} objects; at most {MAX_JSON_OBJECTS} are "
+                "accepted: export fewer spans a request, or use protobuf",
+                limit="max_json_objects",
+                value=objects,
+                allowed=MAX_JSON_OBJECTS,
             )
         try:
             document = json.loads(body)
@@ -131,25 +149,41 @@ def decode_export(body: bytes, media: str) -> ExportTraceServiceRequest:
             raise ParseError(f"OTLP/JSON body is not an ExportTraceServiceRequest: {exc}") from exc
         except RecursionError as exc:  # the scan above makes this unreachable; belt and braces
             raise ParseError("OTLP/JSON body nests too deeply") from exc
-        return export
-    try:
-        export.ParseFromString(body)
-    except DecodeError as exc:
-        raise ParseError(
-            f"protobuf body is not an ExportTraceServiceRequest ({len(body)} bytes): {exc}"
-        ) from exc
+    else:
+        try:
+            export.ParseFromString(body)
+        except DecodeError as exc:
+            raise ParseError(
+                f"protobuf body is not an ExportTraceServiceRequest ({len(body)} bytes): {exc}"
+            ) from exc
+    if max_spans is not None:
+        spans = sum(len(ss.spans) for rs in export.resource_spans for ss in rs.scope_spans)
+        if spans > max_spans:
+            raise InputTooLarge(
+                f"the export holds {spans} spans; at most {max_spans} are accepted "
+                "(--max-table-rows): export smaller batches",
+                limit="max_table_rows",
+                value=spans,
+                allowed=max_spans,
+            )
     return export
 
 
 def json_depth(body: bytes) -> int:
-    """The deepest ``[`` / ``{`` nesting of a JSON text (brackets inside strings ignored),
-    found without parsing: strings are cut out by one regex, the rest is a running sum."""
+    """The deepest ``[`` / ``{`` nesting of a JSON text (:func:`json_shape`)."""
+    return json_shape(body)[0]
+
+
+def json_shape(body: bytes) -> tuple[int, int]:
+    """The deepest ``[`` / ``{`` nesting of a JSON text and its number of objects (brackets
+    inside strings ignored), found without parsing: strings are cut out by one regex, the
+    rest is a running sum."""
     structure = _JSON_STRING.sub(b"", body).translate(None, delete=_NOT_BRACKETS)
     if not structure:
-        return 0
+        return 0, 0
     codes = np.frombuffer(structure, np.uint8)
     steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
-    return int(np.cumsum(steps).max())
+    return int(np.cumsum(steps).max()), int(np.count_nonzero(codes == ord("{")))
 
 
 def _ids_to_base64(document: dict[str, object]) -> dict[str, object]:

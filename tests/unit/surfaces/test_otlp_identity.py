@@ -13,13 +13,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from sits_observe.errors import ParseError
+from sits_observe.errors import InputTooLarge, ParseError
 from sits_observe.surfaces.service.otlp_spans import (
     MAX_JSON_DEPTH,
+    MAX_JSON_OBJECTS,
     MEDIA_JSON,
     MEDIA_PROTOBUF,
     decode_export,
     json_depth,
+    json_shape,
     request_rows,
     screen_rows,
 )
@@ -86,6 +88,23 @@ def nested_json(depth: int) -> bytes:
 def test_json_nested_past_the_limit_is_a_parse_error(depth: int) -> None:
     with pytest.raises(ParseError, match=f"at most {MAX_JSON_DEPTH}"):
         decode_export(nested_json(depth), MEDIA_JSON)
+
+
+def test_json_objects_are_counted_before_parsing() -> None:
+    spans = ",".join(['{"name": "a {b} c", "attributes": [{}]}'] * (MAX_JSON_OBJECTS // 2 + 1))
+    body = ('{"resourceSpans":[{"scopeSpans":[{"spans":[' + spans + "]}]}]}").encode()
+    assert json_shape(body)[1] == 3 + 2 * (MAX_JSON_OBJECTS // 2 + 1)  # braces in strings skipped
+    with pytest.raises(InputTooLarge) as caught:
+        decode_export(body, MEDIA_JSON)
+    assert caught.value.limit == "max_json_objects"
+
+
+def test_spans_over_the_limit_are_refused_after_the_lazy_parse() -> None:
+    export = export_of(*(request_span(i) for i in range(1, 5)))
+    body = export.SerializeToString()
+    assert len(decode_export(body, MEDIA_PROTOBUF, max_spans=4).resource_spans) == 1
+    with pytest.raises(InputTooLarge, match="4 spans; at most 3"):
+        decode_export(body, MEDIA_PROTOBUF, max_spans=3)
 
 
 def test_json_nested_within_the_limit_is_parsed() -> None:
