@@ -28,22 +28,37 @@ have had they arrived in time.
 
 A row is counted once, under the first required rule it breaks (in :data:`RULES` order);
 values of dropped rows are not counted again.
+
+Every ingest path runs one batch-level screening, :func:`screen_tables` (the service's
+``POST /api/v1/ingest`` and each ``sits-observe ingest`` command, whose files and bodies carry
+their own timestamps): the rules above with ``latest`` = the storing side's clock +
+``max_future_skew_s`` (:data:`MAX_FUTURE_SKEW_S` unless configured), and what it dropped
+stored as ``collector_drops`` rows of collector :data:`SCREEN_COLLECTOR`
+(:meth:`Screened.batch`).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sits_observe.domain.collect import drops_table
 from sits_observe.domain.dcgm_fields import FIELDS
+from sits_observe.domain.times import utc_naive
 
 #: Rows stamped before this (naive UTC) are dropped as ``ts:too_old``.
 EARLIEST_TS = datetime(2000, 1, 1)
+#: Seconds a row's ``ts`` may lie ahead of the storing side's clock before it is dropped as
+#: ``ts:future`` (the service's ``max_future_skew_s`` default; the ingest commands' too).
+MAX_FUTURE_SKEW_S = 300.0
+#: ``collector_drops.collector`` of the rows :func:`screen_tables` drops.
+SCREEN_COLLECTOR = "ingest"
 
 _INT64_MAX = float(2**63 - 1)
 
@@ -172,6 +187,45 @@ class Checked:
 
     table: pa.Table
     dropped: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A batch after :func:`screen_tables`: the tables to store and what was dropped, by
+    ``"<table>.<column>:<why>"``."""
+
+    tables: dict[str, pa.Table]
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def batch(self, *, at: datetime, node: str | None) -> dict[str, pa.Table]:
+        """The tables to store: :attr:`tables` plus one ``collector_drops`` row per reason
+        (collector :data:`SCREEN_COLLECTOR`, stamped ``at``, for ``node``)."""
+        if not self.dropped:
+            return self.tables
+        tables = dict(self.tables)
+        rows = drops_table(self.dropped, at=utc_naive(at), node=node, collector=SCREEN_COLLECTOR)
+        sent = tables.get("collector_drops")
+        tables["collector_drops"] = rows if sent is None else pa.concat_tables([sent, rows])
+        return tables
+
+
+def screen_tables(
+    tables: Mapping[str, pa.Table],
+    *,
+    now: datetime,
+    max_future_skew_s: float = MAX_FUTURE_SKEW_S,
+) -> Screened:
+    """Every table of a batch (each conformed to its schema already) through
+    :func:`check_rows`, rows stamped after ``now + max_future_skew_s`` dropped as
+    ``ts:future``: the one screening every ingest path applies before it stores."""
+    latest = utc_naive(now) + timedelta(seconds=max_future_skew_s)
+    kept: dict[str, pa.Table] = {}
+    dropped: Counter[str] = Counter()
+    for name, table in tables.items():
+        checked = check_rows(name, table, latest=latest)
+        kept[name] = checked.table
+        dropped.update(checked.dropped)
+    return Screened(kept, dropped)
 
 
 def bound_of(table: str, column: str) -> Bound | None:

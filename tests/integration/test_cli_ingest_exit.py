@@ -129,6 +129,39 @@ def test_dcgm_nothing_usable_leaves_an_existing_database_untouched(tmp_path: Pat
     assert db.read_bytes() == before
 
 
+def test_dcgm_samples_stamped_in_2100_or_1975_are_rejected_as_serve_rejects_them(
+    tmp_path: Path,
+) -> None:
+    """A saved body keeps its samples' own timestamps: GPU 0's are in 2100, GPU 1's in 1975,
+    GPU 2 has none (stamped now). Only GPU 2 is stored; the others are
+    ``gpu_samples.ts:future`` / ``ts:too_old`` (serve's rules), exit 3, and stored as
+    collector_drops rows of collector ``ingest``."""
+    stamps = {0: " 4102444800000", 1: " 157766400000", 2: ""}  # ms: 2100-01-01, 1975-01-01
+    lines = []
+    for family, value in (("DCGM_FI_DEV_GPU_UTIL", 40), ("DCGM_FI_DEV_FB_USED", 1024)):
+        lines += [f"# HELP {family} x", f"# TYPE {family} gauge"]
+        for gpu, stamp in stamps.items():
+            labels = f'gpu="{gpu}",UUID="GPU-{gpu}",modelName="NVIDIA H100",Hostname="n1"'
+            lines.append(f"{family}{{{labels}}} {value}{stamp}")
+    body = tmp_path / "dated.txt"
+    body.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "s.duckdb"
+    result = run("ingest", "dcgm", str(body), "--db", str(db))
+    assert result.exit_code == EXIT_PARTIAL, result.output
+    assert "1 rows stored, 2 samples rejected" in one_line(result.stderr)
+    assert "gpu_samples.ts:future" in result.stdout
+    with Store.open(db, read_only=True) as store:
+        kept = store.query("SELECT gpu_uuid FROM gpu_samples").column("gpu_uuid").to_pylist()
+        drops = store.query(
+            "SELECT node, collector, reason, count FROM collector_drops ORDER BY reason"
+        ).to_pylist()
+    assert kept == ["GPU-2"]
+    assert drops == [
+        {"node": "n1", "collector": "ingest", "reason": "gpu_samples.ts:future", "count": 1},
+        {"node": "n1", "collector": "ingest", "reason": "gpu_samples.ts:too_old", "count": 1},
+    ]
+
+
 # -- ingest cgroup ---------------------------------------------------------------------------
 
 

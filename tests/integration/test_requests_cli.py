@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,63 @@ def test_azure_arrivals_exit_2_naming_the_missing_latency(
     flat = " ".join(output.split())
     assert "'latency_s'" in flat
     assert "TIMESTAMP, ContextTokens, GeneratedTokens" in flat
+
+
+def test_rows_dated_2100_or_before_2000_are_rejected_as_serve_rejects_them(
+    tmp_path: Path,
+) -> None:
+    """The CLI stored rows dated 2100 that ``POST /api/v1/ingest`` drops. Both now run
+    domain.ranges.screen_tables: ``ts:future`` past now + 300 s, ``ts:too_old`` before 2000,
+    exit 3, and one collector_drops row per reason of collector ``ingest``, as serve stores
+    them."""
+    log = tmp_path / "dated.csv"
+    log.write_text(
+        "at,model,ms\n"
+        "2100-01-01T00:00:00Z,m,120\n"
+        "2026-01-01T00:00:00Z,m,100\n"
+        "1990-01-01T00:00:00Z,m,90\n"
+        "4102444800,m,80\n"  # epoch seconds of 2100-01-01
+    )
+    db = tmp_path / "obs.duckdb"
+    code, output = invoke(
+        str(log), "--db", str(db), "--model-column", "model", "--latency-column", "ms",
+        "--latency-unit", "ms", "--timestamp-column", "at",
+    )  # fmt: skip
+    assert code == 3, output
+    assert "requests.ts:future" in output and "requests.ts:too_old" in output
+    with Store.open(db, read_only=True) as store:
+        kept = store.query("SELECT ts FROM requests").column("ts").to_pylist()
+        drops = store.query(
+            "SELECT collector, reason, count FROM collector_drops ORDER BY reason"
+        ).to_pylist()
+    assert [t.year for t in kept] == [2026]
+    assert [(d["collector"], d["reason"], d["count"]) for d in drops] == [
+        ("ingest", "requests.ts:future", 2),
+        ("ingest", "requests.ts:too_old", 1),
+    ]
+
+
+def test_a_log_dated_only_in_the_future_stores_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "future.csv"
+    log.write_text("at,model,latency\n2100-01-01T00:00:00Z,m,1\n2100-01-02T00:00:00Z,m,2\n")
+    db = tmp_path / "obs.duckdb"
+    code, output = invoke(
+        str(log), "--db", str(db), "--model-column", "model", "--latency-column", "latency",
+        "--timestamp-column", "at",
+    )  # fmt: skip
+    assert code == 2, output
+    assert "requests.ts:future: 2" in output
+    assert not db.exists()
+
+
+def test_max_future_skew_s_widens_the_window_like_serves_flag(tmp_path: Path) -> None:
+    ahead = datetime.now(UTC) + timedelta(hours=1)
+    log = tmp_path / "ahead.csv"
+    log.write_text(f"at,model,latency\n{ahead:%Y-%m-%dT%H:%M:%SZ},m,1\n")
+    flags = ["--model-column", "model", "--latency-column", "latency", "--timestamp-column", "at"]
+    refused, output = invoke(str(log), "--db", str(tmp_path / "a.duckdb"), *flags)
+    assert refused == 2, output
+    stored, output = invoke(
+        str(log), "--db", str(tmp_path / "b.duckdb"), *flags, "--max-future-skew-s", "7200"
+    )
+    assert stored == 0, output

@@ -18,6 +18,7 @@ import typer
 
 from sits_observe.collectors.cgroup import CgroupCollector
 from sits_observe.domain.collect import drops_table
+from sits_observe.domain.ranges import screen_tables
 from sits_observe.domain.tables import COLLECTOR_DROPS, CONTAINER_SAMPLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, print_rejected, print_rows, run_cli
@@ -32,28 +33,35 @@ def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> Ingest
     """
     collector = CgroupCollector(root, node=node)
     result = collector.collect(now)
-    samples = result.tables[CONTAINER_SAMPLES.name]
+    at = utc_naive(now)
+    drops = drops_table(result.dropped, at=at, node=node, collector=collector.name)
+    # Stamped with ``now``: the service's rules pass them, but every ingest path runs them.
+    screened = screen_tables(
+        {
+            CONTAINER_SAMPLES.name: result.tables[CONTAINER_SAMPLES.name],
+            COLLECTOR_DROPS.name: drops,
+        },
+        now=now,
+    )
+    samples = screened.tables[CONTAINER_SAMPLES.name]
+    rejected = result.dropped + screened.dropped
     first = None if collector.first_rejected is None else f"at {collector.first_rejected}"
-    outcome = IngestOutcome(samples.num_rows, result.dropped, "files or entries", first)
+    outcome = IngestOutcome(samples.num_rows, rejected, "files or entries", first)
     require_rows(
         outcome,
         str(root),
         "container cgroups",
         "Does a kubelet run pods on this node (or is ROOT the right cgroup v2 mount)?",
     )
-    at = utc_naive(now)
-    drops = drops_table(result.dropped, at=at, node=node, collector=collector.name)
+    batch = screened.batch(at=at, node=node)
     with Store.open(db) as store:
-        store.append_batch({CONTAINER_SAMPLES.name: samples, COLLECTOR_DROPS.name: drops})
+        store.append_batch(batch)
     print_rows(
-        [
-            {"table": CONTAINER_SAMPLES.name, "rows": samples.num_rows},
-            {"table": COLLECTOR_DROPS.name, "rows": drops.num_rows},
-        ],
+        [{"table": name, "rows": batch[name].num_rows} for name in batch],
         OutputFormat.table,
         title=f"stored in {db} (node {node})",
     )
-    print_rejected(result.dropped, title="rejected, by reason (row dropped or value left NULL)")
+    print_rejected(rejected, title="rejected, by reason (row dropped or value left NULL)")
     return outcome
 
 

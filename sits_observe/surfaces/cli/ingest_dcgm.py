@@ -21,10 +21,16 @@ import typer
 from sits_observe.collectors.dcgm import DcgmCollector, RejectedLine
 from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
 from sits_observe.domain.collect import drops_table
+from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S, screen_tables
 from sits_observe.domain.tables import COLLECTOR_DROPS, GPU_SAMPLES
 from sits_observe.store import Store, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, out, print_rejected, print_rows, run_cli
-from sits_observe.surfaces.cli.ingest_outcome import IngestOutcome, finish, require_rows
+from sits_observe.surfaces.cli.ingest_outcome import (
+    FUTURE_SKEW_HELP,
+    IngestOutcome,
+    finish,
+    require_rows,
+)
 
 #: GPU rows printed one by one; a bigger body gets its totals only.
 MAX_GPU_LINES = 32
@@ -64,38 +70,56 @@ def _described(line: RejectedLine | None) -> str | None:
 
 
 def ingest_dcgm_once(
-    source: str, db: Path, *, node: str | None, timeout_s: float, now: datetime
+    source: str,
+    db: Path,
+    *,
+    node: str | None,
+    timeout_s: float,
+    now: datetime,
+    max_future_skew_s: float = MAX_FUTURE_SKEW_S,
 ) -> IngestOutcome:
     """Collect ``source`` once into ``db`` and print what was stored and rejected.
 
-    Raises :class:`~sits_observe.errors.ParseError` before ``db`` is opened when the body
-    holds no GPU sample.
+    Samples keep the body's own timestamps, so they go through the service's range rules
+    (:func:`screen_tables`): one after ``now + max_future_skew_s`` is rejected as
+    ``gpu_samples.ts:future``, one before 2000 as ``gpu_samples.ts:too_old``. Raises
+    :class:`~sits_observe.errors.ParseError` before ``db`` is opened when the body holds no
+    GPU sample.
     """
     with new_client(timeout_s) as client, DcgmCollector(source, node=node, client=client) as dcgm:
         result = dcgm.collect(now)
         first_rejected = dcgm.first_rejected
-    samples = result.tables[GPU_SAMPLES.name]
-    outcome = IngestOutcome(samples.num_rows, result.dropped, "samples", _described(first_rejected))
+    read = result.tables[GPU_SAMPLES.name]
+    nodes = sorted({n for n in read.column("node").to_pylist() if n is not None})
+    drops_node = node if node is not None else (nodes[0] if len(nodes) == 1 else None)
+    drops = drops_table(result.dropped, at=utc_naive(now), node=drops_node, collector=dcgm.name)
+    screened = screen_tables(
+        {GPU_SAMPLES.name: read, COLLECTOR_DROPS.name: drops},
+        now=now,
+        max_future_skew_s=max_future_skew_s,
+    )
+    samples = screened.tables[GPU_SAMPLES.name]
+    rejected = result.dropped + screened.dropped
+    outcome = IngestOutcome(samples.num_rows, rejected, "samples", _described(first_rejected))
     require_rows(
         outcome,
         source,
         "GPU samples",
-        "Is it a whole dcgm-exporter /metrics body (Prometheus text format)?",
+        "Is it a whole dcgm-exporter /metrics body (Prometheus text format), with sample "
+        "timestamps (if any) near this host's clock?",
     )
-    nodes = sorted({n for n in samples.column("node").to_pylist() if n is not None})
-    drops_node = node if node is not None else (nodes[0] if len(nodes) == 1 else None)
-    drops = drops_table(result.dropped, at=utc_naive(now), node=drops_node, collector=dcgm.name)
+    batch = screened.batch(at=now, node=drops_node)
     with Store.open(db) as store:
-        store.append_batch({GPU_SAMPLES.name: samples, COLLECTOR_DROPS.name: drops})
+        store.append_batch(batch)
     if 0 < samples.num_rows <= MAX_GPU_LINES:
         print_rows(gpu_lines(samples), OutputFormat.table, title=f"GPUs read from {source}")
-    stored = {GPU_SAMPLES.name: samples.num_rows, COLLECTOR_DROPS.name: drops.num_rows}
+    stored = {name: batch[name].num_rows for name in (GPU_SAMPLES.name, COLLECTOR_DROPS.name)}
     print_rows(
         [{"table": name, "rows": rows} for name, rows in stored.items()],
         OutputFormat.table,
         title=f"stored in {db} ({len(nodes)} node(s))",
     )
-    print_rejected(result.dropped, title="rejected samples, by reason", column="samples")
+    print_rejected(rejected, title="rejected samples, by reason", column="samples")
     if result.ignored:
         ignored = ", ".join(f"{r}: {n}" for r, n in sorted(result.ignored.items()))
         out.print(f"not stored (no column for them, not an error): {ignored}")
@@ -123,10 +147,20 @@ def register(app: typer.Typer) -> None:
             max=300.0,
             help="whole-scrape timeout for a URL, in seconds (0.1-300)",
         ),
+        max_future_skew_s: float = typer.Option(
+            MAX_FUTURE_SKEW_S, min=0, max=86400, help=FUTURE_SKEW_HELP
+        ),
     ) -> None:
         """Read one dcgm-exporter body and store its GPU samples."""
         run_cli(
             lambda: finish(
-                ingest_dcgm_once(source, db, node=node, timeout_s=timeout_s, now=datetime.now(UTC))
+                ingest_dcgm_once(
+                    source,
+                    db,
+                    node=node,
+                    timeout_s=timeout_s,
+                    now=datetime.now(UTC),
+                    max_future_skew_s=max_future_skew_s,
+                )
             )
         )

@@ -19,6 +19,7 @@ from kubernetes import config as k8s_config
 
 from sits_observe.collectors.kube import KubeInventoryCollector, KubeInventorySettings
 from sits_observe.domain.collect import drops_table
+from sits_observe.domain.ranges import screen_tables
 from sits_observe.domain.tables import COLLECTOR_DROPS, NODES, PODS
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store, utc_naive
@@ -69,16 +70,18 @@ def ingest_k8s_once(
     """Snapshot the inventory into ``db``, attribute containers, print and return counts."""
     collector = KubeInventoryCollector(api, settings=settings)
     result = collector.collect(now)
-    drops = drops_table(
-        result.dropped, at=utc_naive(now), node=socket.gethostname(), collector=collector.name
-    )
+    node = socket.gethostname()
+    drops = drops_table(result.dropped, at=utc_naive(now), node=node, collector=collector.name)
+    # Stamped with ``now``: the service's rules pass them, but every ingest path runs them.
+    screened = screen_tables({**result.tables, COLLECTOR_DROPS.name: drops}, now=now)
+    batch = screened.batch(at=now, node=node)
     with Store.open(db) as store:
-        store.append_batch({**result.tables, COLLECTOR_DROPS.name: drops})
+        store.append_batch(batch)
         attributed = attribute_containers(store)
     counts = {
-        NODES.name: result.tables[NODES.name].num_rows,
-        PODS.name: result.tables[PODS.name].num_rows,
-        COLLECTOR_DROPS.name: drops.num_rows,
+        NODES.name: batch[NODES.name].num_rows,
+        PODS.name: batch[PODS.name].num_rows,
+        COLLECTOR_DROPS.name: batch[COLLECTOR_DROPS.name].num_rows,
         "container_samples attributed": attributed,
     }
     print_rows(
@@ -86,7 +89,7 @@ def ingest_k8s_once(
         OutputFormat.table,
         title=f"stored in {db} from {api.configuration.host}",
     )
-    print_rejected(result.dropped)
+    print_rejected(result.dropped + screened.dropped)
     return counts
 
 

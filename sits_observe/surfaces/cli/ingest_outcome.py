@@ -16,6 +16,13 @@ exit meaning
 
 A script can therefore tell "done", "nothing happened" and "done, but look at the input"
 apart without parsing any output. The rule lives here once so that the commands cannot drift.
+
+Every command stores what ``serve`` would store from the same rows: its batch goes through
+:func:`sits_observe.domain.ranges.screen_tables` before the store is opened, so a row stamped
+more than ``--max-future-skew-s`` (300 s) after this host's clock is rejected as
+``<table>.ts:future`` and one before 2000 as ``<table>.ts:too_old`` (as are values outside
+the range rules), each reason counted among the rejections above and stored as a
+``collector_drops`` row of collector ``ingest``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ from sits_observe.surfaces.cli.console import note
 EXIT_STORED = 0
 EXIT_NOTHING_STORED = 2
 EXIT_PARTIAL = 3
+
+#: Help of ``--max-future-skew-s`` on the commands that read timestamps from their input.
+FUTURE_SKEW_HELP = (
+    "seconds a row's timestamp may lie ahead of this host's clock; later rows are rejected "
+    "(ts:future), as serve rejects them, and so are rows before 2000 (ts:too_old) (0-86400)"
+)
 
 
 @dataclass(frozen=True)

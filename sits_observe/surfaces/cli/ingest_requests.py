@@ -34,6 +34,7 @@ from sits_observe.collectors.request_log import read_request_log
 from sits_observe.collectors.triton import TritonCollector
 from sits_observe.collectors.vllm import VllmCollector
 from sits_observe.domain.collect import drops_table
+from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S, screen_tables
 from sits_observe.domain.tables import COLLECTOR_DROPS, REQUESTS, SERVER_WINDOWS
 from sits_observe.errors import CollectorError
 from sits_observe.store import Store
@@ -46,7 +47,12 @@ from sits_observe.surfaces.cli.common import (
     settings_from_flags,
 )
 from sits_observe.surfaces.cli.console import note
-from sits_observe.surfaces.cli.ingest_outcome import IngestOutcome, finish, require_rows
+from sits_observe.surfaces.cli.ingest_outcome import (
+    FUTURE_SKEW_HELP,
+    IngestOutcome,
+    finish,
+    require_rows,
+)
 
 _HASH_CHUNK_BYTES = 1 << 20
 
@@ -120,21 +126,40 @@ def _batch_id(path: Path, options: RequestLogOptions) -> str:
 
 
 def ingest_requests_once(
-    path: Path, db: Path, options: RequestLogOptions, now: datetime
+    path: Path,
+    db: Path,
+    options: RequestLogOptions,
+    now: datetime,
+    *,
+    max_future_skew_s: float = MAX_FUTURE_SKEW_S,
 ) -> IngestOutcome:
     """Import one request log into ``db`` and print what was stored and rejected.
 
-    Raises :class:`~sits_observe.errors.ParseError` before ``db`` is opened when no record
-    of the file is usable.
+    The rows go through the service's range rules (:func:`screen_tables`): one stamped after
+    ``now + max_future_skew_s`` is rejected as ``requests.ts:future``, one before 2000 as
+    ``requests.ts:too_old``, and each reason is stored as a ``collector_drops`` row of
+    collector ``ingest``, as the service stores them. Raises
+    :class:`~sits_observe.errors.ParseError` before ``db`` is opened when no record of the
+    file is usable.
     """
     if not path.is_file():
         raise CollectorError(f"request log {path} does not exist or is not a file")
     result = read_request_log(path, **asdict(options), now=now)
-    rows = result.tables[REQUESTS.name]
+    at = now.astimezone(UTC).replace(tzinfo=None)
+    node = socket.gethostname()
+    drops = drops_table(result.dropped, at=at, node=node, collector="request_log")
+    # The service's rules (ts:future past now + max_future_skew_s, ts:too_old before 2000).
+    screened = screen_tables(
+        {REQUESTS.name: result.tables[REQUESTS.name], COLLECTOR_DROPS.name: drops},
+        now=now,
+        max_future_skew_s=max_future_skew_s,
+    )
+    rows = screened.tables[REQUESTS.name]
     first = result.first_rejected
+    rejected = result.dropped + screened.dropped
     outcome = IngestOutcome(
         rows.num_rows,
-        result.dropped,
+        rejected,
         "records or values",
         None if first is None else f"record {first.number} ({first.reason})",
     )
@@ -142,15 +167,12 @@ def ingest_requests_once(
         outcome,
         str(path),
         "requests",
-        "Check --model-column / --latency-column and --latency-unit against the file.",
+        "Check --model-column / --latency-column and --latency-unit against the file "
+        "(and its timestamps against this host's clock).",
     )
-    at = now.astimezone(UTC).replace(tzinfo=None)
-    drops = drops_table(result.dropped, at=at, node=socket.gethostname(), collector="request_log")
+    batch = screened.batch(at=at, node=node)
     with Store.open(db) as store:
-        receipt = store.append_batch(
-            {REQUESTS.name: rows, COLLECTOR_DROPS.name: drops},
-            batch_id=_batch_id(path, options),
-        )
+        receipt = store.append_batch(batch, batch_id=_batch_id(path, options))
     if receipt.duplicate:
         out.print(
             f"{path.name} was already imported into {db} (batch {receipt.batch_id}); nothing added"
@@ -160,7 +182,11 @@ def ingest_requests_once(
     print_rows(
         [
             {"table": REQUESTS.name, "rows": rows.num_rows, "ok": rows.num_rows - failed},
-            {"table": COLLECTOR_DROPS.name, "rows": drops.num_rows, "ok": None},
+            {
+                "table": COLLECTOR_DROPS.name,
+                "rows": batch[COLLECTOR_DROPS.name].num_rows,
+                "ok": None,
+            },
         ],
         OutputFormat.table,
         title=f"stored {path.name} in {db}",
@@ -170,7 +196,7 @@ def ingest_requests_once(
         out.print(
             f"no --timestamp-column: every row is stamped with the import time {at.isoformat()}Z"
         )
-    print_rejected(result.dropped, title="rejected or nulled, by reason")
+    print_rejected(rejected, title="rejected or nulled, by reason")
     return outcome
 
 
@@ -197,14 +223,15 @@ def scrape_windows(
                 failures += 1
                 note(str(exc), label=f"scrape {attempt + 1} failed")
                 continue
-            dropped.update(result.dropped)
             at = now.replace(tzinfo=None)
             tables = dict(result.tables)
             tables[COLLECTOR_DROPS.name] = drops_table(
                 result.dropped, at=at, node=node, collector=collector.name
             )
-            store.append_batch(tables)
-            windows = result.tables.get(SERVER_WINDOWS.name)
+            screened = screen_tables(tables, now=now)  # every ingest path runs the rules
+            dropped.update(result.dropped + screened.dropped)
+            store.append_batch(screened.batch(at=at, node=node))
+            windows = screened.tables.get(SERVER_WINDOWS.name)
             if windows is not None:
                 stored += windows.num_rows
                 _print_windows(windows)
@@ -285,6 +312,9 @@ def register(app: typer.Typer) -> None:
         file_format: LogFormat | None = typer.Option(
             None, "--format", help="file format (default: from the extension)"
         ),
+        max_future_skew_s: float = typer.Option(
+            MAX_FUTURE_SKEW_S, min=0, max=86400, help=FUTURE_SKEW_HELP
+        ),
     ) -> None:
         """Import a per-request log (exact latencies) into the ``requests`` table."""
         options = RequestLogOptions(
@@ -302,7 +332,13 @@ def register(app: typer.Typer) -> None:
             else "completion",
             file_format=None if file_format is None else _FORMATS[file_format],
         )
-        run_cli(lambda: finish(ingest_requests_once(file, db, options, datetime.now(UTC))))
+        run_cli(
+            lambda: finish(
+                ingest_requests_once(
+                    file, db, options, datetime.now(UTC), max_future_skew_s=max_future_skew_s
+                )
+            )
+        )
 
     def server_command(kind: str) -> None:
         @app.command(kind, help=f"Scrape a {kind} /metrics URL N+1 times; store N windows.")

@@ -2,9 +2,9 @@
 
 An agent's collectors already drop non-finite, negative or out-of-range samples, but a batch
 may come from any client with the token, or from an agent whose collector has a bug. The
-service applies the same rules (:mod:`sits_observe.domain.ranges`) to every batch: bad rows
-are dropped and bad optional values NULLed, the rest of the batch is stored, and what was
-dropped is reported three ways:
+service applies the same rules to every batch (:func:`sits_observe.domain.ranges.screen_tables`,
+which every ``sits-observe ingest`` command runs too): bad rows are dropped and bad optional
+values NULLed, the rest of the batch is stored, and what was dropped is reported three ways:
 
 - in the 200 answer, ``"dropped": {"<table>.<column>:<why>": count}``;
 - as ``collector_drops`` rows (collector ``ingest``, the batch's node, the receive time), in
@@ -17,22 +17,20 @@ again.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
-from sits_observe.domain.collect import drops_table
-from sits_observe.domain.ranges import check_rows
-from sits_observe.store import utc_naive
+from sits_observe.domain.ranges import SCREEN_COLLECTOR, Screened, screen_tables
 from sits_observe.store.duck import conform_batch
 
+__all__ = ["INGEST_COLLECTOR", "RowDropMetrics", "Screened", "screen_batch", "with_drop_rows"]
+
 #: ``collector_drops.collector`` of the rows the service itself drops.
-INGEST_COLLECTOR = "ingest"
+INGEST_COLLECTOR = SCREEN_COLLECTOR
 
 
 class RowDropMetrics:
@@ -54,35 +52,14 @@ class RowDropMetrics:
             self.dropped.labels(table, reason).inc(n)
 
 
-@dataclass(frozen=True)
-class Screened:
-    """A batch after the range rules: the tables to store and what was dropped, by reason."""
-
-    tables: dict[str, pa.Table]
-    dropped: Counter[str] = field(default_factory=Counter)
-
-
 def screen_batch(
     tables: Mapping[str, pa.Table], *, now: datetime, max_future_skew_s: float
 ) -> Screened:
     """Conform every table (raises :class:`SchemaError`) and apply the range rules; rows
     stamped after ``now + max_future_skew_s`` are dropped as ``ts:future``."""
-    latest = utc_naive(now) + timedelta(seconds=max_future_skew_s)
-    kept: dict[str, pa.Table] = {}
-    dropped: Counter[str] = Counter()
-    for name, table in conform_batch(tables).items():
-        checked = check_rows(name, table, latest=latest)
-        kept[name] = checked.table
-        dropped.update(checked.dropped)
-    return Screened(kept, dropped)
+    return screen_tables(conform_batch(tables), now=now, max_future_skew_s=max_future_skew_s)
 
 
 def with_drop_rows(screened: Screened, *, at: datetime, node: str | None) -> dict[str, pa.Table]:
     """The tables to store: ``screened.tables`` plus one ``collector_drops`` row per reason."""
-    if not screened.dropped:
-        return screened.tables
-    tables = dict(screened.tables)
-    rows = drops_table(screened.dropped, at=utc_naive(at), node=node, collector=INGEST_COLLECTOR)
-    sent = tables.get("collector_drops")
-    tables["collector_drops"] = rows if sent is None else pa.concat_tables([sent, rows])
-    return tables
+    return screened.batch(at=at, node=node)

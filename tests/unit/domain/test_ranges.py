@@ -11,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sits_observe.domain.dcgm_fields import FIELDS
-from sits_observe.domain.ranges import EARLIEST_TS, RULES, bound_of, check_rows, value_problem
+from sits_observe.domain.ranges import (
+    EARLIEST_TS,
+    MAX_FUTURE_SKEW_S,
+    RULES,
+    bound_of,
+    check_rows,
+    screen_tables,
+    value_problem,
+)
 from sits_observe.domain.tables import TABLES, conform
 
 LATEST = datetime(2026, 11, 1, 12, 5)
@@ -224,3 +232,46 @@ def test_check_rows_agrees_with_a_row_by_row_loop(data: st.DataObject, n: int) -
         kept, dropped = _reference(name, rows)
         assert checked.table.select(list(cols)).to_pylist() == kept
         assert dict(checked.dropped) == dropped
+
+
+def test_screen_tables_drops_future_and_too_old_rows_of_every_table_and_records_why() -> None:
+    """The one screening every ingest path runs (the service and each ``ingest`` command):
+    ``ts`` past ``now + max_future_skew_s`` is ``ts:future``, before 2000 ``ts:too_old``, and
+    :meth:`Screened.batch` adds one ``collector_drops`` row per reason, collector ``ingest``."""
+    now = T0
+    stamps = [now + timedelta(seconds=299), now + timedelta(seconds=301), datetime(2100, 1, 1)]
+    requests = conform(
+        "requests",
+        pa.table(
+            {
+                "ts": [*stamps, datetime(1999, 12, 31)],
+                "model": ["m"] * 4,
+                "latency_s": [0.1] * 4,
+            }
+        ),
+    )
+    drops = conform(
+        "collector_drops",
+        pa.table({"ts": [now], "collector": ["request_log"], "reason": ["x"], "count": [1]}),
+    )
+    screened = screen_tables({"requests": requests, "collector_drops": drops}, now=now)
+    assert screened.tables["requests"].column("ts").to_pylist() == [stamps[0]]
+    assert screened.dropped == {"requests.ts:future": 2, "requests.ts:too_old": 1}
+    batch = screened.batch(at=now, node="n1")
+    rows = batch["collector_drops"].to_pylist()
+    assert [(r["collector"], r["reason"], r["count"], r["node"]) for r in rows] == [
+        ("request_log", "x", 1, None),
+        ("ingest", "requests.ts:future", 2, "n1"),
+        ("ingest", "requests.ts:too_old", 1, "n1"),
+    ]
+    wider = screen_tables({"requests": requests}, now=now, max_future_skew_s=3600)
+    assert wider.dropped == {"requests.ts:future": 1, "requests.ts:too_old": 1}  # 2100
+    assert screen_tables({"requests": requests.slice(0, 1)}, now=now).batch(at=now, node=None) == {
+        "requests": requests.slice(0, 1)
+    }
+
+
+def test_the_service_default_skew_is_the_ingest_commands() -> None:
+    from sits_observe.surfaces.service.settings import ServiceSettings
+
+    assert ServiceSettings.model_fields["max_future_skew_s"].default == MAX_FUTURE_SKEW_S
