@@ -222,6 +222,8 @@ def pod_row(item: Any, dropped: Counter[str]) -> dict[str, Any]:
     containers = [obj(c, "container") for c in seq(spec.get("containers"), "spec.containers")]
     init = [obj(c, "container") for c in seq(spec.get("initContainers"), "spec.initContainers")]
     requests, bad = pod_requests(containers, init)
+    # A quantity the API server capped at 2^63-1 fits no int64 column once in milli-CPU.
+    bad |= {key for key, scale in _SCALES.items() if _ceil(requests[key] * scale) > _INT64_MAX}
     if bad:
         dropped["pod_bad_quantity"] += len(bad)
     owner_kind, owner_name = _controller(meta)
@@ -251,6 +253,11 @@ def pod_row(item: Any, dropped: Counter[str]) -> dict[str, Any]:
         "ready_at": conditions.get("Ready"),
         **_gpu_columns(pod, gpus, dropped),
     }
+
+
+#: The ``pods`` columns' unit per resource (CPU in milli-cores), and int64's largest value.
+_SCALES = {"cpu": 1000, "memory": 1, GPU_RESOURCE: 1}
+_INT64_MAX = 2**63 - 1
 
 
 def _ceil(value: Decimal) -> int:

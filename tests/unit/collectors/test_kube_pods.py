@@ -134,3 +134,21 @@ def test_annotations_that_are_not_an_object_make_the_pod_malformed() -> None:
     pod["metadata"]["annotations"] = ["hami.io/vgpu-devices-allocated"]
     with pytest.raises(Malformed):
         pod_row(pod, Counter())
+
+
+def test_a_request_past_int64_once_in_the_columns_unit_is_nulled_and_counted() -> None:
+    """The API server caps a quantity at 2^63-1 (the Quantity reference); in milli-CPU that
+    no longer fits the int64 column, so the row keeps the pod with that value NULL."""
+    import pyarrow as pa
+
+    from sits_observe.domain.tables import conform
+
+    dropped: Counter[str] = Counter()
+    row = pod_row(gpu_pod(limits={"cpu": "1e30", "memory": "1e30", "nvidia.com/gpu": "2"}), dropped)
+    assert row["cpu_request_milli"] is None  # 1000 x (2^63-1) milli-cores
+    assert row["memory_request_bytes"] == 2**63 - 1  # capped, and it fits
+    assert row["gpu_request"] == 2
+    assert dropped == Counter({"pod_bad_quantity": 1})
+    ok = pod_row(gpu_pod(limits={"cpu": "9223372036854775", "memory": "1e18"}), Counter())
+    assert ok["cpu_request_milli"] == 9223372036854775000
+    conform("pods", pa.Table.from_pylist([{**row, "ts": None}, {**ok, "ts": None}]))
