@@ -13,15 +13,22 @@ Invariants:
   stored as its changes (:mod:`sits_observe.store.inventory`), read back unchanged.
 - Methods are safe to call from several threads: writes are serialised by a lock, reads use
   their own cursor.
+- Every write's store fault (full disk, I/O error, damaged block) is recorded
+  (:mod:`sits_observe.store.health`). When DuckDB invalidates the database after a fatal
+  error, the next write (or :meth:`Store.check_writable`) opens the file again, at most once
+  a second (:mod:`sits_observe.store.connection`): DuckDB replays its write-ahead log, so
+  every committed batch is there, and the ledger answers a batch whose commit was in doubt
+  as a duplicate when it is sent again.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,9 @@ import pyarrow.compute as pc
 
 from sits_observe.domain.tables import TABLES, conform, find_table
 from sits_observe.domain.times import utc_naive as utc_naive  # noqa: PLC0414 (re-export)
-from sits_observe.errors import BatchConflict, SchemaError, StoreError, StoreLocked
+from sits_observe.errors import BatchConflict, SchemaError, StoreError
+from sits_observe.store.connection import Connection, DuckConfig, connect, rollback
+from sits_observe.store.health import StoreHealth, is_invalidation
 from sits_observe.store.inventory import (
     VERSIONS,
     InventorySettings,
@@ -42,6 +51,10 @@ from sits_observe.store.migrations import latest_version, migrations
 
 #: Tables that may be exported or queried by name (samples, ledger, rollups).
 EXTRA_TABLES = ("ingest_batches", "gpu_samples_1m", "container_samples_1m")
+
+#: A write committed this recently proves the store writable; :meth:`Store.check_writable`
+#: then writes nothing.
+PROBE_FRESH_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -62,12 +75,21 @@ class Store:
         path: str,
         read_only: bool,
         inventory: InventorySettings | None = None,
+        *,
+        config: DuckConfig | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._con = con
+        self._link = Connection(con, path, read_only, config or {}, monotonic)
+        self._health = self._link.log
         self.path = path
         self.read_only = read_only
         self.inventory = inventory or InventorySettings()
         self._write_lock = threading.Lock()
+
+    @property
+    def _con(self) -> duckdb.DuckDBPyConnection:
+        """The current connection (a new one after a reopen)."""
+        return self._link.current
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -103,21 +125,11 @@ class Store:
                 raise StoreError(f"the folder {str(parent)!r} of database {path_str!r} {fix}")
             if read_only and not Path(path_str).exists():
                 raise StoreError(f"database {path_str!r} does not exist; ingest something first")
-        try:
-            config: dict[str, str | bool | int | float | list[str]] = {}
-            if memory_limit is not None:
-                config["memory_limit"] = memory_limit
-            con = duckdb.connect(path_str, read_only=read_only, config=config)
-        except duckdb.IOException as exc:
-            if "lock" in str(exc).lower():
-                raise StoreLocked(
-                    f"database {path_str!r} is owned by another process ({exc}); "
-                    "stop it, or read through its HTTP API"
-                ) from exc
-            raise StoreError(f"cannot open database {path_str!r}: {exc}") from exc
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot open database {path_str!r}: {exc}") from exc
-        store = cls(con, path_str, read_only, inventory)
+        config: DuckConfig = {}
+        if memory_limit is not None:
+            config["memory_limit"] = memory_limit
+        con = connect(path_str, read_only, config)
+        store = cls(con, path_str, read_only, inventory, config=config)
         if read_only:
             if store.schema_version() != latest_version():
                 raise StoreError(
@@ -129,11 +141,10 @@ class Store:
         return store
 
     def close(self) -> None:
-        """Checkpoint (when writable) and close the file."""
+        """Checkpoint (when writable) and close the file; a failed checkpoint is raised
+        after the file is closed (the write-ahead log holds what it did not move)."""
         with self._write_lock:
-            if not self.read_only:
-                self._con.execute("CHECKPOINT")
-            self._con.close()
+            self._link.close(checkpoint=not self.read_only)
 
     def __enter__(self) -> Store:
         return self
@@ -174,7 +185,7 @@ class Store:
                     )
                     self._con.execute("COMMIT")
                 except duckdb.Error as exc:
-                    self._con.execute("ROLLBACK")
+                    rollback(self._con)
                     raise StoreError(
                         f"migration {migration.version} ({migration.name}) failed: {exc}"
                     ) from exc
@@ -221,7 +232,7 @@ class Store:
         self._require_writable()
         conformed = conform_batch(tables)
         with self._write_lock:
-            con = self._con
+            con = self._link.for_write()
             try:
                 con.execute("BEGIN TRANSACTION")
                 if batch_id is not None:
@@ -244,8 +255,10 @@ class Store:
                     )
                 con.execute("COMMIT")
             except duckdb.Error as exc:
-                con.execute("ROLLBACK")
+                self._health.failed(exc)
+                rollback(con)
                 raise StoreError(f"append failed, nothing stored: {exc}") from exc
+            self._health.committed()
         return BatchReceipt(batch_id, rows, duplicate=False)
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
@@ -253,22 +266,35 @@ class Store:
         self._require_writable()
         with self._write_lock:
             try:
-                self._con.execute(sql, params or [])
+                self._link.for_write().execute(sql, params or [])
             except duckdb.Error as exc:
+                self._health.failed(exc)
                 raise StoreError(f"statement failed: {exc}") from exc
+            self._health.committed()
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A write transaction: commits on success, rolls back on any error."""
         self._require_writable()
         with self._write_lock:
-            self._con.execute("BEGIN TRANSACTION")
+            con = self._link.for_write()
             try:
-                yield self._con
-            except BaseException:
-                self._con.execute("ROLLBACK")
+                con.execute("BEGIN TRANSACTION")
+            except duckdb.Error as exc:
+                self._health.failed(exc)
                 raise
-            self._con.execute("COMMIT")
+            try:
+                yield con
+            except BaseException as exc:
+                self._health.failed(exc)
+                rollback(con)
+                raise
+            try:
+                con.execute("COMMIT")
+            except duckdb.Error as exc:
+                self._health.failed(exc)
+                raise
+            self._health.committed()
 
     # -- reads ------------------------------------------------------------------------
 
@@ -277,6 +303,7 @@ class Store:
         try:
             result = self._con.cursor().sql(sql, params=params or None).to_arrow_table()
         except duckdb.Error as exc:
+            self._read_failed(exc)
             raise StoreError(f"query failed: {exc}") from exc
         return result
 
@@ -285,6 +312,7 @@ class Store:
         try:
             row = self._con.cursor().execute(sql, params or []).fetchone()
         except duckdb.Error as exc:
+            self._read_failed(exc)
             raise StoreError(f"query failed: {exc}") from exc
         return row[0] if row else None
 
@@ -314,6 +342,39 @@ class Store:
                 writer.write_batch(batch)
                 written += batch.num_rows
         return written
+
+    # -- health -----------------------------------------------------------------------
+
+    def health(self) -> StoreHealth:
+        """What the writes so far say (no statement runs)."""
+        health = self._health.snapshot()
+        if self.read_only:
+            return replace(health, writable=False, error=f"database {self.path!r} is read-only")
+        return health
+
+    def check_writable(self, *, wait_s: float = 0.5) -> StoreHealth:
+        """Prove the store can write, and return its health.
+
+        A write committed in the last ``PROBE_FRESH_S`` proves it. Otherwise the probe takes
+        the write lock (waiting at most ``wait_s``; a write holding it longer is left to
+        prove it by its own outcome) and commits one small write; while the store is failing
+        it also reopens and checkpoints, at most once a second (:meth:`Connection.probe`).
+        """
+        if self.read_only or self._health.committed_within(PROBE_FRESH_S):
+            return self.health()
+        if not self._write_lock.acquire(timeout=wait_s):
+            return self.health()
+        try:
+            self._link.probe()
+        finally:
+            self._write_lock.release()
+        return self.health()
+
+    def _read_failed(self, exc: duckdb.Error) -> None:
+        """A read records only an invalidation (it needs a reopen); a damaged block it
+        hit is the read's answer, and the next write says whether writes fail."""
+        if is_invalidation(exc):
+            self._health.failed(exc)
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -13,8 +13,10 @@ docs/api.md):
   read token.
 - ``POST /v1/traces``: OTLP/HTTP trace export; request spans become ``requests`` rows
   (see :mod:`.otlp`); ingest token.
-- ``GET /healthz``: the process answers. ``GET /readyz``: the store is open and writable
-  and the service is not shutting down. ``GET /metrics``: Prometheus text, including derived
+- ``GET /healthz``: the process answers, and the store has not failed every write for
+  ``store_unhealthy_after_s``. ``GET /readyz``: the store is open and commits a write (a
+  probe when nothing committed for a few seconds, :meth:`Store.check_writable`) and the
+  service is not shutting down. ``GET /metrics``: Prometheus text, including derived
   per-pod and per-model data; open unless a scrape token is configured.
 - ``POST /scheduler/*``: the scheduler extender, no token (:mod:`.extender`); with
   ``extender_port`` it moves to an app of its own, ``app.state.extender_app``. Its bind verb
@@ -60,7 +62,7 @@ from sits_observe.surfaces.service.extender import (  # scheduler extender
 )
 from sits_observe.surfaces.service.ingest import IngestEndpoint, problem
 from sits_observe.surfaces.service.limits import add_limits
-from sits_observe.surfaces.service.metrics import ServiceMetrics
+from sits_observe.surfaces.service.metrics import ServiceMetrics, StoreHealthCollector
 from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
 from sits_observe.surfaces.service.report_routes import add_report_routes
@@ -154,7 +156,7 @@ def create_app(
     app.add_api_route(
         INGEST_PATH, ingest.handle, methods=["POST"], response_model=None, name="ingest"
     )
-    _add_probes(app, store, metrics, state)
+    _add_probes(app, store, metrics, state, settings.store_unhealthy_after_s)
     _add_reads(app, store, settings)
     add_report_routes(app, store, clock, kube_api)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see
@@ -250,19 +252,35 @@ class _State:
         self.accepting = False
 
 
-def _add_probes(app: FastAPI, store: Store, metrics: ServiceMetrics, state: _State) -> None:
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        """The process is alive and serving HTTP."""
+def _add_probes(
+    app: FastAPI,
+    store: Store,
+    metrics: ServiceMetrics,
+    state: _State,
+    unhealthy_after_s: float,
+) -> None:
+    metrics.registry.register(StoreHealthCollector(store.health))
+
+    @app.get("/healthz", response_model=None)
+    def healthz() -> JSONResponse | dict[str, str]:
+        """The process is alive and serving HTTP, and its store has not failed every
+        write for ``store_unhealthy_after_s`` (then a restart is the remedy left)."""
+        failing = _failing_too_long(store, unhealthy_after_s)
+        if failing is not None:
+            return problem(503, "store_failing", failing)
         return {"status": "ok"}
 
     @app.get("/readyz", response_model=None)
     def readyz() -> JSONResponse | dict[str, str]:
-        """The store is open and writable and the service takes batches."""
+        """The store is open and commits a write, and the service takes batches."""
         if not state.accepting:
             return problem(503, "not_ready", "the service is starting or shutting down")
         if store.read_only:
             return problem(503, "not_ready", f"database {store.path!r} is open read-only")
+        health = store.check_writable()
+        if not health.writable:
+            detail = f"database {store.path!r} cannot write: {health.error}"
+            return problem(503, "not_ready", detail)
         try:
             store.ping()
         except Exception as exc:
@@ -279,6 +297,20 @@ def _add_probes(app: FastAPI, store: Store, metrics: ServiceMetrics, state: _Sta
             log.warning("cannot refresh sits_store_rows: %s", exc)
         body = metrics_text(metrics.registry, getattr(app.state, "exporter", None))
         return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _failing_too_long(store: Store, after_s: float) -> str | None:
+    """Why ``/healthz`` fails: the store failed every write (its reopens and probes
+    included) for ``after_s`` or longer; None otherwise, or when ``after_s`` is 0."""
+    if after_s <= 0 or store.read_only or store.health().failing_for_s < after_s:
+        return None
+    health = store.check_writable()  # one more try (at most one a second) before giving up
+    if health.failing_for_s < after_s:
+        return None
+    return (
+        f"database {store.path!r} has failed every write for {health.failing_for_s:.0f} s "
+        f"({health.error}); the service needs a restart, or its disk space"
+    )
 
 
 def _add_reads(app: FastAPI, store: Store, settings: ServiceSettings) -> None:

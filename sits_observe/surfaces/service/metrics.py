@@ -7,10 +7,14 @@ refreshed from the store when ``/metrics`` is scraped, so it is exact at scrape 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sits_observe.store.health import StoreHealth
 
 #: Request latencies in seconds: from a cache hit on /healthz to a large batch commit.
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -82,6 +86,38 @@ class ServiceMetrics:
             ("kind",),
             registry=reg,
         )
+
+
+class StoreHealthCollector:
+    """The store's write health at scrape time, from its record (no statement runs):
+    ``sits_store_writable``, ``sits_store_failing_seconds``, ``sits_store_reopens_total``."""
+
+    def __init__(self, health: Callable[[], StoreHealth]) -> None:
+        self._health = health
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample of each (prometheus_client's collector protocol)."""
+        health = self._health()
+        yield GaugeMetricFamily(
+            "sits_store_writable",
+            "1 while no write failed for the store's sake (full disk, I/O error, damaged "
+            "block, invalidated database) since the last commit, else 0",
+            value=1.0 if health.writable else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "sits_store_failing_seconds",
+            "seconds since the first store fault of the current failing spell (0 while writable)",
+            value=health.failing_for_s,
+        )
+        reopens = CounterMetricFamily(
+            "sits_store_reopens",
+            "times the store opened its file again after DuckDB invalidated the database, by "
+            "result: ok, error",
+            labels=("result",),
+        )
+        reopens.add_metric(("ok",), health.reopens)
+        reopens.add_metric(("error",), health.reopen_failures)
+        yield reopens
 
 
 class TimingMiddleware:

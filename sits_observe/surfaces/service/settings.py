@@ -137,6 +137,14 @@ class ServiceSettings(BaseModel):
     retention_interval_s: float = Field(
         300.0, ge=0, le=86400, description="seconds between retention runs (0 = never)"
     )
+    store_unhealthy_after_s: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="seconds the store may fail every write (full disk, damaged file; an "
+        "invalidated database is reopened, a checkpoint retried, once a second at most) before "
+        "/healthz answers 503 so Kubernetes restarts the service (0 = never)",
+    )
     inventory_interval_s: float = Field(
         30.0,
         ge=1,
