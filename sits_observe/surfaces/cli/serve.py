@@ -2,11 +2,13 @@
 
 Builds :class:`ServiceSettings` from flags (help texts come from the model), checks the
 tokens, binds the port(s) (a port in use is a one-line error before any file is created),
-opens the store the service will own, and serves until SIGTERM / SIGINT (:mod:`..service.server`):
-in-flight requests get ``shutdown_grace_s``, background work ``background_stop_s``, then the
-store is checkpointed and closed. Tokens come from files (``--token-file``,
-``--read-token-file``, ``--ingest-tokens-file``, ``--scrape-token-file``) or the ``SITS_TOKEN``
-environment variable, never from a flag (flags show up in ``ps``).
+opens the store the service will own, reads every block of it before the service's app takes
+batches (a damaged file is one line and exit 2: :mod:`sits_observe.store.integrity`; with a
+warm extender view, after the extender already answers), and serves until SIGTERM / SIGINT
+(:mod:`..service.server`): in-flight requests get ``shutdown_grace_s``, background work
+``background_stop_s``, then the store is checkpointed and closed. Tokens come from files
+(``--token-file``, ``--read-token-file``, ``--ingest-tokens-file``, ``--scrape-token-file``)
+or the ``SITS_TOKEN`` environment variable, never from a flag (flags show up in ``ps``).
 """
 
 from __future__ import annotations
@@ -236,9 +238,10 @@ def run_service(
         servers: list[Servers] = []
 
         def build() -> Starlette:
-            from sits_observe.surfaces.service.app import create_app  # FastAPI: stage 2
-
             try:
+                _verify(store)  # a damaged file is refused before the app takes batches
+                from sits_observe.surfaces.service.app import create_app  # FastAPI: stage 2
+
                 return create_app(
                     settings,
                     store,
@@ -289,6 +292,22 @@ def run_service(
         if inventory is not None:
             inventory.stop()
         _close_store(store)
+
+
+def _verify(store: Store) -> None:
+    """Read every block the store uses (:mod:`sits_observe.store.integrity`); a damaged
+    file raises :class:`~sits_observe.store.integrity.StoreDamaged` (one line, exit 2)."""
+    from sits_observe.store.integrity import verify_store
+
+    report = verify_store(store)
+    log.info(
+        "database %s checked: %d tables, %d rows, %.0f MB in %.2f s",
+        store.path,
+        report.tables,
+        report.rows,
+        report.file_bytes / 1e6,
+        report.seconds,
+    )
 
 
 def _early_extender(

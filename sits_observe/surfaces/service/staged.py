@@ -19,8 +19,10 @@ long to import as everything the extender needs, so ``serve`` starts in two stag
 
 A request for any other path during stage 1 waits for stage 2 (up to ``wait_s``, then 503
 with ``Retry-After: 1``), so an agent's batch is delayed, not refused. A failure in stage 2
-(a configuration error found by ``create_app``) is logged, every waiting request gets 503,
-and ``on_failure`` stops the servers; ``serve`` then exits with that error.
+(a damaged database file found by ``serve``'s check, a configuration error found by
+``create_app``) makes every waiting request get 503, and ``on_failure`` stops the servers;
+``serve`` then exits with that error (one line for a :class:`SitsError`, which is not logged
+here; anything else is logged with its traceback).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from sits_observe.errors import SitsError
 from sits_observe.surfaces.service.extender import URL_PREFIX
 from sits_observe.surfaces.service.ingest import Refusal
 
@@ -123,7 +126,8 @@ class StagedApp:
             await self._lifespans.enter_async_context(app.router.lifespan_context(app))
             self.app = app
         except Exception as exc:
-            log.exception("the service failed to start; stopping")
+            if not isinstance(exc, SitsError):  # a SitsError is serve's one line at exit
+                log.exception("the service failed to start; stopping")
             self.failure = exc
             if self._on_failure is not None:
                 self._on_failure(exc)
