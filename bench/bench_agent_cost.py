@@ -3,7 +3,7 @@
 Set-up (all on loopback, nothing timed): a dcgm-exporter stand-in serving 8 GPUs of
 dcgm-exporter's default counters (text written here, labels shaped like the real L4
 capture), a kubelet-style cgroup v2 tree of 200 containers in a temp directory (written by
-``sits_observe.simulator.cgroupfs`` when present, else by a minimal writer here), and a real
+``sits_observe.lab.cluster.cgroupfs`` when present, else by a minimal writer here), and a real
 ``sits-observe serve`` with a fresh DuckDB file.
 
 Measured, side by side in each run (same seconds, same sources), each process's CPU
@@ -174,7 +174,7 @@ CAT_LOOP = (
 def write_cgroup_tree(root: Path, containers: int = CONTAINERS) -> str:
     """A kubelet tree with ``containers`` containers (two per pod); returns who wrote it."""
     try:
-        from sits_observe.simulator.cgroupfs import CgroupTree, CgroupValues, QosClass
+        from sits_observe.lab.cluster.cgroupfs import CgroupTree, CgroupValues, QosClass
     except ImportError:
         _write_minimal_tree(root, containers)
         return "minimal writer in this script"
@@ -191,7 +191,7 @@ def write_cgroup_tree(root: Path, containers: int = CONTAINERS) -> str:
             cpu_limit_cores=2.0,
         )
         tree.add_container(pod, secrets.token_hex(32), qos=qos, values=values)
-    return "sits_observe.simulator.cgroupfs"
+    return "sits_observe.lab.cluster.cgroupfs"
 
 
 def _write_minimal_tree(root: Path, containers: int) -> None:

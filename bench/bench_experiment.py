@@ -1,8 +1,8 @@
 """``sits-observe experiment`` at its documented size: wall time of one run and the table.
 
 Runs every arm on every seed exactly as the command does
-(:func:`sits_observe.surfaces.experiment.run_job` per (arm, seed), then
-:func:`~sits_observe.surfaces.experiment.assemble`), timing each run (wall time: building the
+(:func:`sits_observe.lab.experiment.experiment.run_job` per (arm, seed), then
+:func:`~sits_observe.lab.experiment.experiment.assemble`), timing each run (wall time: building the
 emulator, the store, the service and the agents, stepping the simulated hours, reading the
 store back; the measures are computed afterwards and not timed), and prints as markdown:
 
@@ -30,12 +30,12 @@ from pathlib import Path
 
 from _docs import write_block
 
-from sits_observe.analytics.experiment_measures import MEASURES
-from sits_observe.surfaces.experiment import ExperimentResult, assemble, run_job
-from sits_observe.surfaces.experiment_png import render_chart
-from sits_observe.surfaces.experiment_run import RunResult
-from sits_observe.surfaces.experiment_settings import BASELINE, ExperimentSettings
-from sits_observe.surfaces.experiment_table import MEASURE_ROWS, format_cell, headline, spread_cell
+from sits_observe.lab.experiment.experiment import ExperimentResult, assemble, run_job
+from sits_observe.lab.experiment.measures import MEASURES
+from sits_observe.lab.experiment.png import render_chart
+from sits_observe.lab.experiment.run import RunResult
+from sits_observe.lab.experiment.settings import BASELINE, ExperimentSettings
+from sits_observe.lab.experiment.table import MEASURE_ROWS, format_cell, headline, spread_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DOCS = ROOT / "docs" / "benchmarks.md"

@@ -2,7 +2,7 @@
 per pod, over HTTP, against ``sits-observe serve``.
 
 ``bench_extender.py`` times one call at a time with a fixed body. Here the kube-scheduler model
-(:class:`sits_observe.analytics.kube_scheduler.KubeScheduler`, the one the replay and the demo
+(:class:`sits_observe.lab.scheduler.model.KubeScheduler`, the one the replay and the demo
 run) schedules a stream of pods onto the same 5,000-node cluster (``bench_extender.fill_store``:
 8 GPUs per node, about 11,000 pods already bound), with the shipped
 ``deploy/scheduler-config.yaml`` pointed at a ``serve`` child process on loopback
@@ -48,13 +48,13 @@ from _docs import write_block
 from bench_extender import GIB, PRODUCTS, TOKEN, fill_store, free_port, summary
 
 from sits_observe.analytics.kube_nodes import NodeInfos, SchedPod
-from sits_observe.analytics.kube_scheduler import Extender, KubeScheduler
-from sits_observe.control.replay_extender import DEFAULT_SCHEDULER_CONFIG
-from sits_observe.control.scheduler_http import HttpExtenderTransport
-from sits_observe.control.scheduler_nodes import sched_pod
-from sits_observe.simulator.device_plugin import allocate_gpus
+from sits_observe.analytics.placement.device_plugin import allocate_gpus
+from sits_observe.lab.demo.loop import demo_scheduler_config
+from sits_observe.lab.replay.extender import DEFAULT_SCHEDULER_CONFIG
+from sits_observe.lab.scheduler.http import HttpExtenderTransport
+from sits_observe.lab.scheduler.model import Extender, KubeScheduler
+from sits_observe.lab.scheduler.nodes import sched_pod
 from sits_observe.store import Store
-from sits_observe.surfaces.demo_loop import demo_scheduler_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"

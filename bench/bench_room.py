@@ -5,9 +5,9 @@ with ``--kube``: the extender's path), ``--seeds`` seeds, node-order ties: at th
 replay, the idle GPUs split into whole idle GPUs and the remnants beside shares, the part of
 those on GPUs holding a single share, the share set that leaves the most, and a hindsight
 reference: the same shares repacked best-fit decreasing
-(:mod:`sits_observe.analytics.schedsim_room`). Means over the seeds, in GPUs.
+(:mod:`sits_observe.lab.replay.room`). Means over the seeds, in GPUs.
 
-The replays are :func:`sits_observe.analytics.schedsim.replay` itself (the ledger only watches
+The replays are :func:`sits_observe.lab.replay.replay.replay` itself (the ledger only watches
 its placements), so their allocation is the replay table's. Prints a markdown table; nothing is
 recorded automatically (docs/analytics/simulator.md quotes it).
 """
@@ -27,11 +27,11 @@ from pathlib import Path
 
 from bench_schedsim import TRACE, load_trace
 
-from sits_observe.analytics import schedsim
-from sits_observe.analytics.schedsim_policies import Policy
-from sits_observe.analytics.schedsim_room import RoomLeft, ShareLedger
 from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
-from sits_observe.control.replay_extender import KUBE_SITS, replay_policies
+from sits_observe.lab.replay import replay as schedsim
+from sits_observe.lab.replay.extender import KUBE_SITS, replay_policies
+from sits_observe.lab.replay.policies import Policy
+from sits_observe.lab.replay.room import RoomLeft, ShareLedger
 
 
 def one(trace: str, workload: str, policy: str, seed: int) -> RoomLeft:

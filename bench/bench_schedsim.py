@@ -4,7 +4,7 @@ Two parts (``--part speed``, ``--part table``, or ``all``):
 
 **speed**, on the default workload:
 
-- ``all``: :func:`sits_observe.analytics.schedsim.simulate` with every built-in policy x ``--seeds``
+- ``all``: :func:`sits_observe.lab.replay.replay.simulate` with every built-in policy x ``--seeds``
   seeds on the 1,213-node / 8,152-pod trace inflated to 130% (about 10,800 arrivals per
   replay), in ``--workers`` processes; wall time of the whole call (loading the CSVs not
   included). Per policy: the median over seeds of *decisions per second* of one replay
@@ -20,7 +20,7 @@ numbers (SPEC table).
 
 **table**: every policy, the kube-scheduler ones included (``kube-default``; ``kube-sits``,
 ``kube-sits-gpuhint`` and ``kube-sits-nobind`` through the service's extender handler with
-deploy/scheduler-config.yaml, :mod:`sits_observe.control.replay_extender`), on the default
+deploy/scheduler-config.yaml, :mod:`sits_observe.lab.replay.extender`), on the default
 workload and each of ``STUDY_VARIANTS``, ``--seeds`` seeds: GPU allocation at 130 % (mean and
 min-max over seeds), unallocated GPUs, first failure, fragmentation ratio at 90 %, seconds
 per replay; then the issue's targets (``kube-sits`` within 0.3 points of ``fgd``,
@@ -60,23 +60,24 @@ from pathlib import Path
 
 import numpy as np
 
-from sits_observe.analytics import schedsim
 from sits_observe.analytics.fgd_model import CAUSES, MILLI_PER_GPU
 from sits_observe.analytics.fgd_workload import TargetWorkload
-from sits_observe.analytics.kube_scheduler_config import load_scheduler_config
-from sits_observe.analytics.schedsim_policies import Choice, FgdPolicy, fgd_score, is_partial
-from sits_observe.analytics.schedsim_sits import SitsPolicy, SitsSettings
-from sits_observe.analytics.schedsim_state import SimPod, SimState, pod_kinds
+from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
 from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
 from sits_observe.control.extender_scoring import ScoringSettings
-from sits_observe.control.replay_extender import (
+from sits_observe.lab.replay import replay as schedsim
+from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,
     KUBE_SITS,
     REPLAY_POLICIES,
     ExtenderReplayPolicy,
     replay_policies,
 )
+from sits_observe.lab.replay.policies import Choice, FgdPolicy, is_partial
+from sits_observe.lab.replay.sits import SitsPolicy, SitsSettings
+from sits_observe.lab.replay.state import SimPod, SimState, pod_kinds
+from sits_observe.lab.scheduler.config import load_scheduler_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"

@@ -4,7 +4,7 @@ and GPU use, from a queueing model over the calibrated batch step time.
 Two serving styles, one step-time curve.
 
 Step time. A batch of ``b`` requests costs ``t(b)`` seconds of GPU. The shape of ``t`` is the
-simulator's calibrated decode step (:mod:`sits_observe.simulator.calibration`: Splitwise's
+simulator's calibrated decode step (:mod:`sits_observe.analytics.step_profiles`: Splitwise's
 Llama2-70B measurements, H100 by default: 29.4 ms at batch 1, 31.4 ms at 8, 52.4 ms at 64), a
 memory-bound curve in which a larger batch costs little more than a small one. Its scale is the
 server's own: ``t(b) = t1 * shape(b) / shape(1)`` with ``t1`` the step at batch 1, which the
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.simulator.calibration import PROFILES, GpuLatencyProfile
+from sits_observe.analytics.step_profiles import PROFILES, GpuLatencyProfile
 
 #: The quantile the estimates give.
 P99 = 0.99

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sits_observe.analytics.placement.device_plugin import DeviceAllocationError, allocate_gpus
 from sits_observe.collectors.kube_gpu import GPU_HINT_ANNOTATION
 from sits_observe.control.extender_overlay import Placement
 from sits_observe.control.extender_scoring import PodRequest, ScoringSettings, gpu_placements
@@ -42,7 +43,6 @@ from sits_observe.control.extender_wire import (
     pod_request,
 )
 from sits_observe.errors import KubeApiError, ParseError
-from sits_observe.simulator.device_plugin import DeviceAllocationError, allocate_gpus
 
 
 class PodApi(Protocol):

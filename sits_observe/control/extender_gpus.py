@@ -1,14 +1,15 @@
 """Which GPU of each candidate node a pod would get, and how much F_n(M) grows with it.
 
 kube-scheduler (and so the extender) picks a node; the GPU inside it is the device plugin's
-choice (:mod:`sits_observe.simulator.device_plugin`), unless the extender tells it with the
-HAMi hint annotation ``nvidia.com/use-gpuuuid`` (the ``bind`` verb, docs/extender.md). So the
-score of a node must be the growth of its fragmentation for the GPU the pod will really get:
+choice (:mod:`sits_observe.analytics.placement.device_plugin`), unless the extender tells
+it with the HAMi hint annotation ``nvidia.com/use-gpuuuid`` (the ``bind`` verb,
+docs/extender.md). So the score of a node must be the growth of its fragmentation for the
+GPU the pod will really get:
 
 - ``device_plugin``: the GPU the device plugin will pick without a hint. Whole GPUs: the
   lowest-indexed fully free ones (the NVIDIA device plugin; which free GPUs does not change
   F_n). A share: HAMi's choice, predicted with the same rule as
-  :func:`sits_observe.simulator.device_plugin.allocate_gpus` (score ``10 x (slot + core +
+  :func:`sits_observe.analytics.placement.device_plugin.allocate_gpus` (score ``10 x (slot + core +
   memory)``, ``spread`` the lowest, ``binpack`` the highest, lowest index on ties), written
   here in integers over every node at once: ``(pods + 1) x 1000 + 2 x used x split`` is
   HAMi's score x 100 x split, so equal scores stay exactly equal;
@@ -30,9 +31,9 @@ import numpy.typing as npt
 
 from sits_observe.analytics.fgd_index import FragmentationIndex
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.schedsim_policies import fgd_score
+from sits_observe.analytics.placement.device_plugin import GpuPolicy
+from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.control.extender_view import ClusterView
-from sits_observe.simulator.device_plugin import GpuPolicy
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

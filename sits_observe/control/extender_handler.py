@@ -2,7 +2,7 @@
 replay.
 
 ``serve``'s routes (:mod:`sits_observe.surfaces.service.extender`) read the HTTP body, enforce
-size limits and pick the current view; the replay (:mod:`sits_observe.control.replay_extender`)
+size limits and pick the current view; the replay (:mod:`sits_observe.lab.replay.extender`)
 hands kube-scheduler's request bodies over in process. Both call :class:`ExtenderHandler`,
 which parses the body as kube-scheduler writes it (:mod:`extender_wire`), scores against the
 view (:mod:`extender_scoring`) and returns the answer body with its HTTP status and an

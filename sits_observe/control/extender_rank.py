@@ -10,7 +10,7 @@ among them: measured on the Alibaba trace that undoes most of FGD's packing
 with a weight whose one step (weight x 10) is above the plugins' 200 points the extender's
 choice is kube-scheduler's choice.
 
-The order is the ``sits`` replay policy's (:mod:`sits_observe.analytics.sits_order`, one
+The order is the ``sits`` replay policy's (:mod:`sits_observe.analytics.placement.sits_order`, one
 implementation for both), with the SPEC's memory fit in ``fit_levels`` steps as its second
 level.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.sits_order import RankKeys, rank_order
+from sits_observe.analytics.placement.sits_order import RankKeys, rank_order
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]

@@ -75,12 +75,12 @@ from sits_observe.analytics.affinity import (
     load_affinity_rules,
 )
 from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.schedsim_policies import fgd_score
-from sits_observe.analytics.sits_order import RankKeys, cpu_short_steps
+from sits_observe.analytics.placement.device_plugin import DEFAULT_SPLIT_COUNT, GpuPolicy
+from sits_observe.analytics.placement.fgd_score import fgd_score
+from sits_observe.analytics.placement.sits_order import RankKeys, cpu_short_steps
 from sits_observe.control.extender_gpus import GpuChoice, GpuPlacements, view_placements
 from sits_observe.control.extender_rank import ranked_scores
 from sits_observe.control.extender_view import ClusterView
-from sits_observe.simulator.device_plugin import DEFAULT_SPLIT_COUNT, GpuPolicy
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -37,12 +37,12 @@ from sits_observe.analytics.batching import (
     estimate_window,
     recommend,
 )
+from sits_observe.analytics.step_profiles import PROFILES
 from sits_observe.domain.times import utc_naive
 from sits_observe.domain.units import Unit
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec, require_rows
 from sits_observe.reports.window import Window
-from sits_observe.simulator.calibration import PROFILES
 from sits_observe.store import Store
 
 FILLED_BY = "`sits-observe ingest vllm` / `ingest triton`, the node agent or `sits-observe demo`"

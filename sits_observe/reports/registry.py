@@ -1,8 +1,13 @@
-"""Every report, by name: what the CLI makes commands of and the service answers at
-``GET /api/v1/reports/{name}``."""
+"""Every report of the product, by name: what the CLI makes commands of and the service answers
+at ``GET /api/v1/reports/{name}``.
+
+The lab adds its own (``whatif``, a replay of the store's trace) at the entry points that
+offer it (:func:`sits_observe.lab.catalog.all_reports`); the product never imports the lab, so
+:func:`find_report` takes the catalog to look in."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sits_observe.errors import UnknownNameError
@@ -23,7 +28,6 @@ from sits_observe.reports import (
     tenants,
     timeline,
     trends,
-    whatif,
 )
 from sits_observe.reports.spec import ReportSpec
 
@@ -42,7 +46,6 @@ REPORTS: dict[str, ReportSpec[Any]] = {
         affinity.SPEC,
         trends.SPEC,
         fleet.SPEC,
-        whatif.SPEC,
         decisions.SPEC,
         latency.SPEC,
         heatmap.SPEC,
@@ -52,11 +55,12 @@ REPORTS: dict[str, ReportSpec[Any]] = {
 }
 
 
-def find_report(name: str) -> ReportSpec[Any]:
-    """The spec of report ``name``; an :class:`UnknownNameError` lists the ones there are."""
+def find_report(name: str, reports: Mapping[str, ReportSpec[Any]] = REPORTS) -> ReportSpec[Any]:
+    """The spec of report ``name`` in ``reports`` (the product's by default); an
+    :class:`UnknownNameError` lists the ones there are."""
     try:
-        return REPORTS[name]
+        return reports[name]
     except KeyError:
         raise UnknownNameError(
-            f"no report {name!r}; the reports are {', '.join(REPORTS)}"
+            f"no report {name!r}; the reports are {', '.join(reports)}"
         ) from None

@@ -17,8 +17,8 @@ from prometheus_client import start_http_server
 
 from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.render import dcgm_text
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.render import dcgm_text
 from sits_observe.store.promql import PromQLClient
 from sits_observe.store.promql_source import PromQLGpuSource
 from tests.integration.promql_support import VictoriaMetrics, free_port

@@ -17,8 +17,8 @@ from sits_observe.analytics.batching import (
     StepTime,
     estimate_window,
 )
-from sits_observe.simulator.batching_run import BatchingRun, run_batching, scaled_profile
-from sits_observe.simulator.calibration import H100
+from sits_observe.analytics.step_profiles import H100
+from sits_observe.lab.cluster.batching_run import BatchingRun, run_batching, scaled_profile
 
 STEP_S = 1 / 1240
 LOAD_RPS = 2870.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.simulator.cgroupfs import CgroupDriver, CgroupTree, CgroupValues, Runtime
+from sits_observe.lab.cluster.cgroupfs import CgroupDriver, CgroupTree, CgroupValues, Runtime
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from sits_observe.simulator.cgroupfs import CgroupTree, CgroupValues
+from sits_observe.lab.cluster.cgroupfs import CgroupTree, CgroupValues
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.ingest_outcome import (
     EXIT_NOTHING_STORED,

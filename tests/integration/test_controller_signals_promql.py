@@ -42,7 +42,7 @@ from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.signal_source import SignalMetrics, signals_of
 from sits_observe.control.signal_source_promql import PromQLSignalSettings, PromQLSignalSource
 from sits_observe.control.store_signals import signals_from_store, state_from_store
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient, PromSeries
 from sits_observe.store.promql_signals import SETTLE, PromQLSignalReads

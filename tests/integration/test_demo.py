@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sits_observe.surfaces.demo import SHOWN_TABLES, Demo, DemoSettings
+from sits_observe.lab.demo.demo import SHOWN_TABLES, Demo, DemoSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]
 

@@ -20,14 +20,14 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.collectors.kube_pods import pod_row
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.workload import LoadProfile
+from sits_observe.lab.demo.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
+from sits_observe.lab.kube.publish import pod_body
 from sits_observe.reports import heatmap as heatmap_report
 from sits_observe.reports.window import Window
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.kube_publish import pod_body
-from sits_observe.simulator.workload import LoadProfile
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
 
 pytestmark = pytest.mark.slow
 

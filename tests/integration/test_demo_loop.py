@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from sits_observe.analytics.step_profiles import GPU_PRODUCTS
 from sits_observe.collectors.exposition import parse_exposition
 from sits_observe.collectors.kube_gpu import pod_gpu_request
-from sits_observe.simulator.calibration import GPU_PRODUCTS
-from sits_observe.surfaces.demo import Demo, DemoSettings
+from sits_observe.lab.demo.demo import Demo, DemoSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]
 

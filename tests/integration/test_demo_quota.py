@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 from sits_observe.collectors.kube import KubeInventoryCollector
 from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.settings import Bound, ControllerSettings, Mode, QuotaRuleSettings
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.kube_emulator import KubeEmulator
-from sits_observe.simulator.kube_publish import KubePublisher
-from sits_observe.simulator.kube_workloads import DriverSettings, WorkloadDriver
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.demo.loop import QUOTA_NAME, QUOTA_NAMESPACE, seed_cluster
+from sits_observe.lab.kube.emulator import KubeEmulator
+from sits_observe.lab.kube.publish import KubePublisher
+from sits_observe.lab.kube.workloads import DriverSettings, WorkloadDriver
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop
-from sits_observe.surfaces.demo_loop import QUOTA_NAME, QUOTA_NAMESPACE, seed_cluster
 from sits_observe.surfaces.service.inventory import InventoryLoop
 
 pytestmark = pytest.mark.k8s

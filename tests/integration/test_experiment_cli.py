@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from sits_observe.lab.experiment.png import COLOURS, MARGIN_PX, PANEL_PX
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.experiment_png import COLOURS, MARGIN_PX, PANEL_PX
 from tests.unit.analytics.test_heatmap_png import decode
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from sits_observe.collectors.exposition import parse_exposition
-from sits_observe.surfaces.demo import Demo, DemoSettings
+from sits_observe.lab.demo.demo import Demo, DemoSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]
 

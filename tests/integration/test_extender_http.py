@@ -324,7 +324,7 @@ def test_bind_writes_the_hint_binds_through_the_api_and_assumes_the_pod(store: S
     from kubernetes import client as k8s_client
 
     from sits_observe.control.extender_kube import KubePodApi
-    from sits_observe.simulator.kube_emulator import KubeEmulator
+    from sits_observe.lab.kube.emulator import KubeEmulator
     from sits_observe.surfaces.service.extender import ExtenderSettings
 
     with KubeEmulator() as kube:

@@ -9,7 +9,7 @@ substituted as Grafana would (the "All" value ``.*``, and the first value its
 least one series. Every failure is listed in one assertion message.
 
 The simulator renders dcgm-exporter's default counters but not ``DCGM_FI_PROF_SM_ACTIVE``
-nor ``DCGM_FI_DEV_XID_ERRORS`` (sits_observe/simulator/render.py): the panels reading only
+nor ``DCGM_FI_DEV_XID_ERRORS`` (sits_observe/lab/cluster/render.py): the panels reading only
 those must run without error but may be empty (:data:`NOT_SIMULATED`). Separately, sits and
 DCGM series of the same GPUs must join on the labels both carry.
 """
@@ -29,10 +29,10 @@ import httpx
 import pytest
 import yaml
 
+from sits_observe.lab.demo.demo import DEMO_EXPORTER, Demo, DemoSettings
 from sits_observe.reports.registry import find_report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
-from sits_observe.surfaces.demo import DEMO_EXPORTER, Demo, DemoSettings
 from sits_observe.surfaces.grafana import PanelQuery, dashboards, expand, queries
 from sits_observe.surfaces.grafana import names as m
 from sits_observe.surfaces.grafana.panels import Json

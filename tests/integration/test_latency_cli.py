@@ -386,7 +386,7 @@ def test_heatmap_errors_are_one_line(db: Path, args: tuple[str, ...], message: s
 @pytest.mark.slow
 @pytest.mark.k8s
 def test_both_commands_on_a_demo_database(tmp_path: Path) -> None:
-    from sits_observe.surfaces.demo import Demo, DemoSettings
+    from sits_observe.lab.demo.demo import Demo, DemoSettings
 
     settings = DemoSettings(
         nodes=2, gpus_per_node=4, db_path=tmp_path / "demo.duckdb", workdir=tmp_path, seed=3

@@ -44,14 +44,14 @@ from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.domain.container_fields import FAMILIES
 from sits_observe.domain.tables import conform
 from sits_observe.errors import ConfigError
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.render import dcgm_text
 from sits_observe.reports.baseline import SPEC as BASELINE
 from sits_observe.reports.classes import SPEC as CLASSES
 from sits_observe.reports.result import Report
 from sits_observe.reports.smf import SPEC as SMF
 from sits_observe.reports.spec import PromQLReader, ReportSpec
 from sits_observe.reports.window import Window
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.render import dcgm_text
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient
 from sits_observe.store.promql_source import PromQLContainerSource

@@ -44,8 +44,8 @@ from sits_observe.analytics.trends import TrendClusters, cluster_trends
 from sits_observe.analytics.trends_series import read_occupancy_series
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.vllm import VllmCollector
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.render import dcgm_text
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.render import dcgm_text
 from sits_observe.store import Store
 from sits_observe.store.promql import PromQLClient
 from sits_observe.store.promql_source import PromQLGpuSource, PromQLServerSource

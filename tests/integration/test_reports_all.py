@@ -19,21 +19,23 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.domain.tables import TABLES
-from sits_observe.reports.registry import REPORTS
+from sits_observe.lab.catalog import all_reports
+from sits_observe.lab.demo.demo import DEMO_RECOMMEND_ARGS, Demo, DemoSettings
 from sits_observe.reports.spec import newest
 from sits_observe.reports.window import utc_text
 from sits_observe.store import Store
 from sits_observe.store.reads import rows_between
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.demo import DEMO_RECOMMEND_ARGS, Demo, DemoSettings
 from sits_observe.surfaces.service import ServiceSettings, create_app
 from sits_observe.surfaces.service.loopback import LoopbackService
+
+REPORTS = all_reports()
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]
 TOKEN = "reports-read-token"
 NAMES = sorted(REPORTS)
 #: Settings a report cannot run without (capacity sizes a target load or prices pools).
-#: The demo serves one model, llama2-70b (surfaces/demo.py).
+#: The demo serves one model, llama2-70b (lab/demo/demo.py).
 REQUIRED: dict[str, tuple[str, ...]] = {
     "capacity": ("--model", "llama2-70b", "--target-rps", "5", "--slo-ms", "60000")
 }
@@ -161,7 +163,7 @@ def service(demo_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     shutil.copy(demo_db, copy)
     settings = ServiceSettings.model_validate({"token": TOKEN, "retention_interval_s": 0})
     with Store.open(copy) as store:
-        running = LoopbackService(create_app(settings, store)).start()
+        running = LoopbackService(create_app(settings, store, reports=all_reports)).start()
         try:
             yield running
         finally:

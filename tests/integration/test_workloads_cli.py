@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.reports.registry import REPORTS
+from sits_observe.lab.catalog import all_reports
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
@@ -22,6 +22,8 @@ from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.cli.report_output import table_text
 from tests.golden_support import assert_golden
+
+REPORTS = all_reports()
 
 GIB = 1024**3
 T0 = datetime(2026, 3, 1, 12, 0, 0)

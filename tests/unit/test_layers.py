@@ -12,7 +12,7 @@ CASES = {
     "sits_observe.domain": ["sits_observe.store", "sits_observe.collectors", "fastapi"],
     "sits_observe.store": ["sits_observe.collectors", "sits_observe.surfaces", "kubernetes"],
     "sits_observe.collectors.exposition": ["sits_observe.store", "duckdb"],
-    "sits_observe.simulator.cluster": ["sits_observe.collectors", "sits_observe.store"],
+    "sits_observe.lab.cluster.cluster": ["sits_observe.collectors", "sits_observe.store"],
 }
 
 

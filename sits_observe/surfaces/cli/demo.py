@@ -1,5 +1,5 @@
 """CLI: ``sits-observe demo``, the embedded default (a simulated GPU cluster, see
-:mod:`sits_observe.surfaces.demo`). Shows live progress on stderr; Ctrl-C (or the end of
+:mod:`sits_observe.lab.demo.demo`). Shows live progress on stderr; Ctrl-C (or the end of
 ``--duration``) stops every part cleanly and leaves the DuckDB file. The closing summary says
 how many pods the scheduler placed through the extender, which controller decisions were
 applied in the emulator, and where to look next (docs/demo.md)."""
@@ -17,14 +17,14 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from sits_observe.lab.demo.settings import DemoSettings
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.flags import SettingFlags, with_parameters
 from sits_observe.surfaces.cli.stop_signals import stop_on_signals
 from sits_observe.surfaces.cli.ui import UiServerSettings
-from sits_observe.surfaces.demo_settings import DemoSettings
 
 if TYPE_CHECKING:
-    from sits_observe.surfaces.demo_loop import LoopCounts
+    from sits_observe.lab.demo.loop import LoopCounts
 
 
 #: The demo's settings flags; ``--ui-port`` is the command's own, beside ``--ui / --no-ui``.
@@ -79,7 +79,7 @@ def _run(
 ) -> tuple[dict[str, int], LoopCounts | None, dict[str, int]]:
     """Runs the demo until ``stop`` or its duration; returns what it stored, what the loop
     did and the decisions applied, for the summary."""
-    from sits_observe.surfaces.demo import Demo
+    from sits_observe.lab.demo.demo import Demo
 
     err.print(
         f"starting a simulated cluster: {settings.nodes} nodes x "
@@ -114,7 +114,7 @@ def _run(
 
 
 def _progress(the_demo: object, elapsed_s: float) -> Table:
-    from sits_observe.surfaces.demo import Demo
+    from sits_observe.lab.demo.demo import Demo
 
     assert isinstance(the_demo, Demo)
     table = Table(title=f"sits-observe demo: {elapsed_s:.0f} s, Ctrl-C to stop")
@@ -146,7 +146,7 @@ def _summary(
     loop: LoopCounts | None,
     applied: dict[str, int],
 ) -> None:
-    from sits_observe.surfaces.demo import DEMO_HEATMAP, recommend_command
+    from sits_observe.lab.demo.demo import DEMO_HEATMAP, recommend_command
 
     out.print(f"stored in {db}:")
     for name, rows in counts.items():

@@ -2,7 +2,7 @@
 
 ``experiment --arms kube-default,kube-sits [--seeds 5] [--hours 1] [--nodes 8]
 [--gpus-per-node 8] --format table|json|png [--out FILE]`` runs every arm on every seed
-through the production path (:mod:`sits_observe.surfaces.experiment`) and prints, per arm, the
+through the production path (:mod:`sits_observe.lab.experiment.experiment`) and prints, per arm, the
 mean and min-max over seeds of each measure, issue 10's target per seed, and the headline the
 SITS documents print (utilisation / P95 latency / fragmentation). ``png`` writes the
 fragmentation and allocation over time to ``--out``. Progress and each run's wall time go to
@@ -22,14 +22,14 @@ from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sits_observe.errors import ConfigError
+from sits_observe.lab.experiment.settings import ExperimentSettings
+from sits_observe.lab.experiment.table import ablation_rows, headline, measure_rows
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
 from sits_observe.surfaces.cli.flags import SettingFlags, with_flags
-from sits_observe.surfaces.experiment_settings import ExperimentSettings
-from sits_observe.surfaces.experiment_table import ablation_rows, headline, measure_rows
 
 if TYPE_CHECKING:  # the runner imports the emulator, the service and the agents: lazily
-    from sits_observe.surfaces.experiment import ExperimentResult
+    from sits_observe.lab.experiment.experiment import ExperimentResult
 
 #: ``experiment``'s settings flags (defaults, bounds and help from the model).
 EXPERIMENT = SettingFlags(ExperimentSettings)
@@ -64,8 +64,8 @@ def experiment(
         if fmt is ExperimentFormat.png and out_path is None:
             raise ConfigError("--format png needs --out FILE.png")
         settings = EXPERIMENT.validate(flags, what="experiment")
-        from sits_observe.surfaces.experiment import result_document
-        from sits_observe.surfaces.experiment_png import render_chart
+        from sits_observe.lab.experiment.experiment import result_document
+        from sits_observe.lab.experiment.png import render_chart
 
         result = _run(settings)
         if fmt is ExperimentFormat.png:
@@ -86,7 +86,7 @@ def experiment(
 
 
 def _run(settings: ExperimentSettings) -> ExperimentResult:
-    from sits_observe.surfaces.experiment import run_experiment
+    from sits_observe.lab.experiment.experiment import run_experiment
 
     runs = len(settings.arms) * settings.seeds
     with Progress(

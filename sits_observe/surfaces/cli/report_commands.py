@@ -1,6 +1,7 @@
 """Read commands made from report specs: one generator, the same flags everywhere.
 
-Every report in :data:`sits_observe.reports.registry.REPORTS` becomes a command with
+Every report in :func:`sits_observe.lab.catalog.all_reports` (the product's and the lab's)
+becomes a command with
 
 - a source: ``--db FILE`` (read-only) or ``--service URL`` with a read token
   (``--token-file F`` or ``$SITS_TOKEN``); ``$SITS_DB`` / ``$SITS_SERVICE`` stand in for the
@@ -24,7 +25,7 @@ from typing import Any
 import typer
 
 from sits_observe.errors import ConfigError
-from sits_observe.reports.registry import REPORTS
+from sits_observe.lab.catalog import all_reports
 from sits_observe.reports.remote import fetch_report
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import PromQLReader, ReportSpec, run_promql_report, run_report
@@ -310,7 +311,7 @@ def make_command(
 
 
 #: Commands that only read (what ``kubectl sits`` offers).
-READ_COMMANDS: tuple[str, ...] = tuple(REPORTS)
+READ_COMMANDS: tuple[str, ...] = tuple(all_reports())
 
 
 #: Per report, the flags and after-print step its command adds (see :func:`make_command`).
@@ -321,6 +322,6 @@ COMMAND_EXTRAS: dict[str, tuple[Sequence[inspect.Parameter], AfterPrint | None]]
 
 def register(app: typer.Typer) -> None:
     """Add one command per report to ``app``."""
-    for spec in REPORTS.values():
+    for spec in all_reports().values():
         extra, after = COMMAND_EXTRAS.get(spec.name, ((), None))
         app.command(spec.name, help=spec.summary)(make_command(spec, extra, after))

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.types import ASGIApp
 
+    from sits_observe.reports.spec import ReportSpec
     from sits_observe.store import Store
     from sits_observe.surfaces.service.exporter import Signal
     from sits_observe.surfaces.service.extender import ExtenderServing
@@ -251,6 +252,7 @@ def run_service(
                     exporter_signals=exporter_signals,
                     extender_serving=serving,
                     kube_api=kube_api,
+                    reports=_all_reports,
                 )
             finally:
                 resume_collection()  # the start is over: main paused the collector (startup.py)
@@ -347,3 +349,11 @@ def _close_store(store: Store) -> None:
             "DuckDB replays its write-ahead log",
             exc,
         )
+
+
+def _all_reports() -> Mapping[str, ReportSpec[Any]]:
+    """Every report, the lab's ``whatif`` included, for ``/api/v1/reports/{name}``: imported
+    on the route's first request, as the product's registry is (the extender's cold start)."""
+    from sits_observe.lab.catalog import all_reports
+
+    return all_reports()

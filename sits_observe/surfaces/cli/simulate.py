@@ -6,8 +6,8 @@ all of them, over several seeds, and prints per policy the GPU allocation and fr
 along the arrived load, the arrived load of the first failure and the GPUs left unallocated
 at the end. ``kube-sits`` and ``kube-sits-gpuhint`` run kube-scheduler with the extenders of
 ``--scheduler-config`` and the service's own extender handler in process
-(:mod:`sits_observe.control.replay_extender`). Method and policies:
-docs/analytics/simulator.md; engine: :mod:`sits_observe.analytics.schedsim`.
+(:mod:`sits_observe.lab.replay.extender`). Method and policies:
+docs/analytics/simulator.md; engine: :mod:`sits_observe.lab.replay.replay`.
 """
 
 from __future__ import annotations
@@ -24,27 +24,27 @@ from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sits_observe.analytics.fgd_model import CAUSES
-from sits_observe.analytics.schedsim import (
-    PolicyResult,
-    ReplayResult,
-    SimulationSettings,
-    simulate,
-)
-from sits_observe.analytics.schedsim_policies import Policy
 from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
 from sits_observe.analytics.traces_variants import make_variant
-from sits_observe.control.replay_extender import (
+from sits_observe.errors import ConfigError
+from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,
     REPLAY_POLICIES,
     all_policy_names,
     choose_policies,
 )
-from sits_observe.errors import ConfigError
-from sits_observe.reports.whatif import result_document
+from sits_observe.lab.replay.policies import Policy
+from sits_observe.lab.replay.replay import (
+    PolicyResult,
+    ReplayResult,
+    SimulationSettings,
+    simulate,
+)
+from sits_observe.lab.replay.settings import SimulateRunSettings
+from sits_observe.lab.replay.whatif import result_document
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
-from sits_observe.surfaces.simulate_settings import SimulateRunSettings
 
 #: Curve rows printed in the table format (every 10% of arrived load, plus the end).
 _TABLE_STEP = 10

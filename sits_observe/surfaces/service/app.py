@@ -65,7 +65,11 @@ from sits_observe.surfaces.service.limits import add_limits
 from sits_observe.surfaces.service.metrics import ServiceMetrics, StoreHealthCollector
 from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
-from sits_observe.surfaces.service.report_routes import add_report_routes
+from sits_observe.surfaces.service.report_routes import (
+    Catalog,
+    add_report_routes,
+    product_reports,
+)
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 if TYPE_CHECKING:
@@ -96,13 +100,16 @@ def create_app(
     extender_pods: PodApi | None = None,
     kube_api: Any = None,
     extender_serving: ExtenderServing | None = None,
+    reports: Catalog = product_reports,
 ) -> FastAPI:
     """The service app over ``store``; raises :class:`ConfigError` without a token.
     ``exporter_signals`` are the derived signals on ``/metrics`` (all of them by default);
     ``extender_pods`` (the Kubernetes API) serves the extender's bind verb; ``kube_api``
     (an official-client ``ApiClient``) lets reports read what the store does not keep;
     ``extender_serving`` is the extender already serving (``serve``'s staged start,
-    :mod:`.staged`), else it is set up here from ``extender`` and ``extender_pods``."""
+    :mod:`.staged`), else it is set up here from ``extender`` and ``extender_pods``;
+    ``reports`` gives the reports ``/api/v1/reports/{name}`` answers (the product's by
+    default; ``serve`` adds the lab's)."""
     auth = TokenAuth(settings.resolved_tokens())
     metrics = metrics or ServiceMetrics()
     state = _State()
@@ -158,7 +165,7 @@ def create_app(
     )
     _add_probes(app, store, metrics, state, settings.store_unhealthy_after_s)
     _add_reads(app, store, settings)
-    add_report_routes(app, store, clock, kube_api)
+    add_report_routes(app, store, clock, kube_api, reports)
     # Scheduler extender (POST /scheduler/filter, /scheduler/prioritize; no token, see
     # extender.py): on this app, or alone on the extender port.
     serving = extender_serving or serve_extender(

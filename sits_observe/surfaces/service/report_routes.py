@@ -10,17 +10,19 @@ rule of :mod:`.auth`).
 Errors: an unknown report 404, bad settings or window 400, settings naming files on the
 caller's machine 400, no data in the window 404; each is one ``detail`` line.
 
-The reports (every report and analytics module: about 0.5 s of CPU in imports) load on the
-first request to the route, in the thread pool, not when the service starts: the scheduler
-extender's first answer after a restart does not wait for them (docs/extender.md, cold
-start).
+Which reports there are is the composition root's to say (``catalog``: ``serve`` passes the
+product's and the lab's, :func:`sits_observe.lab.catalog.all_reports`; by default the product's
+registry). The reports (every report and analytics module: about 0.5 s of CPU in imports)
+load on the first request to the route, in the thread pool, not when the service starts:
+the scheduler extender's first answer after a restart does not wait for them
+(docs/extender.md, cold start).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -31,14 +33,32 @@ from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
 from sits_observe.surfaces.service.ingest import problem
 
+if TYPE_CHECKING:
+    from sits_observe.reports.spec import ReportSpec
+
 _WINDOW_KEYS = ("since", "until")
+
+#: The reports the route answers, called on the first request (their imports are heavy).
+Catalog = Callable[[], Mapping[str, "ReportSpec[Any]"]]
+
+
+def product_reports() -> Mapping[str, ReportSpec[Any]]:
+    """The product's report registry (the default catalog)."""
+    from sits_observe.reports.registry import REPORTS  # first use: see the module docstring
+
+    return REPORTS
 
 
 def add_report_routes(
-    app: FastAPI, store: Store, clock: Callable[[], datetime], kube_api: Any = None
+    app: FastAPI,
+    store: Store,
+    clock: Callable[[], datetime],
+    kube_api: Any = None,
+    catalog: Catalog = product_reports,
 ) -> None:
     """Add the reports route to ``app``; with ``kube_api`` (the service's Kubernetes API
-    access) reports with a ``live`` builder read the cluster too (``recommend``: queues)."""
+    access) reports with a ``live`` builder read the cluster too (``recommend``: queues);
+    ``catalog`` gives the reports there are."""
 
     @app.get("/api/v1/reports/{name}", response_model=None)
     async def report(name: str, request: Request) -> JSONResponse:
@@ -58,7 +78,9 @@ def add_report_routes(
         until = request.query_params.get("until")
 
         def answer() -> JSONResponse:
-            return _answer(store, name, values, since, until, now=clock(), kube_api=kube_api)
+            return _answer(
+                store, name, values, since, until, now=clock(), kube_api=kube_api, catalog=catalog
+            )
 
         return await run_in_threadpool(answer)
 
@@ -72,13 +94,14 @@ def _answer(
     *,
     now: datetime,
     kube_api: Any,
+    catalog: Catalog,
 ) -> JSONResponse:
     """The report ``name`` over ``store`` as a JSON answer, or its problem answer."""
     from sits_observe.reports.registry import find_report  # first use: see the docstring
     from sits_observe.reports.spec import run_report
 
     try:
-        spec = find_report(name)
+        spec = find_report(name, catalog())
     except UnknownNameError as exc:
         return problem(404, "unknown_report", str(exc))
     try:

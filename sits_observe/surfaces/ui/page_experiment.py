@@ -1,7 +1,7 @@
 """The what-if page's experiment tab: ``sits-observe experiment`` from the browser.
 
-The same settings, the same run (:func:`sits_observe.surfaces.experiment.run_experiment`) and
-the same rows (:mod:`sits_observe.surfaces.experiment_table`) as the command, with a progress
+The same settings, the same run (:func:`sits_observe.lab.experiment.experiment.run_experiment`) and
+the same rows (:mod:`sits_observe.lab.experiment.table`) as the command, with a progress
 bar over the simulated time, and the chart of fragmentation and allocation over time. The
 defaults here are smaller than the command's (a few minutes of simulated time on four nodes)
 so that a first click answers within about a minute; the command line for the same run is
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import streamlit as st
 from pydantic import ValidationError
 
-from sits_observe.surfaces.experiment_settings import ARM_DOCS, ExperimentSettings
+from sits_observe.lab.experiment.settings import ARM_DOCS, ExperimentSettings
 
 if TYPE_CHECKING:  # the experiment imports the emulator, the service and the agents: lazily
-    from sits_observe.surfaces.experiment import ExperimentResult
+    from sits_observe.lab.experiment.experiment import ExperimentResult
 
 _FIELDS = ExperimentSettings.model_fields
 _DEFAULTS = ExperimentSettings()
@@ -69,7 +69,7 @@ def render_experiment() -> None:
 
 
 def _run(settings: ExperimentSettings) -> ExperimentResult:
-    from sits_observe.surfaces.experiment import run_experiment
+    from sits_observe.lab.experiment.experiment import run_experiment
 
     runs = len(settings.arms) * settings.seeds
     finished: list[float] = []
@@ -88,8 +88,8 @@ def _run(settings: ExperimentSettings) -> ExperimentResult:
 
 
 def _results(result: ExperimentResult) -> None:
-    from sits_observe.surfaces.experiment_png import COLOUR_NAMES, render_chart
-    from sits_observe.surfaces.experiment_table import headline, measure_rows
+    from sits_observe.lab.experiment.png import COLOUR_NAMES, render_chart
+    from sits_observe.lab.experiment.table import headline, measure_rows
 
     seeds = ", ".join(str(s) for s in result.settings.seed_list)
     st.subheader(f"Per arm, seeds {seeds}")

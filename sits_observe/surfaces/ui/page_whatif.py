@@ -8,9 +8,9 @@ from typing import Any
 
 import streamlit as st
 
-from sits_observe.control.replay_extender import all_policy_names
 from sits_observe.domain.units import Unit
-from sits_observe.reports.registry import find_report
+from sits_observe.lab.replay import whatif
+from sits_observe.lab.replay.extender import all_policy_names
 from sits_observe.reports.result import Report
 from sits_observe.surfaces.ui.charts import curve_spec
 from sits_observe.surfaces.ui.config import UiSettings
@@ -63,7 +63,7 @@ def _run(reader: Reader, values: dict[str, Any]) -> None:
 
 
 def _inputs(settings: UiSettings) -> dict[str, Any] | None:
-    fields = find_report("whatif").settings.model_fields
+    fields = whatif.SPEC.settings.model_fields
     kind = st.radio("trace", [_LIVE, _FILES], key="trace_kind", horizontal=True)
     values: dict[str, Any] = {}
     if kind == _FILES:

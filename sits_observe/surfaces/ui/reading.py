@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from sits_observe.errors import ConfigError
+from sits_observe.lab.catalog import all_reports
 from sits_observe.reports.registry import find_report
 from sits_observe.reports.remote import fetch_report
 from sits_observe.reports.result import Report
@@ -54,7 +55,7 @@ class StoreReader:
 
     def report(self, name: str, values: Mapping[str, Any] | None = None) -> Report:
         """See :meth:`Reader.report`."""
-        spec = find_report(name)
+        spec = find_report(name, all_reports())
         settings = spec.validate(values or {})
         if spec.offline is not None and spec.offline(settings):
             return _offline(name, values or {}, self.request)
@@ -75,7 +76,7 @@ class ServiceReader:
     def report(self, name: str, values: Mapping[str, Any] | None = None) -> Report:
         """See :meth:`Reader.report`; settings are checked here first, so a bad value is the
         same one line as with ``--db``."""
-        spec = find_report(name)
+        spec = find_report(name, all_reports())
         settings = spec.validate(values or {})
         if spec.offline is not None and spec.offline(settings):
             return _offline(name, values or {}, self.request)
@@ -89,7 +90,7 @@ class ServiceReader:
 
 def _offline(name: str, values: Mapping[str, Any], request: WindowRequest) -> Report:
     """A report whose settings name every input as local files: no store is read."""
-    spec = find_report(name)
+    spec = find_report(name, all_reports())
     with Store.open(":memory:") as store:
         return run_report(spec, store, request, spec.validate(values))
 

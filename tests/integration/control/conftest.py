@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.record import ControllerMetrics, StoreRecorder
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from sits_observe.collectors.kube_api import KubeJson
 from sits_observe.control.model import Action
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 

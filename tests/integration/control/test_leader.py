@@ -9,7 +9,7 @@ import pytest
 from sits_observe.collectors.kube_api import JsonObject, KubeJson
 from sits_observe.control.leader import LeaderElector
 from sits_observe.control.settings import ControllerSettings
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 from tests.integration.control.conftest import FakeClock
 
 pytestmark = pytest.mark.k8s

@@ -27,9 +27,9 @@ from sits_observe.control.safety import TokenBucket
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.state import read_state
 from sits_observe.control.store_queues import queue_signals
+from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.reports import recommend
 from sits_observe.reports.window import Window
-from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop
 from tests.unit.control.queue_objects import cluster_queue, kai_pod, kai_queue, local_queue

@@ -23,9 +23,9 @@ from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.state import read_state
 from sits_observe.control.store_signals import signals_from_store
 from sits_observe.errors import KubeApiError
+from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.reports import recommend, tenants
 from sits_observe.reports.window import Window
-from sits_observe.simulator.kube_emulator import KubeEmulator
 from sits_observe.store import Store
 
 pytestmark = pytest.mark.k8s

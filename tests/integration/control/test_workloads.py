@@ -24,7 +24,7 @@ from sits_observe.control.record import StoreRecorder, load_history
 from sits_observe.control.safety import TokenBucket
 from sits_observe.control.settings import ControllerSettings
 from sits_observe.control.state import read_state
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from tests.integration.control.conftest import WORKLOAD_PODS, FakeClock, seed_workloads
 from tests.integration.control.signals import workload_signals

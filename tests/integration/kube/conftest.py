@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s_client
 
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 
 
 @pytest.fixture

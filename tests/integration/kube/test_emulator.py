@@ -10,7 +10,7 @@ from kubernetes import client as k8s_client
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from sits_observe.simulator.kube_emulator import RESOURCES, KubeEmulator, api_client_for
+from sits_observe.lab.kube.emulator import RESOURCES, KubeEmulator, api_client_for
 from tests.integration.kube import bodies
 
 pytestmark = pytest.mark.k8s

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 
 pytestmark = pytest.mark.k8s
 

@@ -10,13 +10,13 @@ import pytest
 from kubernetes import client as k8s_client
 
 from sits_observe.collectors.kube_gpu import hami_allocation, pod_gpu_request
-from sits_observe.control.scheduler_nodes import read_gpu_request
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.kube_emulator import KubeEmulator
-from sits_observe.simulator.kube_publish import KubePublisher, pending_pod_body
-from sits_observe.simulator.kube_workloads import DriverSettings, WorkloadDriver
-from sits_observe.simulator.kubelet import KubeletSettings, SimulatedKubelet
-from sits_observe.simulator.pod_specs import PodSpec
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet
+from sits_observe.lab.cluster.pod_specs import PodSpec
+from sits_observe.lab.kube.emulator import KubeEmulator
+from sits_observe.lab.kube.publish import KubePublisher, pending_pod_body
+from sits_observe.lab.kube.workloads import DriverSettings, WorkloadDriver
+from sits_observe.lab.scheduler.nodes import read_gpu_request
 
 pytestmark = pytest.mark.k8s
 

@@ -18,12 +18,12 @@ import pytest
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
 
-from sits_observe.analytics.kube_scheduler import Extender, KubeScheduler
-from sits_observe.analytics.kube_scheduler_config import ExtenderConfig, SchedulerConfig
 from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.scheduler_http import HttpExtenderTransport
-from sits_observe.control.scheduler_loop import LiveScheduler
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
+from sits_observe.lab.scheduler.config import ExtenderConfig, SchedulerConfig
+from sits_observe.lab.scheduler.http import HttpExtenderTransport
+from sits_observe.lab.scheduler.loop import LiveScheduler
+from sits_observe.lab.scheduler.model import Extender, KubeScheduler
 
 pytestmark = pytest.mark.k8s
 

@@ -11,7 +11,7 @@ from kubernetes import client as k8s_client
 from typer.testing import CliRunner
 
 from sits_observe.domain.tables import CONTAINER_SAMPLES
-from sits_observe.simulator.kube_emulator import KubeEmulator, write_kubeconfig
+from sits_observe.lab.kube.emulator import KubeEmulator, write_kubeconfig
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 from tests.integration.kube import bodies

@@ -12,7 +12,7 @@ from kubernetes import client as k8s_client
 from sits_observe.collectors.kube import KubeInventoryCollector, KubeInventorySettings
 from sits_observe.domain.tables import NODES, PODS
 from sits_observe.errors import CollectorError
-from sits_observe.simulator.kube_emulator import KubeEmulator
+from sits_observe.lab.kube.emulator import KubeEmulator
 from tests.integration.kube import bodies
 from tests.integration.kube.bodies import container
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.kube_emulator import KubeEmulator
-from sits_observe.simulator.kube_publish import KubePublisher
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.kube.emulator import KubeEmulator
+from sits_observe.lab.kube.publish import KubePublisher
 from sits_observe.store import Store
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]

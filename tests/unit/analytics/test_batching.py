@@ -18,7 +18,7 @@ from sits_observe.analytics.batching import (
     estimate_window,
     recommend,
 )
-from sits_observe.simulator.calibration import GpuLatencyProfile
+from sits_observe.analytics.step_profiles import GpuLatencyProfile
 
 _TOKENS = (128.0, 256.0)
 _ONES = (1.0, 1.0)

@@ -22,8 +22,8 @@ from sits_observe.analytics.source import (
 from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.vllm import VllmCollector
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.render import dcgm_text
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.render import dcgm_text
 from sits_observe.store import Store
 from sits_observe.store.promql_source import SNAPSHOT_SCHEMA
 from tests.integration.promql_support import E2E_BOUNDS, VllmServer

@@ -1,10 +1,11 @@
-"""The ``sits`` order shared by the replay policy and the extender (analytics/sits_order.py)."""
+"""The ``sits`` order shared by the replay policy and the extender
+(analytics/placement/sits_order.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sits_observe.analytics.sits_order import (
+from sits_observe.analytics.placement.sits_order import (
     CPU_SHORT_STEP_MILLI,
     RankKeys,
     cpu_short_steps,

@@ -8,7 +8,7 @@ import pytest
 from sits_observe.analytics.traces import NodeList, PodList
 from sits_observe.analytics.traces_variants import make_variant
 from sits_observe.errors import ConfigError
-from tests.unit.analytics.test_schedsim import synthetic_trace
+from tests.unit.lab.test_schedsim import synthetic_trace
 
 NODES, PODS = synthetic_trace(nodes=24, pods=4000, seed=11)
 GPU = PODS.num_gpu > 0

@@ -17,8 +17,8 @@ from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.agent.latest import LABELS
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.domain.dcgm_fields import FIELDS
-from sits_observe.simulator.cluster import SimulatedCluster
-from sits_observe.simulator.render import dcgm_text
+from sits_observe.lab.cluster.cluster import SimulatedCluster
+from sits_observe.lab.cluster.render import dcgm_text
 from tests.unit.collectors.test_agent_loop import FakeService, GpuCounter, make_loop, metric
 
 AT = datetime(2026, 11, 1, 12, 0, 0, 250_000)

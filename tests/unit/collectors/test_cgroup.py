@@ -2,7 +2,7 @@
 
 Two kinds of tree: ones written here by hand with literal kernel-format contents (so the
 collector is not only checked against its own project's writer), and ones laid out by
-``sits_observe.simulator.cgroupfs``. Faults the test process cannot cause for real (tests
+``sits_observe.lab.cluster.cgroupfs``. Faults the test process cannot cause for real (tests
 run as root, so chmod never denies) come from an injected ``read_file``.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from sits_observe.collectors.cgroup import CgroupCollector, read_cgroup_file
 from sits_observe.domain.tables import CONTAINER_SAMPLES
 from sits_observe.errors import CollectorError
-from sits_observe.simulator.cgroupfs import (
+from sits_observe.lab.cluster.cgroupfs import (
     CgroupDriver,
     CgroupTree,
     CgroupValues,
@@ -460,7 +460,7 @@ def test_reader_returns_files_longer_than_one_read(tmp_path: Path) -> None:
 
 def test_slow_files_are_read_every_nth_collect_and_reused_between(tmp_path: Path) -> None:
     """Limits, events and PSI are read on every n-th collect; fast files on every one."""
-    from sits_observe.simulator.cgroupfs import CgroupTree, CgroupValues
+    from sits_observe.lab.cluster.cgroupfs import CgroupTree, CgroupValues
 
     tree = CgroupTree(tmp_path)
     cid = "ab" * 32

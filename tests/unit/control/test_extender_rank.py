@@ -9,7 +9,7 @@ from sits_observe.analytics.fgd_cluster import ClusterState
 from sits_observe.analytics.fgd_index import FragmentationIndex
 from sits_observe.analytics.fgd_model import PodShape
 from sits_observe.analytics.fgd_workload import TargetWorkload
-from sits_observe.analytics.sits_order import RankKeys
+from sits_observe.analytics.placement.sits_order import RankKeys
 from sits_observe.control.extender_gpus import node_choices
 from sits_observe.control.extender_rank import ranked_scores
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sits_observe.errors import ConfigError, NoDataError
+from sits_observe.lab.replay.whatif import SPEC, WhatIfQuery, is_trace
+from sits_observe.lab.replay.whatif_trace import trace_from_store
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
-from sits_observe.reports.whatif import SPEC, WhatIfQuery, is_trace
-from sits_observe.reports.whatif_trace import trace_from_store
 from sits_observe.reports.window import Window, WindowRequest
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.report_output import table_text

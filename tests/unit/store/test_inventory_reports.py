@@ -25,11 +25,13 @@ import pytest
 
 from sits_observe.domain.tables import conform
 from sits_observe.errors import SitsError
-from sits_observe.reports.registry import REPORTS
+from sits_observe.lab.catalog import all_reports
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
 from sits_observe.store.inventory import InventorySettings
+
+REPORTS = all_reports()
 
 T0 = datetime(2026, 11, 2, 8, 0, 0)
 MINUTES = 40

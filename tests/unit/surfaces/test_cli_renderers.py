@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 from sits_observe.analytics.fgd_cluster import ClusterState
 from sits_observe.analytics.fgd_model import CAUSES, PodShape
 from sits_observe.analytics.fgd_workload import TypicalPodSettings, typical_pods
-from sits_observe.analytics.schedsim_results import PolicyResult, Spread
 from sits_observe.analytics.trends import EpsChoice, SeriesPoint, TrendCluster, TrendClusters
 from sits_observe.analytics.trends_series import TrendLevel
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.domain.tables import GPU_SAMPLES, conform
 from sits_observe.errors import ConfigError
+from sits_observe.lab.replay.results import PolicyResult, Spread
 from sits_observe.reports import fragmentation, heatmap, latency, recommend, smf, timeline, trends
 from sits_observe.reports.heatmap_maps import heatmaps_of
 from sits_observe.reports.result import Report, table_of

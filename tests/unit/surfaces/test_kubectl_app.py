@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from sits_observe.reports.registry import REPORTS
+from sits_observe.lab.catalog import all_reports
 from sits_observe.surfaces.cli.main import app, kubectl_app
+
+REPORTS = all_reports()
 
 
 def commands(of: typer.Typer) -> set[str]:

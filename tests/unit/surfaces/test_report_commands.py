@@ -10,11 +10,15 @@ from typer.testing import CliRunner
 
 from sits_observe.domain.validation import validate_settings
 from sits_observe.errors import ConfigError, UnknownNameError
-from sits_observe.reports.registry import REPORTS, find_report
+from sits_observe.lab.catalog import all_reports
+from sits_observe.reports.registry import find_report
 from sits_observe.reports.result import col, table_of
 from sits_observe.surfaces.cli.flags import field_help, option_names, setting_options
 from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.cli.report_output import Output, pick_columns
+
+REPORTS = all_reports()
+REPORTS_ALL = all_reports()
 
 
 class Mode(StrEnum):
@@ -41,7 +45,7 @@ def test_each_simple_field_becomes_one_option_with_default_bounds_and_unit() -> 
     assert params["raw"].default.param_decls == ("--raw/--no-raw",)
     assert all(p.default.default is None for p in params.values())  # the model's default wins
     # A field may name its flags, a short alias first: json_schema_extra={"flags": [...]}.
-    recommend = {p.name: p for p in setting_options(find_report("recommend").settings)}
+    recommend = {p.name: p for p in setting_options(find_report("recommend", REPORTS_ALL).settings)}
     assert recommend["namespace"].default.param_decls == ("-n", "--namespace")
 
 
@@ -71,7 +75,7 @@ def test_every_report_has_a_command_whose_help_lists_its_settings() -> None:
 
 def test_unknown_report_and_column_names_list_what_exists() -> None:
     with pytest.raises(UnknownNameError, match="the reports are"):
-        find_report("nope")
+        find_report("nope", REPORTS_ALL)
     table = table_of("t", "t", [{"a": 1, "b": 2}], (col("a", "alpha"), col("b", "beta", wide=True)))
     assert [c.name for c in pick_columns(table, Output.table, None)] == ["a"]
     assert [c.name for c in pick_columns(table, Output.wide, None)] == ["a", "b"]

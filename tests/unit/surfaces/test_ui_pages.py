@@ -22,11 +22,14 @@ from streamlit.testing.v1 import AppTest
 
 from sits_observe.domain.tables import conform
 from sits_observe.domain.units import Unit, human
+from sits_observe.lab.catalog import all_reports
 from sits_observe.reports.registry import find_report
 from sits_observe.reports.result import Report, ReportTable
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
+
+REPORTS_ALL = all_reports()
 
 APP = Path(__file__).resolve().parents[3] / "dashboards" / "app.py"
 #: An hour ago, to the minute (naive UTC): inside the app's window (``--since 7d``, to now).
@@ -208,7 +211,7 @@ SINCE = "7d"
 
 def report_on(db: Path, name: str, **values: Any) -> Report:
     """Report ``name`` on ``db`` over the pages' window, as ``sits-observe NAME --db``."""
-    spec = find_report(name)
+    spec = find_report(name, REPORTS_ALL)
     with Store.open(db, read_only=True) as store:
         return run_report(spec, store, WindowRequest.parse(SINCE, None), spec.validate(values))
 

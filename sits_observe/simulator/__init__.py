@@ -1,1 +1,0 @@
-"""simulator layer (see docs/architecture.md)."""
