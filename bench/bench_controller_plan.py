@@ -19,8 +19,8 @@ The ``naive`` baseline computes the same cold decisions object by object in plai
 calling scalar rule functions (``memory_class``, ``time_slice``, ``recommend_priority``,
 ``elastic_quota``: the plain-Python versions the tests keep as the oracle of the vectorised
 rules, ``tests/unit/analytics/class_oracle.py``; and ``recommend_topology``) and building a
-:class:`~sits_observe.control.model.Decision` per proposal, with dictionary look-ups for the
-current state: what a straightforward per-object controller would do. It skips the safety
+:class:`~sits_observe.control.controller.model.Decision` per proposal, with dictionary look-ups for
+the current state: what a straightforward per-object controller would do. It skips the safety
 steps, so it flatters the baseline.
 
 Median of ``--runs`` runs (default 5) after one warm-up, the three contenders interleaved
@@ -46,18 +46,18 @@ import polars as pl
 # The naive baseline's rules are the tests' scalar oracle (tests/ beside bench/).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sits_observe.analytics.classes import ElasticSignals, Task
-from sits_observe.analytics.interference import InterferenceScore, recommend_topology
-from sits_observe.control.inputs import CurrentState, History, Signals
-from sits_observe.control.model import (
-    Action,
+from sits_observe.analytics.classes.classify import ElasticSignals, Task
+from sits_observe.analytics.topology.interference import InterferenceScore, recommend_topology
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.model import (
     Decision,
     ObjectRef,
     Recommendation,
     recommendation_annotation,
 )
-from sits_observe.control.plan import plan
-from sits_observe.control.settings import QUOTA_RESOURCES, ControllerSettings
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.settings import QUOTA_RESOURCES, ControllerSettings
 from tests.unit.analytics.class_oracle import (
     elastic_quota,
     memory_class,

@@ -50,14 +50,14 @@ import numpy as np
 import sklearn
 from sklearn.cluster import DBSCAN, KMeans
 
-from sits_observe.analytics.trends import (
+from sits_observe.analytics.trends.clusters import (
     TrendSettings,
     choose_eps,
     cluster_features,
     resolution_eps,
     scale_features,
 )
-from sits_observe.analytics.trends_features import series_features
+from sits_observe.analytics.trends.features import series_features
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"

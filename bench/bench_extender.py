@@ -47,15 +47,16 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from sits_observe.control.extender_scoring import (
+from sits_observe.control.extender.scoring import (
     MAX_SCORE,
     PodRequest,
     ScoringSettings,
     memory_need,
     prioritize,
 )
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.control.extender_wire import host_priority_json, parse_extender_args
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
 from sits_observe.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -64,9 +64,10 @@ import httpx
 from _docs import write_block
 from bench_extender import POD, TOKEN, fill_store, free_port
 
-from sits_observe.control.extender_scoring import ScoringSettings, prioritize
-from sits_observe.control.extender_view import ViewSettings, build_view
-from sits_observe.control.extender_wire import host_priority_json, parse_extender_args
+from sits_observe.control.extender.scoring import ScoringSettings, prioritize
+from sits_observe.control.extender.view import build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
 from sits_observe.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ TARGET_MS = 850.0
 #: server modules ``run_service`` imports.
 FLOOR_CODE = (
     "from sits_observe.surfaces.cli.main import build_app; build_app('serve'); "
-    "import sits_observe.surfaces.service.app, sits_observe.surfaces.service.server"
+    "import sits_observe.surfaces.service.app, sits_observe.surfaces.service.http.server"
 )
 #: The name of the package under test, and of the one ``--baseline`` names.
 CHECKOUT, BASELINE = "this checkout", "baseline"

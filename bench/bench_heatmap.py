@@ -12,7 +12,7 @@ rows are in arrival order, so ``ts`` is not sorted. 0.1 % of the requests failed
 Timed, each run in a fresh child process (so peak RSS is that run's alone), the store opened
 and the libraries imported before the clock starts:
 
-- ``sits``: :func:`sits_observe.analytics.heatmap.compute_heatmaps` with 1 s windows, 100 ms
+- ``sits``: :func:`sits_observe.analytics.heatmap.grid.compute_heatmaps` with 1 s windows, 100 ms
   latency bins, 10 requests/s throughput bins and a 1 s SLO: windows with exact P50/P95/P99,
   cells, per-throughput-bin quantiles, knee and safe maximum. All in DuckDB.
 - ``pandas``: the same output written plainly with pandas (``groupby().quantile()``,
@@ -117,7 +117,7 @@ def generate(path: Path, requests: int, seed: int = 11) -> None:
 
 
 def child_sits(db: Path, out: Path, sample_duckdb: bool, evidence: bool = True) -> dict[str, Any]:
-    from sits_observe.analytics.heatmap import compute_heatmaps, heatmap_settings
+    from sits_observe.analytics.heatmap.grid import compute_heatmaps, heatmap_settings
     from sits_observe.store import Store
 
     settings = heatmap_settings(

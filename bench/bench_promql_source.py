@@ -28,13 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _dcgm_fleet import generate
 
-from sits_observe.analytics.interference import SAMPLE_COLUMNS
 from sits_observe.analytics.source import DuckGpuSource, occupancy_from_samples
-from sits_observe.analytics.trends_series import read_occupancy_series
+from sits_observe.analytics.topology.interference import SAMPLE_COLUMNS
+from sits_observe.analytics.trends.series import read_occupancy_series
 from sits_observe.collectors.dcgm import DcgmParser
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.source import PromQLGpuSource
 from tests.integration.promql_support import VictoriaMetrics, grid_start, stamped
 
 

@@ -9,7 +9,7 @@ plus rare bursts (0.5 % of minutes, up to +30 %).
 Timed, each in a fresh child process (peak RSS = VmHWM of that run; the Parquet file read and
 the libraries imported before the clock starts):
 
-- ``sits``: :func:`sits_observe.analytics.rightsizing.recommend_frame` by workload: 15-minute
+- ``sits``: :func:`sits_observe.analytics.rightsizing.memory.recommend_frame` by workload: 15-minute
   peaks per pod, the decaying histogram (half-life 24 h, 5 % buckets) and P50 / P95 / P99 per
   workload with the bounds and confidence;
 - ``pandas``: the same per-workload percentiles written plainly in pandas: ``groupby().max()``
@@ -104,7 +104,7 @@ def _rss_mb() -> float:
 def child_sits(data: Path, out: Path) -> dict[str, Any]:
     import polars as pl
 
-    from sits_observe.analytics.rightsizing import RightsizingSettings, recommend_frame
+    from sits_observe.analytics.rightsizing.memory import RightsizingSettings, recommend_frame
 
     frame = pl.read_parquet(data)
     settings = RightsizingSettings(

@@ -3,7 +3,7 @@
 Data: the Alibaba GenAI trace's per-container GPU telemetry (cluster-trace-v2026-GenAI, half
 of the 144 containers: 76), one sample a minute for about a day, read where it lies
 (``../shared/data/traces/alibaba-genai-v2026/``, never copied). Fit on the first part of the
-day, check on the rest (:mod:`sits_observe.analytics.rightsizing_backtest`): per strategy the
+day, check on the rest (:mod:`sits_observe.analytics.rightsizing.backtest`): per strategy the
 share of checked minutes above the reservation (the OOM risk) and the reserved-but-unused
 memory (the waste), per container-minute.
 
@@ -24,7 +24,7 @@ containers one workload (VPA pools the pods of one owner). A risk-matched sweep 
 the margin of krr's rule (max x (1 + m)) and of sits' (P95 of 15-minute peaks x (1 + m)) and
 compares the waste at equal risk. The half-life is chosen on half of the containers (by the
 MD5 of their id) and checked on the other half (:func:`held_out`). Idle-GPU detection runs on
-the duty-cycle file of the same containers (:mod:`sits_observe.analytics.idle_gpus`).
+the duty-cycle file of the same containers (:mod:`sits_observe.analytics.fragmentation.idle_gpus`).
 
 ``--record`` writes the report into docs/benchmarks.md and docs/analytics/rightsizing.md
 between the rightsizing-bench markers.
@@ -42,9 +42,8 @@ from pathlib import Path
 import polars as pl
 from _docs import write_block
 
-from sits_observe.analytics.idle_gpus import IdleSettings, holdings
-from sits_observe.analytics.rightsizing import RightsizingSettings
-from sits_observe.analytics.rightsizing_backtest import (
+from sits_observe.analytics.fragmentation.idle_gpus import IdleSettings, holdings
+from sits_observe.analytics.rightsizing.backtest import (
     BacktestRow,
     Split,
     Strategy,
@@ -55,7 +54,8 @@ from sits_observe.analytics.rightsizing_backtest import (
     vpa_method,
     whole_gpu,
 )
-from sits_observe.analytics.traces_genai import DUTY_FILE, MEMORY_FILE, load_duty_cycle, load_memory
+from sits_observe.analytics.rightsizing.memory import RightsizingSettings
+from sits_observe.analytics.traces.genai import DUTY_FILE, MEMORY_FILE, load_duty_cycle, load_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "traces" / "alibaba-genai-v2026"

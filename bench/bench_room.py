@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench_schedsim import TRACE, load_trace
 
-from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
+from sits_observe.analytics.traces.variants import STUDY_VARIANTS, make_variant
 from sits_observe.lab.replay import replay as schedsim
 from sits_observe.lab.replay.extender import KUBE_SITS, replay_policies
 from sits_observe.lab.replay.policies import Policy

@@ -60,12 +60,17 @@ from pathlib import Path
 
 import numpy as np
 
-from sits_observe.analytics.fgd_model import CAUSES, MILLI_PER_GPU
-from sits_observe.analytics.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd_model import CAUSES, MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.placement.fgd_score import fgd_score
-from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
-from sits_observe.analytics.traces_variants import STUDY_VARIANTS, make_variant
-from sits_observe.control.extender_scoring import ScoringSettings
+from sits_observe.analytics.traces.cluster_trace import (
+    NodeList,
+    PodList,
+    load_node_list,
+    load_pod_list,
+)
+from sits_observe.analytics.traces.variants import STUDY_VARIANTS, make_variant
+from sits_observe.control.extender.scoring import ScoringSettings
 from sits_observe.lab.replay import replay as schedsim
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,
@@ -353,7 +358,7 @@ def render_table(
         f"Python {platform.python_version()}, {args.workers} worker processes; {load} "
         "(a shared machine: other jobs ran alongside, so the seconds are upper bounds).",
         f"Workloads: the Alibaba default pod list and the study's variants generated from it "
-        f"({', '.join(STUDY_VARIANTS)}; `analytics/traces_variants.py`), 1,213 nodes / 6,212 "
+        f"({', '.join(STUDY_VARIANTS)}; `analytics/traces/variants.py`), 1,213 nodes / 6,212 "
         "GPUs, 130% arrived; seeds 0 to n-1 (n per workload in the table); node-order ties "
         "for the ATC'23 policies, kube-scheduler's random ties for the kube-* ones.",
         "",

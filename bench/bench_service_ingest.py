@@ -79,7 +79,7 @@ def node_template() -> dict[str, pa.Table]:
     from _dcgm_fleet import generate
     from bench_agent_cost import write_cgroup_tree
 
-    from sits_observe.collectors.cgroup import CgroupCollector
+    from sits_observe.collectors.cgroup.collector import CgroupCollector
     from sits_observe.collectors.dcgm import parse_dcgm
 
     now = datetime.now(UTC)
@@ -317,7 +317,7 @@ def drive(target: str, url: str, args: argparse.Namespace, agents: int) -> Tally
 def serve_child(spec: str) -> None:
     """Run the service as ``sits-observe serve`` does, from a JSON settings spec."""
     from sits_observe.surfaces.cli.serve import run_service
-    from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+    from sits_observe.surfaces.service.exporter.settings import ExporterSettings
     from sits_observe.surfaces.service.settings import ServiceSettings
 
     settings = ServiceSettings.model_validate(json.loads(spec))
@@ -472,7 +472,7 @@ COLUMNS = (
 
 
 def main() -> None:
-    from sits_observe.surfaces.service.limits import HttpLimits
+    from sits_observe.surfaces.service.http.limits import HttpLimits
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--serve-child", help=argparse.SUPPRESS)

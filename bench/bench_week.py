@@ -64,7 +64,7 @@ from sits_observe.reports.registry import find_report  # noqa: E402
 from sits_observe.reports.spec import PromQLReader, run_promql_report, run_report  # noqa: E402
 from sits_observe.reports.window import WindowRequest  # noqa: E402
 from sits_observe.store import Store  # noqa: E402
-from sits_observe.store.promql import PromQLClient  # noqa: E402
+from sits_observe.store.promql.client import PromQLClient  # noqa: E402
 from sits_observe.store.retention import enforce_retention  # noqa: E402
 from tests.integration.promql_support import VictoriaMetrics  # noqa: E402
 
@@ -120,7 +120,7 @@ GPU_COLUMNS = (
 )
 #: Every value column the agent exports for a container (domain/container_fields.py).
 CONTAINER_COLUMNS = tuple(f.column for f in CONTAINER_FAMILIES)
-#: What the PromQL reports above read (store/promql_source.py): framebuffer and activity for
+#: What the PromQL reports above read (store/promql/source.py): framebuffer and activity for
 #: SMF, trends, interference and the elastic rule; the default baseline's GPU metric; the
 #: cgroup memory for SMF and the container baseline.
 READ_GPU = GPU_COLUMNS[:13]

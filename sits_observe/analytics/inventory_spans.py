@@ -12,7 +12,7 @@ the snapshots of ``[since, until)`` are a function of two spans of stored rows
 
 Both are wider than the rows read only where the clock cannot move a row into the read (the
 other kind, later epochs); the bounds that follow the clock (``until``, pod start's creation
-window) are the reads' own, as :mod:`sits_observe.surfaces.service.exporter_reads` requires.
+window) are the reads' own, as :mod:`sits_observe.surfaces.service.exporter.reads` requires.
 ``E`` is read from the snapshots of the first span, so when that span's fingerprint is equal
 the second span is the same span, and equal fingerprints of both mean the same view rows
 (:mod:`sits_observe.analytics.row_changes`). An analysis that also asks whether a view is
@@ -26,10 +26,10 @@ of the snapshots those rows came from, so they declare their reads twice
 (:class:`~sits_observe.analytics.row_changes.ByContent`): the spans, and the fingerprints of
 the rows read without their snapshot times, compared only when a span changed:
 
-- :func:`live_cluster_reads`: what :func:`~sits_observe.analytics.fgd_live.live_cluster`
-  reads (the exporter's call: no window): :func:`live_cluster_spans`, and the rows of the
-  latest node and pod snapshots and of the workload M (:func:`live_cluster_rows`; M's from the
-  versions, :func:`workload_fingerprint`);
+- :func:`live_cluster_reads`: what
+  :func:`~sits_observe.analytics.fragmentation.fgd_live.live_cluster` reads (the exporter's call: no
+  window): :func:`live_cluster_spans`, and the rows of the latest node and pod snapshots and of the
+  workload M (:func:`live_cluster_rows`; M's from the versions, :func:`workload_fingerprint`);
 - :func:`pod_start_reads`: what :func:`~sits_observe.analytics.timeline.load_pods` reads:
   :func:`pod_start_spans`, and its rows without ``ts``.
 
@@ -116,9 +116,9 @@ def live_cluster_spans(store: Store, *, since_s: float | None) -> tuple[RowSpan,
     """What ``live_cluster(store, since_s=since_s)`` reads: the latest node snapshot, the
     latest pod snapshot and the pods ``since_s`` before it. None when a pod of the latest
     snapshot names assigned GPUs (``gpu_uuids``): then the GPU samples of the
-    :data:`~sits_observe.analytics.fgd_live.DEVICES_SINCE_S` before the node snapshot are read
-    too, and in a fleet they change between any two passes (and an hour of them costs more to
-    fingerprint than the signal)."""
+    :data:`~sits_observe.analytics.fragmentation.fgd_live.DEVICES_SINCE_S` before the node snapshot
+    are read too, and in a fleet they change between any two passes (and an hour of them costs more
+    to fingerprint than the signal)."""
     nodes_at = store.scalar("SELECT max(ts) FROM inventory_snapshots WHERE kind = 'nodes'")
     pods_at = store.scalar("SELECT max(ts) FROM inventory_snapshots WHERE kind = 'pods'")
     spans = [SNAPSHOTS]
@@ -144,7 +144,7 @@ def live_cluster_rows(store: Store, *, since_s: float | None) -> tuple[Fingerpri
     :func:`workload_fingerprint`). FGD's answer is a function of those rows alone (node and
     pod order is its own: sorted by name)."""
     # fgd_live (numpy, the FGD model) is imported by the first pass, not at service start.
-    from sits_observe.analytics.fgd_live import NODE_COLUMNS, POD_COLUMNS
+    from sits_observe.analytics.fragmentation.fgd_live import NODE_COLUMNS, POD_COLUMNS
 
     nodes_at = store.scalar("SELECT max(ts) FROM node_snapshots")
     pods_at = store.scalar("SELECT max(ts) FROM pod_snapshots")

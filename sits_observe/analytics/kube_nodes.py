@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.traces import NodeList
+from sits_observe.analytics.traces.cluster_trace import NodeList
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -393,7 +393,7 @@ def load_price_table(path: Path) -> PriceTable:
         ) from exc
 
 
-# :mod:`sits_observe.analytics.heatmap`: its bins are whole microseconds, decided exactly.
+# :mod:`sits_observe.analytics.heatmap.grid`: its bins are whole microseconds, decided exactly.
 US_PER_S = 1_000_000
 US_PER_MS = 1_000
 #: Most decimal places a heatmap throughput bin width may have.
@@ -455,7 +455,7 @@ class HeatmapSettings(BaseModel):
         return int(exact(self.latency_bin_ms) * US_PER_MS)
 
 
-# :mod:`sits_observe.analytics.smf`.
+# :mod:`sits_observe.analytics.fragmentation.smf`.
 class SmfSettings(BaseModel):
     """How cgroup and GPU samples are aligned for the SMF fragmentation rate."""
 
@@ -470,7 +470,7 @@ class SmfSettings(BaseModel):
     )
 
 
-# :mod:`sits_observe.analytics.trends`.
+# :mod:`sits_observe.analytics.trends.clusters`.
 class TrendSettings(BaseModel):
     """Knobs of trend clustering; units in every name."""
 
@@ -522,7 +522,7 @@ class TrendSettings(BaseModel):
     )
 
 
-# :mod:`sits_observe.analytics.idle_gpus`.
+# :mod:`sits_observe.analytics.fragmentation.idle_gpus`.
 class IdleSettings(BaseModel):
     """Floors and shares of the idle and oversized rules (ratios 0-1)."""
 

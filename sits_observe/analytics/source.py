@@ -4,10 +4,10 @@ Small Protocols let an analysis run on either store (docs/scaling.md):
 
 - :class:`GpuSeriesSource`: ``gpu_samples(since, until, step_s=, columns=)`` -> an Arrow table
   in the ``gpu_samples`` schema. :class:`DuckGpuSource` reads the store's table;
-  ``sits_observe.store.promql_source.PromQLGpuSource`` reads dcgm-exporter series.
+  ``sits_observe.store.promql.source.PromQLGpuSource`` reads dcgm-exporter series.
 - :class:`ContainerSeriesSource`: ``container_samples(...)`` alike, in the
   ``container_samples`` schema. :class:`DuckContainerSource` reads the store's table;
-  ``sits_observe.store.promql_source.PromQLContainerSource`` reads the node agent's cgroup
+  ``sits_observe.store.promql.source.PromQLContainerSource`` reads the node agent's cgroup
   families (cAdvisor's names).
 - :class:`ServerWindowSource`: ``server_windows(since, until)`` -> the ``server_windows``
   schema. :class:`DuckServerWindows` reads the store's table; :class:`SnapshotServerWindows`
@@ -35,8 +35,13 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from sits_observe.analytics.latency import ESTIMATE_GROUPS, GroupBy, RequestSelection, check_group
-from sits_observe.analytics.trends_series import (
+from sits_observe.analytics.serving.latency import (
+    ESTIMATE_GROUPS,
+    GroupBy,
+    RequestSelection,
+    check_group,
+)
+from sits_observe.analytics.trends.series import (
     OccupancySeries,
     TrendLevel,
     auto_bucket_s,
@@ -290,7 +295,7 @@ def _window_row(
 def estimate_windows_from(
     windows: pa.Table, *, by: GroupBy = "model", selection: RequestSelection | None = None
 ) -> pa.Table:
-    """:func:`sits_observe.analytics.latency.estimate_windows` on a ``server_windows`` table
+    """:func:`sits_observe.analytics.serving.latency.estimate_windows` on a ``server_windows`` table
     instead of the store: same columns, same filter (``completed > 0``), same order."""
     import polars as pl  # on first use: the module docstring
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sits_observe.collectors.cgroup_paths import parse_cgroup_path
+from sits_observe.collectors.cgroup.paths import parse_cgroup_path
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.tables import GPU_PROCESSES, GPU_SAMPLES
 from sits_observe.domain.times import utc_naive

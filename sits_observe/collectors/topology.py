@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sits_observe.collectors.numa_files import (
+from sits_observe.collectors.cgroup.numa_files import (
     cpus_of_mask,
     format_cpulist,
     parse_cpulist,

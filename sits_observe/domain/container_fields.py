@@ -2,7 +2,7 @@
 
 Shared by the agent, which serves its latest cgroup samples on ``/metrics``
 (:mod:`sits_observe.collectors.agent.latest`), and the PromQL source that reads them back
-from a Prometheus-compatible store (:mod:`sits_observe.store.promql_source`), so the two
+from a Prometheus-compatible store (:mod:`sits_observe.store.promql.source`), so the two
 cannot disagree on names, units or labels (docs/scaling.md, "The agent's /metrics").
 
 Names are cAdvisor's (google/cadvisor docs/storage/prometheus.md, as served by the kubelet's

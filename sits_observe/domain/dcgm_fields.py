@@ -2,7 +2,7 @@
 
 Shared by the collector that parses dcgm-exporter text (:mod:`sits_observe.collectors.dcgm`)
 and the PromQL source that reads the same families back from a Prometheus-compatible store
-(:mod:`sits_observe.store.promql_source`), so the two cannot disagree on names, units or
+(:mod:`sits_observe.store.promql.source`), so the two cannot disagree on names, units or
 bounds. Families are listed with their dcgm-exporter 2.x/3.x name first and the 1.x name
 second (see docs/collectors/dcgm.md).
 """

@@ -3,8 +3,8 @@ device affinity rules.
 
 The documents ask that GPU generations not be mixed in one job and that each model run on the
 GPU type and precision it was sized for (docs/analytics/affinity.md). From the inventory in
-the window (:mod:`sits_observe.analytics.affinity_placement`): every GPU pod seen bound, its
-node's GPU product and generation, and the ``sits.io/model`` / ``sits.io/precision`` it
+the window (:mod:`sits_observe.analytics.topology.affinity_placement`): every GPU pod seen bound,
+its node's GPU product and generation, and the ``sits.io/model`` / ``sits.io/precision`` it
 declares. Tables:
 
 - ``mixed`` (the main table): workloads whose pods sit on more than one GPU product, those
@@ -23,8 +23,12 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.affinity import AffinityRules, load_affinity_rules
-from sits_observe.analytics.affinity_placement import mixed_workloads, placed_pods, rule_violations
+from sits_observe.analytics.topology.affinity import AffinityRules, load_affinity_rules
+from sits_observe.analytics.topology.affinity_placement import (
+    mixed_workloads,
+    placed_pods,
+    rule_violations,
+)
 from sits_observe.domain.units import Unit
 from sits_observe.reports.result import Report, ReportTable, col, table_of
 from sits_observe.reports.spec import ReportSpec, require_rows

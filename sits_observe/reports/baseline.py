@@ -33,12 +33,12 @@ from sits_observe.analytics.settings import BaselineSettings
 from sits_observe.analytics.source import SnapshotServerWindows
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
-from sits_observe.reports.names import gpu_labels, gpu_labels_of
+from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Column, Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, parse_time
 from sits_observe.store import Store
-from sits_observe.store.promql_source import (
+from sits_observe.store.promql.source import (
     PromQLContainerSource,
     PromQLGpuSource,
     PromQLServerSource,

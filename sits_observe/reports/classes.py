@@ -5,12 +5,12 @@ rule per GPU.
 GPU time slice, Kubernetes QoS sharing, SLA-violation rate and the priority class (and
 preemption policy) each pod or workload should have. ``view=elastic``: the elastic rule on a
 QoS tier's quotas, per GPU over the last 5 s of its samples in the window (the one computation
-the controller uses too, :mod:`sits_observe.analytics.elastic`). docs/analytics/workloads.md
-gives every rule with its source.
+the controller uses too, :mod:`sits_observe.analytics.rightsizing.elastic`).
+docs/analytics/workloads.md gives every rule with its source.
 
 With ``--promql-url`` both run: ``view=elastic`` on the same GPU series; ``view=classes`` on
 kube-state-metrics' pods of the window, dcgm-exporter's frame buffer by pod label and vLLM's
-request histograms, through the same rules (:mod:`sits_observe.analytics.classes_series`
+request histograms, through the same rules (:mod:`sits_observe.analytics.classes.series`
 says what is estimated and within which bound; the report's notes repeat it).
 """
 
@@ -25,30 +25,34 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field
 
-from sits_observe.analytics.classes import (
+from sits_observe.analytics.classes.classify import (
     WorkloadClass,
     class_report,
     load_class_inputs,
     pod_memory_peaks,
 )
-from sits_observe.analytics.classes_series import (
+from sits_observe.analytics.classes.series import (
     estimated_pods,
     node_gpu_memory,
     pods_of,
     requests_from_histograms,
 )
-from sits_observe.analytics.elastic import SAMPLE_COLUMNS, elastic_rows, elastic_rows_from
+from sits_observe.analytics.rightsizing.elastic import (
+    SAMPLE_COLUMNS,
+    elastic_rows,
+    elastic_rows_from,
+)
 from sits_observe.analytics.settings import ClassSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
-from sits_observe.reports.names import gpu_labels, gpu_labels_of
+from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql_kube import PromQLKubeSource
-from sits_observe.store.promql_requests import PromQLRequestHistograms
-from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.promql.kube import PromQLKubeSource
+from sits_observe.store.promql.requests import PromQLRequestHistograms
+from sits_observe.store.promql.source import PromQLGpuSource
 
 PODS_FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
 GPUS_FILLED_BY = "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`"

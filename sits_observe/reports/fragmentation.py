@@ -8,7 +8,7 @@ Two inputs, one report:
   ``window.until`` (and not before ``window.since``), and the workload M of every pod seen in
   the window (with no ``--since``: every pod stored before ``--until``);
 - the same live cluster from kube-state-metrics series in a PromQL store (``--promql-url``,
-  :mod:`sits_observe.store.promql_kube`): the snapshot is each KSM target's newest scrape
+  :mod:`sits_observe.store.promql.kube`): the snapshot is each KSM target's newest scrape
   within ``--ksm-lookback-s`` before ``window.until``, the workload M every pod with a
   ``kube_pod_info`` series in the window; what KSM does not export (node-affinity GPU
   products, assigned GPUs, ``sits.io/precision``) is named in the notes;
@@ -36,30 +36,38 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from sits_observe.analytics.affinity_placement import (
-    Holding,
-    precision_holdings,
-    precision_shapes,
-)
-from sits_observe.analytics.fgd import FragmentationReport, fragmentation
-from sits_observe.analytics.fgd_cluster import ClusterState, apply_placements
-from sits_observe.analytics.fgd_live import (
+from sits_observe.analytics.fragmentation.fgd import FragmentationReport, fragmentation
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState, apply_placements
+from sits_observe.analytics.fragmentation.fgd_live import (
     UNKNOWN_CPU_MILLI,
     InventoryTables,
     LiveCluster,
     live_cluster,
     live_cluster_of,
 )
-from sits_observe.analytics.fgd_model import CAUSES, MILLI_PER_GPU, PodShape
-from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
-from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
+from sits_observe.analytics.fragmentation.fgd_model import CAUSES, MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import (
+    TargetWorkload,
+    TypicalPodSettings,
+    typical_pods,
+)
+from sits_observe.analytics.topology.affinity_placement import (
+    Holding,
+    precision_holdings,
+    precision_shapes,
+)
+from sits_observe.analytics.traces.cluster_trace import (
+    load_node_list,
+    load_placements,
+    load_pod_list,
+)
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError, StoreError
 from sits_observe.reports.result import Report, ReportTable, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, utc_text
 from sits_observe.store import Store
-from sits_observe.store.promql_kube import PromQLKubeSource
+from sits_observe.store.promql.kube import PromQLKubeSource
 from sits_observe.store.reads import has_inventory
 
 FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"

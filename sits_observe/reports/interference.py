@@ -24,7 +24,8 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from sits_observe.analytics.interference import (
+from sits_observe.analytics.settings import InterferenceSettings
+from sits_observe.analytics.topology.interference import (
     BANDWIDTH,
     NUMA,
     NVLINK,
@@ -37,19 +38,18 @@ from sits_observe.analytics.interference import (
     interference_report,
     measured_node_scores,
 )
-from sits_observe.analytics.numa import (
+from sits_observe.analytics.topology.numa import (
     MeasuredInputs,
     measured_inputs,
 )
-from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
-from sits_observe.reports.names import gpu_label, gpu_labels
+from sits_observe.reports.inventory.names import gpu_label, gpu_labels
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.promql.source import PromQLGpuSource
 from sits_observe.store.rows import Rows
 
 FILLED_BY = "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`"

@@ -14,21 +14,16 @@ from sits_observe.errors import UnknownNameError
 from sits_observe.reports import (
     affinity,
     baseline,
-    batching,
-    capacity,
     classes,
-    decisions,
-    fleet,
     fragmentation,
-    heatmap,
     interference,
-    latency,
-    recommend,
     smf,
-    tenants,
     timeline,
     trends,
 )
+from sits_observe.reports.actions import decisions, recommend
+from sits_observe.reports.inventory import fleet
+from sits_observe.reports.serving import batching, capacity, heatmap, latency, tenants
 from sits_observe.reports.spec import ReportSpec
 
 #: The reports, in the order ``--help`` lists them.

@@ -16,8 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from sits_observe.analytics.settings import SmfSettings
-from sits_observe.analytics.smf import (
+from sits_observe.analytics.fragmentation.smf import (
     SmfAlignment,
     SmfGrouping,
     SmfInputs,
@@ -26,15 +25,16 @@ from sits_observe.analytics.smf import (
     read_smf_sources,
     summarize_smf,
 )
-from sits_observe.analytics.smf_latest import SmfLatest, read_latest_smf
+from sits_observe.analytics.fragmentation.smf_latest import SmfLatest, read_latest_smf
+from sits_observe.analytics.settings import SmfSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
-from sits_observe.reports.names import gpu_labels, gpu_labels_of
+from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Column, Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql_source import PromQLContainerSource, PromQLGpuSource
+from sits_observe.store.promql.source import PromQLContainerSource, PromQLGpuSource
 
 
 class SmfQuery(SmfSettings):
@@ -104,8 +104,8 @@ def latest_smf(store: Store, window: Window, settings: SmfSettings) -> SmfLatest
     """The latest SMF of every GPU and every container over ``window``: the ``latest_smf``
     column of the report's ``gpu`` and ``container`` summaries (the same rules and values,
     a mean over several rows possibly differing in the last bit), read without aligning the
-    whole window (:mod:`sits_observe.analytics.smf_latest`); the exporter's ``sits_smf_*``
-    families."""
+    whole window (:mod:`sits_observe.analytics.fragmentation.smf_latest`); the exporter's
+    ``sits_smf_*`` families."""
     return read_latest_smf(store, since=window.since, until=window.until, settings=settings)
 
 

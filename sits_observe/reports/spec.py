@@ -23,7 +23,7 @@ from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.result import Report
 from sits_observe.reports.window import Window, WindowRequest, empty_window_message, resolve
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
+from sits_observe.store.promql.client import PromQLClient
 from sits_observe.store.reads import TIME_COLUMNS, is_empty, newest_at, rows_between
 
 S = TypeVar("S", bound=BaseModel)

@@ -22,8 +22,8 @@ from pydantic import Field
 
 from sits_observe.analytics.settings import TrendSettings
 from sits_observe.analytics.source import OCCUPANCY_COLUMNS, occupancy_from_samples
-from sits_observe.analytics.trends import TrendCluster, TrendClusters, cluster_trends
-from sits_observe.analytics.trends_series import (
+from sits_observe.analytics.trends.clusters import TrendCluster, TrendClusters, cluster_trends
+from sits_observe.analytics.trends.series import (
     OccupancySeries,
     TrendLevel,
     read_newest_occupancy,
@@ -31,12 +31,12 @@ from sits_observe.analytics.trends_series import (
 )
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
-from sits_observe.reports.names import gpu_label, gpu_labels
+from sits_observe.reports.inventory.names import gpu_label, gpu_labels
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.promql.source import PromQLGpuSource
 
 FILLED_BY = "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`"
 SIGNAL = "fb_used_ratio (framebuffer occupancy, bucket mean)"
@@ -108,7 +108,7 @@ def trend_clusters(
 
 def newest_occupancy(store: Store, window: Window, bucket_s: int) -> OccupancySeries:
     """The newest point of each GPU's occupancy series over ``window`` in buckets of
-    ``bucket_s`` (:func:`~sits_observe.analytics.trends_series.read_newest_occupancy`: the
+    ``bucket_s`` (:func:`~sits_observe.analytics.trends.series.read_newest_occupancy`: the
     last point of the series :func:`trend_clusters` reads at that bucket, read from that
     bucket's rows only); the exporter's ``sits_gpu_framebuffer_used_ratio``."""
     return read_newest_occupancy(

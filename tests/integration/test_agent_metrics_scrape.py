@@ -19,8 +19,8 @@ from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.render import dcgm_text
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.source import PromQLGpuSource
 from tests.integration.promql_support import VictoriaMetrics, free_port
 
 

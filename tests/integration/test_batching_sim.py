@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from sits_observe.analytics.batching import (
+from sits_observe.analytics.serving.batching import (
     BatchingEstimate,
     BatchingSetting,
     StepTime,
     estimate_window,
 )
-from sits_observe.analytics.step_profiles import H100
+from sits_observe.analytics.serving.step_profiles import H100
 from sits_observe.lab.cluster.batching_run import BatchingRun, run_batching, scaled_profile
 
 STEP_S = 1 / 1240

@@ -12,7 +12,7 @@ and generation token histograms of the requests finished before the scrape, star
 scrape of zeros) is stamped every 15 s. One replica is served by two engines (summed); the
 medical server restarts half-way (its counters drop to 0: the store's ``increase()``).
 
-Expected (analytics/classes_series.py): pods, QoS, priority, GPU requests, memory peaks and
+Expected (analytics/classes/series.py): pods, QoS, priority, GPU requests, memory peaks and
 classes, sharing, request counts and the SLA-violation rate at a bucket bound equal to
 DuckDB's; the P95 latency at most one bucket above the exact P95; the sequence P95 the P95 of
 the rank-paired bucket bounds, between the bounds the docstring states; the SLA-violation
@@ -40,7 +40,7 @@ from sits_observe.reports.result import Report
 from sits_observe.reports.spec import PromQLReader
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
+from sits_observe.store.promql.client import PromQLClient
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import E2E_BOUNDS, VictoriaMetrics, grid_start, stamped
 from tests.integration.test_extender_view_promql import (

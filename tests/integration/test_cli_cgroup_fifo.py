@@ -16,7 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.collectors.agent import AgentLoop, AgentMetrics, Shipper, Spool
-from sits_observe.collectors.cgroup import CgroupCollector, NotRegularFile, read_cgroup_file
+from sits_observe.collectors.cgroup.collector import (
+    CgroupCollector,
+    NotRegularFile,
+    read_cgroup_file,
+)
 from sits_observe.lab.cluster.cgroupfs import CgroupTree
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app

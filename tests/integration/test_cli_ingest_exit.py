@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 from sits_observe.lab.cluster.cgroupfs import CgroupTree, CgroupValues
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.ingest_outcome import (
+from sits_observe.surfaces.cli.ingest.outcome import (
     EXIT_NOTHING_STORED,
     EXIT_PARTIAL,
     EXIT_STORED,

@@ -34,18 +34,18 @@ from typer.testing import CliRunner
 
 from sits_observe.analytics.settings import ClassSettings
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.collectors.vllm import VllmCollector
-from sits_observe.control.inputs import History, Signals
-from sits_observe.control.plan import plan
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.signal_source import SignalMetrics, signals_of
-from sits_observe.control.signal_source_promql import PromQLSignalSettings, PromQLSignalSource
-from sits_observe.control.store_signals import signals_from_store, state_from_store
+from sits_observe.collectors.inference.vllm import VllmCollector
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.inputs import History, Signals
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.signals.promql import PromQLSignalSettings, PromQLSignalSource
+from sits_observe.control.signals.source import SignalMetrics, signals_of
+from sits_observe.control.signals.store import signals_from_store, state_from_store
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient, PromSeries
-from sits_observe.store.promql_signals import SETTLE, PromQLSignalReads
+from sits_observe.store.promql.client import PromQLClient, PromSeries
+from sits_observe.store.promql.signals import SETTLE, PromQLSignalReads
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import VictoriaMetrics, VllmServer, stamped
 from tests.integration.test_extender_view_promql import (

@@ -19,12 +19,12 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.collectors.kube_pods import pod_row
+from sits_observe.collectors.kube.pods import pod_row
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.workload import LoadProfile
 from sits_observe.lab.demo.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
 from sits_observe.lab.kube.publish import pod_body
-from sits_observe.reports import heatmap as heatmap_report
+from sits_observe.reports.serving import heatmap as heatmap_report
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app

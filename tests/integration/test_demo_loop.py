@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sits_observe.analytics.step_profiles import GPU_PRODUCTS
+from sits_observe.analytics.serving.step_profiles import GPU_PRODUCTS
 from sits_observe.collectors.exposition import parse_exposition
-from sits_observe.collectors.kube_gpu import pod_gpu_request
+from sits_observe.collectors.kube.gpu import pod_gpu_request
 from sits_observe.lab.demo.demo import Demo, DemoSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s]

@@ -182,7 +182,7 @@ def test_an_internal_error_is_answered_and_counted(
 ) -> None:
     """A scorer bug is no HTTP 500 with a text traceback: filter carries it in ``Error``,
     prioritize scores every node 0, and ``outcome="error"`` counts both."""
-    import sits_observe.control.extender_handler as handler
+    import sits_observe.control.extender.handler as handler
 
     def broken(*_: object, **__: object) -> None:
         raise RuntimeError("scorer bug")
@@ -323,7 +323,7 @@ def test_bind_writes_the_hint_binds_through_the_api_and_assumes_the_pod(store: S
     again is refused by the API server (409) and answered in ExtenderBindingResult.Error."""
     from kubernetes import client as k8s_client
 
-    from sits_observe.control.extender_kube import KubePodApi
+    from sits_observe.control.extender.kube import KubePodApi
     from sits_observe.lab.kube.emulator import KubeEmulator
     from sits_observe.surfaces.service.extender import ExtenderSettings
 

@@ -32,15 +32,16 @@ import pyarrow as pa
 import pytest
 
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.collectors.kube import node_row
-from sits_observe.collectors.kube_pods import pod_row
-from sits_observe.control.extender_handler import ExtenderHandler
-from sits_observe.control.extender_scoring import ScoringSettings
-from sits_observe.control.extender_source_promql import PromQLViewSource
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
+from sits_observe.collectors.kube.inventory import node_row
+from sits_observe.collectors.kube.pods import pod_row
+from sits_observe.control.extender.handler import ExtenderHandler
+from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.source_promql import PromQLViewSource
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.tables import conform
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
+from sits_observe.store.promql.client import PromQLClient
 from sits_observe.surfaces.service import ServiceSettings, create_app
 from sits_observe.surfaces.service.extender import ExtenderSettings
 from tests.integration.ksm_support import ksm_text

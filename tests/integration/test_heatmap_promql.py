@@ -5,7 +5,7 @@ One model serves a load that ramps from 1 to 30 requests/s over 60 time bins of 
 latency growing past a knee. Every request goes into the DuckDB ``requests`` table; a vLLM
 ``/metrics`` body (cumulative ``e2e_request_latency_seconds`` histogram of the requests
 completed before each bin boundary) is stamped at every boundary and imported into
-VictoriaMetrics. Expected (analytics/heatmap_histograms.py):
+VictoriaMetrics. Expected (analytics/heatmap/histograms.py):
 - time bins, their requests, throughputs and throughput bins: identical to the request path;
 - each throughput bin's P95 estimate: the true P95 of its requests (the ceil(0.95 n)-th
   smallest) lies within the stated error (the bucket);
@@ -28,8 +28,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.domain.tables import REQUESTS
-from sits_observe.reports.heatmap_maps import heatmaps_of
 from sits_observe.reports.result import Report
+from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import E2E_BOUNDS, VictoriaMetrics, grid_start, stamped

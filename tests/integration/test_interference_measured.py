@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.collectors.numa import NumaCollector
+from sits_observe.collectors.cgroup.numa import NumaCollector
 from sits_observe.collectors.sync_delay import SyncDelayCollector
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app

@@ -30,7 +30,7 @@ from sits_observe.collectors.agent.wire import (
     HEADER_NODE,
     encode_batch,
 )
-from sits_observe.reports.recommend import SPEC
+from sits_observe.reports.actions.recommend import SPEC
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest

@@ -53,8 +53,8 @@ from sits_observe.reports.smf import SPEC as SMF
 from sits_observe.reports.spec import PromQLReader, ReportSpec
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_source import PromQLContainerSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.source import PromQLContainerSource
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import VictoriaMetrics, grid_start, stamped
 

@@ -30,8 +30,8 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.collectors.kube import node_row
-from sits_observe.collectors.kube_pods import pod_row
+from sits_observe.collectors.kube.inventory import node_row
+from sits_observe.collectors.kube.pods import pod_row
 from sits_observe.domain.tables import conform
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.fragmentation import SPEC
@@ -39,8 +39,8 @@ from sits_observe.reports.result import Report
 from sits_observe.reports.spec import PromQLReader
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_kube import PromQLKubeSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.kube import PromQLKubeSource
 from sits_observe.surfaces.cli.main import app
 from tests.integration.ksm_support import ksm_text
 from tests.integration.promql_support import VictoriaMetrics, stamped

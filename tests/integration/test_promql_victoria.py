@@ -26,12 +26,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.analytics.interference import (
-    SAMPLE_COLUMNS,
-    interference_report,
-    load_gpu_samples,
-)
-from sits_observe.analytics.latency import estimate_windows
+from sits_observe.analytics.serving.latency import estimate_windows
 from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.analytics.source import (
     DuckGpuSource,
@@ -40,15 +35,20 @@ from sits_observe.analytics.source import (
     estimate_windows_from,
     occupancy_from_samples,
 )
-from sits_observe.analytics.trends import TrendClusters, cluster_trends
-from sits_observe.analytics.trends_series import read_occupancy_series
+from sits_observe.analytics.topology.interference import (
+    SAMPLE_COLUMNS,
+    interference_report,
+    load_gpu_samples,
+)
+from sits_observe.analytics.trends.clusters import TrendClusters, cluster_trends
+from sits_observe.analytics.trends.series import read_occupancy_series
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.render import dcgm_text
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_source import PromQLGpuSource, PromQLServerSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.source import PromQLGpuSource, PromQLServerSource
 from sits_observe.surfaces.cli.main import app
 from tests.integration.promql_support import VictoriaMetrics, VllmServer, grid_start, stamped
 

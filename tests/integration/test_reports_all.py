@@ -27,7 +27,7 @@ from sits_observe.store import Store
 from sits_observe.store.reads import rows_between
 from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.service import ServiceSettings, create_app
-from sits_observe.surfaces.service.loopback import LoopbackService
+from sits_observe.surfaces.service.http.loopback import LoopbackService
 
 REPORTS = all_reports()
 

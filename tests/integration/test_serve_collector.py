@@ -23,8 +23,8 @@ from pathlib import Path
 from sits_observe.surfaces.cli import startup
 startup.pause_collection()  # as main() does before serve's imports
 from sits_observe.surfaces.cli.serve import configure_logging, run_service
-from sits_observe.surfaces.service.exporter import Signal
-from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.exporter.exporter import Signal
+from sits_observe.surfaces.service.exporter.settings import ExporterSettings
 from sits_observe.surfaces.service.extender import ExtenderSettings
 from sits_observe.surfaces.service.settings import ServiceSettings
 

@@ -33,8 +33,8 @@ CHILD = """
 import sys, threading
 from pathlib import Path
 from sits_observe.surfaces.cli.serve import configure_logging, run_service
-from sits_observe.surfaces.service.exporter import Signal
-from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.exporter.exporter import Signal
+from sits_observe.surfaces.service.exporter.settings import ExporterSettings
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 db, port, token_file, marker = sys.argv[1:5]

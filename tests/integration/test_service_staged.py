@@ -26,8 +26,8 @@ from sits_observe.surfaces.service.extender import (
     create_extender_app,
     serve_extender,
 )
+from sits_observe.surfaces.service.http.staged import StagedApp
 from sits_observe.surfaces.service.metrics import ServiceMetrics
-from sits_observe.surfaces.service.staged import StagedApp
 from tests.integration.test_extender_http import FILTER, TOKEN, ServedApp, post
 from tests.unit.control.extender_payloads import POD_1GPU_JSON, args_by_name
 from tests.unit.control.extender_support import NOW, write_cluster

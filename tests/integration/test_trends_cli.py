@@ -23,7 +23,7 @@ from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest, parse_duration_s
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.cli.report_output import table_text
+from sits_observe.surfaces.cli.reports.output import table_text
 from tests.golden_support import assert_golden
 
 T0 = datetime(2026, 3, 1, 12, 0, 0)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.domain.tables import SERVER_WINDOWS
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app

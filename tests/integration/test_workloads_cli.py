@@ -20,7 +20,7 @@ from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.cli.report_output import table_text
+from sits_observe.surfaces.cli.reports.output import table_text
 from tests.golden_support import assert_golden
 
 REPORTS = all_reports()

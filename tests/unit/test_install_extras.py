@@ -38,9 +38,9 @@ AGENT_MODULES = (
     "sits_observe.surfaces.cli.agent",
     "sits_observe.collectors.agent",
     "sits_observe.collectors.dcgm",
-    "sits_observe.collectors.cgroup",
+    "sits_observe.collectors.cgroup.collector",
     "sits_observe.collectors.nvml",
-    "sits_observe.collectors.vllm",
+    "sits_observe.collectors.inference.vllm",
     "sits_observe.collectors.http",
     "sits_observe.surfaces.tracing",
 )

@@ -9,7 +9,7 @@ collector's scale undone) and labels (``gpu``, ``UUID``, ``device``, ``modelName
 ``pci_bus_id``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, ``GPU_I_PROFILE``, ``GPU_I_ID``,
 ``namespace``, ``pod``, ``container``). Why those names and not ``sits_*`` ones: the stock
 dcgm-exporter dashboards, alert rules and the PromQL source
-(:mod:`sits_observe.store.promql_source`) then work unchanged whichever of the two was
+(:mod:`sits_observe.store.promql.source`) then work unchanged whichever of the two was
 scraped. Scrape either dcgm-exporter or the agent for a node's GPUs, not both (the series
 would differ only by ``job``/``instance`` and double every sum).
 

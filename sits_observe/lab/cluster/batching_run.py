@@ -1,6 +1,6 @@
 """A micro-batching run of the simulated server: one model, Poisson arrivals, one setting.
 
-The check of the batching estimate (:mod:`sits_observe.analytics.batching`,
+The check of the batching estimate (:mod:`sits_observe.analytics.serving.batching`,
 docs/analytics/batching.md) runs :class:`~.server.InferenceServer` with requests that take one
 step each (one output token, a negligible prefill), on a step curve of the calibrated shape
 scaled to a sub-10 ms step (:func:`scaled_profile`), with and without a batching window, and
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sits_observe.analytics.step_profiles import GpuLatencyProfile
+from sits_observe.analytics.serving.step_profiles import GpuLatencyProfile
 from sits_observe.lab.cluster.server import InferenceServer
 
 #: Prefill of a one-step request: far below any step, so it ends inside the first step.

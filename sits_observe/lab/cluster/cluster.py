@@ -38,7 +38,7 @@ from sits_observe.analytics.placement.device_plugin import (
     DeviceAllocationError,
     allocate_gpus,
 )
-from sits_observe.analytics.step_profiles import (
+from sits_observe.analytics.serving.step_profiles import (
     GIB,
     GPU_FB_RESERVED_MIB,
     GPU_FB_TOTAL_MIB,

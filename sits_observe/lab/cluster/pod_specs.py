@@ -54,7 +54,7 @@ from typing import Literal
 
 import numpy as np
 
-from sits_observe.analytics.step_profiles import GIB, GPU_FB_TOTAL_MIB, MIB
+from sits_observe.analytics.serving.step_profiles import GIB, GPU_FB_TOTAL_MIB, MIB
 
 PodKind = Literal["llm", "batch", "notebook"]
 

@@ -13,7 +13,7 @@ Both are plain text writers: the collectors parse them exactly as they parse the
 
 from __future__ import annotations
 
-from sits_observe.analytics.step_profiles import MIB
+from sits_observe.analytics.serving.step_profiles import MIB
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.server import Histogram, ServerSnapshot
 

@@ -34,7 +34,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from sits_observe.analytics.step_profiles import (
+from sits_observe.analytics.serving.step_profiles import (
     KV_BYTES_PER_TOKEN,
     OUTPUT_TOKENS_LOG_MEAN,
     OUTPUT_TOKENS_LOG_SD,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sits_observe.analytics.step_profiles import (
+from sits_observe.analytics.serving.step_profiles import (
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
     OUTPUT_TOKENS_LOG_MEAN,

@@ -39,16 +39,16 @@ from prometheus_client import CollectorRegistry
 
 from sits_observe.analytics.settings import HeatmapSettings
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
-from sits_observe.collectors.cgroup import CgroupCollector
+from sits_observe.collectors.cgroup.collector import CgroupCollector
 from sits_observe.collectors.dcgm import DcgmCollector
 from sits_observe.collectors.http import new_client
-from sits_observe.collectors.kube import KubeInventoryCollector
-from sits_observe.collectors.request_log import ColumnMap
-from sits_observe.collectors.request_tail import RequestLogTail
-from sits_observe.collectors.vllm import VllmCollector
-from sits_observe.control.kube import KubeJson
-from sits_observe.control.loop import ControllerLoop
-from sits_observe.control.settings import ControllerSettings, Mode
+from sits_observe.collectors.inference.request_log import ColumnMap
+from sits_observe.collectors.inference.request_tail import RequestLogTail
+from sits_observe.collectors.inference.vllm import VllmCollector
+from sits_observe.collectors.kube.inventory import KubeInventoryCollector
+from sits_observe.control.controller.kube import KubeJson
+from sits_observe.control.controller.loop import ControllerLoop
+from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.domain.collect import Collector
 from sits_observe.lab.catalog import all_reports
 from sits_observe.lab.cluster.cluster import SimulatedCluster
@@ -66,12 +66,12 @@ from sits_observe.lab.demo.settings import DemoSettings
 from sits_observe.lab.demo.workdir import PreviousRun, WorkdirLock, prepare_workdir
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.kube.publish import KubePublisher
-from sits_observe.reports import decision_totals
+from sits_observe.reports.actions import decision_totals
 from sits_observe.store import Store
 from sits_observe.surfaces.service.app import create_app
-from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.exporter.settings import ExporterSettings
+from sits_observe.surfaces.service.http.loopback import LoopbackService
 from sits_observe.surfaces.service.inventory import InventoryLoop
-from sits_observe.surfaces.service.loopback import LoopbackService
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.settings import ServiceSettings
 
@@ -319,7 +319,7 @@ class Demo:
     def _start_service(self, store: Store) -> LoopbackService:
         """The service app, with the emulator as its Kubernetes API (the extender's bind verb
         binds through it, as ``serve --kubeconfig`` does)."""
-        from sits_observe.control.extender_kube import KubePodApi
+        from sits_observe.control.extender.kube import KubePodApi
 
         settings = ServiceSettings(db_path=self.settings.db_path, token=self.token, port=0)
         app = create_app(

@@ -32,8 +32,8 @@ from fastapi import FastAPI
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_gpu import hami_allocation
-from sits_observe.control.kube import KubeJson
+from sits_observe.collectors.kube.gpu import hami_allocation
+from sits_observe.control.controller.kube import KubeJson
 from sits_observe.errors import ConfigError, KubeApiError
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet

@@ -17,8 +17,8 @@ pass at a time by :mod:`.experiment_run` instead of running in its own thread:
 - the live kube-scheduler (the scheduler model) with the arm's extenders. The sits extender is
   called in process through the service's own request handling
   (:class:`~sits_observe.lab.replay.extender.HandlerTransport` over
-  :class:`~sits_observe.control.extender_handler.ExtenderHandler`), against a view built from
-  this run's store by the service's builder (:func:`~sits_observe.control.extender_view.build_view`)
+  :class:`~sits_observe.control.extender.handler.ExtenderHandler`), against a view built from
+  this run's store by the service's builder (:func:`~sits_observe.control.extender.view.build_view`)
   and rebuilt after every inventory snapshot, plus the bind verb's assumed pods; the bind verb
   writes the GPU hint and the Binding through the emulator;
 - the controller in ``--act`` mode (``kube-sits*`` arms): plan from the store, apply against the
@@ -44,26 +44,26 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from sits_observe.analytics.step_profiles import GPU_PRODUCTS
+from sits_observe.analytics.serving.step_profiles import GPU_PRODUCTS
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
-from sits_observe.collectors.kube import KubeInventoryCollector
-from sits_observe.collectors.kube_gpu import hami_allocation
-from sits_observe.control.apply import Applier
-from sits_observe.control.extender_bind import Binder
-from sits_observe.control.extender_cache import ViewCache
-from sits_observe.control.extender_handler import ExtenderHandler
-from sits_observe.control.extender_kube import KubePodApi
-from sits_observe.control.extender_overlay import AssumedPods
-from sits_observe.control.extender_scoring import ScoringSettings
-from sits_observe.control.extender_view import ClusterView, build_view
-from sits_observe.control.kube import KubeJson
-from sits_observe.control.loop import HISTORY_WINDOW, ControllerLoop
-from sits_observe.control.record import ControllerMetrics, StoreRecorder, load_history
-from sits_observe.control.safety import TokenBucket
-from sits_observe.control.settings import ControllerSettings, Mode
-from sits_observe.control.signal_source import SignalMetrics
-from sits_observe.control.state import read_state
-from sits_observe.control.store_signals import signals_from_store
+from sits_observe.collectors.kube.gpu import hami_allocation
+from sits_observe.collectors.kube.inventory import KubeInventoryCollector
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.kube import KubeJson
+from sits_observe.control.controller.loop import HISTORY_WINDOW, ControllerLoop
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
+from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.settings import ControllerSettings, Mode
+from sits_observe.control.controller.state import read_state
+from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.handler import ExtenderHandler
+from sits_observe.control.extender.kube import KubePodApi
+from sits_observe.control.extender.overlay import AssumedPods
+from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.signals.source import SignalMetrics
+from sits_observe.control.signals.store import signals_from_store
 from sits_observe.errors import ConfigError
 from sits_observe.lab.cluster.cluster import PodEvent, SimulatedCluster
 from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet
@@ -84,7 +84,7 @@ from sits_observe.lab.scheduler.nodes import read_gpu_request
 from sits_observe.store import Store
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.extender import ExtenderSettings
-from sits_observe.surfaces.service.loopback import LoopbackService
+from sits_observe.surfaces.service.http.loopback import LoopbackService
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 

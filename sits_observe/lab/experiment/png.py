@@ -1,7 +1,7 @@
 """``experiment --format png``: fragmentation and allocation over time, one line per arm.
 
 A line chart written with numpy and the repository's own PNG encoder
-(:func:`sits_observe.analytics.heatmap_png.encode_png`; matplotlib is not a dependency):
+(:func:`sits_observe.analytics.heatmap.png.encode_png`; matplotlib is not a dependency):
 
 - two panels, one above the other, sharing the x axis (simulated time, 0 at the left, the
   run's end at the right): the FGD fragmentation ratio (fragmented share of the idle GPUs)
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.heatmap_png import encode_png
+from sits_observe.analytics.heatmap.png import encode_png
 from sits_observe.lab.experiment.measures import Series
 
 #: Arm colours in order (RGB): orange, blue, green, purple.

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.step_profiles import GPU_PRODUCTS
+from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.serving.step_profiles import GPU_PRODUCTS
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.pod_specs import PodSpec
 from sits_observe.lab.experiment.measures import (
@@ -48,7 +48,7 @@ from sits_observe.lab.experiment.reads import (
     request_latencies_s,
 )
 from sits_observe.lab.experiment.settings import Cadence
-from sits_observe.reports.decision_totals import applied_decisions
+from sits_observe.reports.actions.decision_totals import applied_decisions
 from sits_observe.store import Store
 from sits_observe.surfaces.service.inventory import InventoryLoop
 

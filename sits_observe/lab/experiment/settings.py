@@ -33,7 +33,7 @@ ARM_DOCS: dict[str, str] = {
 #: Ablation (SPEC "Baselines": one module disabled at a time): each arm is ``kube-sits`` with
 #: the one module named here switched off, so ``kube-sits`` minus the arm is what the module
 #: is worth. The extender's terms are switched off by a weight of 0 (ranked mode leaves the
-#: term out, :mod:`sits_observe.control.extender_scoring`).
+#: term out, :mod:`sits_observe.control.extender.scoring`).
 ABLATIONS: dict[str, str] = {
     "kube-sits-no-fragmentation": "the extender's FGD fragmentation term",
     "kube-sits-no-memory-fit": "the extender's free-memory / topology term",

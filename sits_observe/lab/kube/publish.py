@@ -29,7 +29,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from sits_observe.analytics.placement.device_plugin import DEFAULT_SPLIT_COUNT
-from sits_observe.analytics.step_profiles import GPU_FB_TOTAL_MIB, GPU_PRODUCTS
+from sits_observe.analytics.serving.step_profiles import GPU_FB_TOTAL_MIB, GPU_PRODUCTS
 from sits_observe.domain.quantity import format_quantity, parse_quantity
 from sits_observe.errors import ParseError
 from sits_observe.lab.cluster.cluster import PodEvent, SimNode, SimPod, SimulatedCluster

@@ -4,9 +4,9 @@
 kube-scheduler model (:mod:`sits_observe.lab.scheduler.model`) with the extenders of a
 ``KubeSchedulerConfiguration`` (``deploy/scheduler-config.yaml`` by default), and every
 extender call goes through the *same* request handling ``serve``'s ``/scheduler/*`` routes run
-(:class:`~sits_observe.control.extender_handler.ExtenderHandler`: the body kube-scheduler
+(:class:`~sits_observe.control.extender.handler.ExtenderHandler`: the body kube-scheduler
 writes, parsed, scored, answered as bytes), against a view built by the service's builder
-(:func:`~sits_observe.control.extender_view.build_view`):
+(:func:`~sits_observe.control.extender.view.build_view`):
 
 - **the store**: an in-memory store holding the replay's cluster as inventory tables, as the
   inventory collector and the agents would write them: one ``nodes`` row per node, one
@@ -15,7 +15,7 @@ writes, parsed, scored, answered as bytes), against a view built by the service'
   so the view's FGD target workload M is the replay's typical pods, as ``fgd``'s is). Built
   once per replay;
 - **placements**: applied to the view as the service learns them, through the assumed-pods
-  overlay (:mod:`~sits_observe.control.extender_overlay`). With a bind verb, the extender's
+  overlay (:mod:`~sits_observe.control.extender.overlay`). With a bind verb, the extender's
   own bind records the pods it binds; every other placement (no bind verb, or pods the
   extender is not interested in) is reported by the replay's placement observer, which
   stands for the service's pod watch / next inventory snapshot (it reports the device
@@ -43,15 +43,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sits_observe.analytics.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
 from sits_observe.analytics.kube_nodes import MIB, SchedPod
-from sits_observe.analytics.traces import PodList
-from sits_observe.control.extender_bind import Binder
-from sits_observe.control.extender_cache import ViewCache
-from sits_observe.control.extender_handler import Answer, ExtenderHandler
-from sits_observe.control.extender_overlay import AssumedPods, Placement
-from sits_observe.control.extender_scoring import ScoringSettings
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
+from sits_observe.analytics.traces.cluster_trace import PodList
+from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.handler import Answer, ExtenderHandler
+from sits_observe.control.extender.overlay import AssumedPods, Placement
+from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, KubeApiError, UnknownNameError
 from sits_observe.lab.replay.kube import REPLAY_NAMESPACE, KubePolicy, PodStore

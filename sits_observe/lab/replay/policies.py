@@ -43,7 +43,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.placement.fgd_score import MAX_NODE_SCORE, fgd_score
 from sits_observe.analytics.placement.fgd_score import truncate as _truncate
 from sits_observe.lab.replay.state import SimPod, SimState

@@ -22,9 +22,9 @@ hkust-adsl/kubernetes-scheduler-simulator; docs/analytics/simulator.md has the d
    ``unallocated_gpus`` = (capacity - allocated milli) / 1000 at the end, which is how the
    paper turns its 130% allocation ratio into "GPUs unallocated" (FGD 95.39% of 6,212 -> 286);
    ``frag_by_cause_gpus`` = F(M) at the end split by why the typical pods cannot use the idle
-   GPUs (:func:`sits_observe.analytics.fgd.fragmentation`'s causes, in GPUs): free shares too
-   small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model, CPU-only pods;
-   ``failed_pods_by_kind`` / ``failed_gpus_by_kind`` = the pods that failed and the GPUs they
+   GPUs (:func:`sits_observe.analytics.fragmentation.fgd.fragmentation`'s causes, in GPUs): free
+   shares too small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model, CPU-only
+   pods; ``failed_pods_by_kind`` / ``failed_gpus_by_kind`` = the pods that failed and the GPUs they
    asked for, by kind (CPU-only, a share of one GPU, k whole GPUs): which demand went unmet.
 
 The arrival sequence and the node tie-break order depend only on the seed, so every policy
@@ -46,9 +46,13 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.fgd import fragmentation
-from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
-from sits_observe.analytics.traces import NodeList, PodList
+from sits_observe.analytics.fragmentation.fgd import fragmentation
+from sits_observe.analytics.fragmentation.fgd_workload import (
+    TargetWorkload,
+    TypicalPodSettings,
+    typical_pods,
+)
+from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 from sits_observe.lab.replay import policies
 from sits_observe.lab.replay.kube import KubePolicy

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
 from sits_observe.lab.replay.policies import is_partial
 from sits_observe.lab.replay.state import SimPod, SimState
 

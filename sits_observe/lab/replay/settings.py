@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.traces_variants import STUDY_VARIANTS
+from sits_observe.analytics.traces.variants import STUDY_VARIANTS
 from sits_observe.lab.replay.extender import all_policy_names
 
 

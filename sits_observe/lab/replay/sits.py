@@ -9,7 +9,7 @@ extender's ranked scores use too), compared level by level:
    **interference** penalty ``round(interference_penalty_points x I_n)``, where I_n (0-1) is
    the node's interference score (SPEC "Topology and interference": 0.4 GPU-bandwidth
    utilisation + 0.35 NVLink conflict + 0.25 NUMA miss ratio; computed by
-   :mod:`sits_observe.analytics.interference`). With the default 10 points, a node at the
+   :mod:`sits_observe.analytics.topology.interference`). With the default 10 points, a node at the
    SPEC's 0.65 threshold loses 6-7 points: it wins only when every other node's placement
    grows fragmentation by several hundred milli-GPU more;
 2. ``fit`` = the topology factor 1 / (1 + distance) of the GPUs a multi-GPU pod would get on
@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.analytics.placement.sits_order import RankKeys, cpu_short_steps, leaders
 from sits_observe.lab.replay.policies import Choice, break_tie, is_partial

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_index import FragmentationIndex
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.fgd_workload import TargetWorkload
-from sits_observe.analytics.traces import NodeList
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.traces.cluster_trace import NodeList
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

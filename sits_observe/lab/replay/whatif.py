@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import Field
 
-from sits_observe.analytics.fgd_model import CAUSES
+from sits_observe.analytics.fragmentation.fgd_model import CAUSES
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError
 from sits_observe.lab.replay.extender import all_policy_names, choose_policies

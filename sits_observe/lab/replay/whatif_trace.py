@@ -1,13 +1,14 @@
 """The trace the ``whatif`` report replays: two CSV files, or the live cluster of a window.
 
 - files: a node list and a pod list in the Alibaba cluster-trace-gpu-v2023 schema, read by
-  :mod:`sits_observe.analytics.traces` exactly as ``sits-observe simulate`` reads them;
+  :mod:`sits_observe.analytics.traces.cluster_trace` exactly as ``sits-observe simulate`` reads
+  them;
 - the live cluster: the latest ``nodes`` snapshot in the window as the node list
   (allocatable CPU, memory, GPUs and product; nodes not Ready left out) and the pods seen in
   the window as the pod list (each pod's latest CPU, memory and GPU request, its GPU share
   ``gpu_milli`` and allowed GPU products), the inventory the FGD measure reads
-  (:mod:`sits_observe.analytics.fgd_live`). A node with unknown allocatable CPU or memory
-  gets a value no pod exceeds, so it is never the limit.
+  (:mod:`sits_observe.analytics.fragmentation.fgd_live`). A node with unknown allocatable CPU or
+  memory gets a value no pod exceeds, so it is never the limit.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from sits_observe.analytics.fgd_model import MILLI_PER_GPU, normalise_gpu_types
-from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
+from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, normalise_gpu_types
+from sits_observe.analytics.traces.cluster_trace import (
+    NodeList,
+    PodList,
+    load_node_list,
+    load_pod_list,
+)
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.spec import require_rows
 from sits_observe.reports.window import Window

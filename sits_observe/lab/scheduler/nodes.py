@@ -11,14 +11,14 @@ watches):
   ``UUID,count,memory,cores,type,numa,health`` entries separated by ``:``; a JSON list of
   ``{"id": ...}`` objects is read too), else ``GPU-<node>-<index>``;
 - **bound pods** (a ``spec.nodeName``, not ``Succeeded`` / ``Failed``): their requests
-  (:func:`sits_observe.collectors.kube_pods.pod_requests`, the inventory's rule) are assumed on
+  (:func:`sits_observe.collectors.kube.pods.pod_requests`, the inventory's rule) are assumed on
   their node, on the GPUs HAMi's allocation annotation names; a pod not yet given its GPUs
   (bound moments ago) is assumed on the GPUs the device plugin model would pick, which is what
   a device-aware scheduler (HAMi's) does with a pod in flight;
 - **pending pods**: no node, phase ``Pending``, this scheduler's ``schedulerName`` (or none),
   in kube-scheduler's queue order: higher ``spec.priority`` first, then older.
 
-The GPU part of every pod is read by :func:`sits_observe.collectors.kube_gpu.pod_gpu_request`.
+The GPU part of every pod is read by :func:`sits_observe.collectors.kube.gpu.pod_gpu_request`.
 Pods and nodes that cannot be read are skipped and counted in :attr:`ClusterState.skipped`.
 """
 
@@ -39,9 +39,9 @@ from sits_observe.analytics.placement.device_plugin import (
     DeviceAllocationError,
     allocate_gpus,
 )
-from sits_observe.collectors.kube_gpu import GPU_RESOURCE, GpuRequest, pod_gpu_request
-from sits_observe.collectors.kube_json import Malformed
-from sits_observe.collectors.kube_pods import pod_requests
+from sits_observe.collectors.kube.gpu import GPU_RESOURCE, GpuRequest, pod_gpu_request
+from sits_observe.collectors.kube.json_shapes import Malformed
+from sits_observe.collectors.kube.pods import pod_requests
 from sits_observe.domain.quantity import quantity_milli, quantity_value
 from sits_observe.errors import ParseError
 

@@ -1,6 +1,6 @@
 """kube-scheduler's side of the extender protocol: the requests it sends, the answers it reads.
 
-The extender's side is :mod:`sits_observe.control.extender_wire`; this module is the client,
+The extender's side is :mod:`sits_observe.control.extender.wire`; this module is the client,
 written from ``pkg/scheduler/extender.go`` (``HTTPExtender``) and
 ``k8s.io/kube-scheduler/extender/v1/types.go``:
 

@@ -279,7 +279,7 @@ def collector_factories(
         dcgm = _collector_class("sits_observe.collectors.dcgm", "DcgmCollector")
         factories.append(_factory(dcgm, url, node=node, with_client=True))
     if cgroup_root is not None:
-        cgroup = _collector_class("sits_observe.collectors.cgroup", "CgroupCollector")
+        cgroup = _collector_class("sits_observe.collectors.cgroup.collector", "CgroupCollector")
         factories.append(_factory(cgroup, cgroup_root, node=node, slow_every=cgroup_slow_every))
     if nvml or (nvml is None and not dcgm_urls):
         try:
@@ -291,7 +291,7 @@ def collector_factories(
         else:
             factories.append(_factory(nvml_cls, node=node))
     for url in vllm_urls:
-        vllm = _collector_class("sits_observe.collectors.vllm", "VllmCollector")
+        vllm = _collector_class("sits_observe.collectors.inference.vllm", "VllmCollector")
         factories.append(_factory(vllm, url, node=node, with_client=True))
     if topology is not None:
         factories += _topology_factories(node, cgroup_root, topology)
@@ -308,7 +308,7 @@ def _topology_factories(
 ) -> list[Callable[[Any], Collector]]:
     factories: list[Callable[[Any], Collector]] = []
     if flags.sys_root is not None:
-        numa = _collector_class("sits_observe.collectors.numa", "NumaCollector")
+        numa = _collector_class("sits_observe.collectors.cgroup.numa", "NumaCollector")
         factories.append(
             _factory(numa, node=node, sys_root=flags.sys_root, cgroup_root=cgroup_root)
         )

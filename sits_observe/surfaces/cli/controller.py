@@ -3,13 +3,13 @@
 ``controller --db DB [--kubeconfig PATH | --in-cluster] [--act | --annotate]`` runs the
 level-triggered loop against a cluster: signals from the store (or, with ``--promql-url``,
 from kube-state-metrics, dcgm-exporter and vLLM series in a Prometheus-compatible store:
-:mod:`sits_observe.control.signal_source_promql`), state from the API, decisions recorded in
+:mod:`sits_observe.control.signals.promql`), state from the API, decisions recorded in
 the store's ``decisions`` table. Dry-run unless ``--annotate`` or ``--act``
 (docs/controller.md says what each mode writes). It owns the DuckDB file for writing, like
 ``serve``; inside a cluster run it next to (or, later, inside) the service.
 
 What the loop would recommend, without running it, is the ``recommend`` report
-(:mod:`sits_observe.reports.recommend`; ``sits-observe recommend`` / ``kubectl sits
+(:mod:`sits_observe.reports.actions.recommend`; ``sits-observe recommend`` / ``kubectl sits
 recommend``).
 
 This module is the composition root of the loop: it builds settings, the store, the official
@@ -28,23 +28,23 @@ from typing import Any
 import typer
 from prometheus_client import CollectorRegistry, start_http_server
 
-from sits_observe.control.apply import Applier
-from sits_observe.control.kube import KubeJson
-from sits_observe.control.leader import LeaderElector
-from sits_observe.control.loop import HISTORY_WINDOW, ControllerLoop
-from sits_observe.control.record import ControllerMetrics, StoreRecorder, load_history
-from sits_observe.control.settings import ControllerSettings, Mode
-from sits_observe.control.signal_source import SignalMetrics, SignalSource, signals_of
-from sits_observe.control.signal_source_promql import PromQLSignalSettings, PromQLSignalSource
-from sits_observe.control.state import read_state
-from sits_observe.control.store_queues import queue_signals
-from sits_observe.control.store_signals import DuckSignalSource
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.kube import KubeJson
+from sits_observe.control.controller.leader import LeaderElector
+from sits_observe.control.controller.loop import HISTORY_WINDOW, ControllerLoop
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
+from sits_observe.control.controller.settings import ControllerSettings, Mode
+from sits_observe.control.controller.state import read_state
+from sits_observe.control.signals.promql import PromQLSignalSettings, PromQLSignalSource
+from sits_observe.control.signals.source import SignalMetrics, SignalSource, signals_of
+from sits_observe.control.signals.store import DuckSignalSource
+from sits_observe.control.signals.store_queues import queue_signals
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
-from sits_observe.store.promql import PromQLClient
+from sits_observe.store.promql.client import PromQLClient
 from sits_observe.surfaces.cli.common import out, run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
-from sits_observe.surfaces.cli.ingest_k8s import build_api_client
+from sits_observe.surfaces.cli.ingest.k8s import build_api_client
 from sits_observe.surfaces.cli.process_settings import LogSettings, MetricsEndpointSettings
 from sits_observe.surfaces.cli.stop_signals import stop_on_signals
 

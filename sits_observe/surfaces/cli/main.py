@@ -22,7 +22,7 @@ _MODULES = (
     "agent",
     "demo",
     "store_cmds",
-    "report_commands",
+    "reports.commands",
     "controller",
     "simulate",
     "experiment",
@@ -55,7 +55,7 @@ def build_app(only: str | None = None) -> typer.Typer:
         return root
     ingest_app = _typer(help="Load samples into a DuckDB store once (files, URLs, trees).")
     root.add_typer(ingest_app, name="ingest")
-    importlib.import_module("sits_observe.surfaces.cli.ingest").register(ingest_app)
+    importlib.import_module("sits_observe.surfaces.cli.ingest.commands").register(ingest_app)
     for name in _MODULES:
         importlib.import_module(f"sits_observe.surfaces.cli.{name}").register(root)
     return root
@@ -89,7 +89,7 @@ def kubectl_app() -> typer.Typer:
         "(--db) or a running sits-observe service (--service URL with a read token).",
         no_args_is_help=True,
     )
-    from sits_observe.surfaces.cli import report_commands
+    from sits_observe.surfaces.cli.reports import commands as report_commands
 
     report_commands.register(plugin)
     return plugin

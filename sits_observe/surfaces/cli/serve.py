@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sits_observe.control.settings import ControllerSettings, Mode
+from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.errors import ConfigError
 from sits_observe.store.group_commit import GroupCommitSettings
 from sits_observe.surfaces.alerts.settings import AlertingSettings, NotifySettings
@@ -29,9 +29,9 @@ from sits_observe.surfaces.cli.common import run_cli
 from sits_observe.surfaces.cli.flags import SectionedCommand, SettingFlags, with_flags
 from sits_observe.surfaces.cli.process_settings import LogSettings
 from sits_observe.surfaces.cli.startup import resume_collection
-from sits_observe.surfaces.service.exporter_settings import ExporterSettings
+from sits_observe.surfaces.service.exporter.settings import ExporterSettings
 from sits_observe.surfaces.service.extender import ExtenderSettings
-from sits_observe.surfaces.service.limits import HttpLimits
+from sits_observe.surfaces.service.http.limits import HttpLimits
 from sits_observe.surfaces.service.settings import ServiceSettings
 from sits_observe.surfaces.tracing import OTLP_ENDPOINT_HELP, SERVE_SERVICE_NAME, configure_tracing
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from sits_observe.reports.spec import ReportSpec
     from sits_observe.store import Store
-    from sits_observe.surfaces.service.exporter import Signal
+    from sits_observe.surfaces.service.exporter.exporter import Signal
     from sits_observe.surfaces.service.extender import ExtenderServing
     from sits_observe.surfaces.service.metrics import ServiceMetrics
 
@@ -122,7 +122,7 @@ def serve(
                 f"--controller-mode {controller_settings.mode.value} needs --controller"
             )
         if kubeconfig is not None or in_cluster:
-            from sits_observe.surfaces.cli.ingest_k8s import build_api_client
+            from sits_observe.surfaces.cli.ingest.k8s import build_api_client
 
             api = build_api_client(kubeconfig, context, in_cluster)
         run_service(
@@ -171,15 +171,15 @@ def run_service(
     :class:`ConfigError` and creates no database file. With ``kube_api`` (an official-client
     ``ApiClient``) the service also snapshots the Kubernetes inventory every
     ``settings.inventory_interval_s`` (:mod:`..service.inventory`) and serves the extender's
-    bind verb (:mod:`sits_observe.control.extender_kube`), and with ``controller`` runs the
+    bind verb (:mod:`sits_observe.control.extender.kube`), and with ``controller`` runs the
     controller loop (``controller_settings``, dry-run by default; leader election on) in a
     thread beside the service: the one process that owns the store also plans from it.
     ``exporter_signals`` replaces the derived signals on ``/metrics`` (tests).
     """
     from sits_observe.store import Store
     from sits_observe.surfaces.service.extender import serve_extender
+    from sits_observe.surfaces.service.http.sockets import bind
     from sits_observe.surfaces.service.metrics import ServiceMetrics
-    from sits_observe.surfaces.service.sockets import bind
 
     sockets = [bind(settings.host, settings.port, "--port")]
     try:
@@ -192,7 +192,7 @@ def run_service(
         raise
     inventory = None
     if kube_api is not None:
-        from sits_observe.collectors.kube import KubeInventoryCollector
+        from sits_observe.collectors.kube.inventory import KubeInventoryCollector
         from sits_observe.surfaces.service.inventory import InventoryLoop
 
         inventory = InventoryLoop(
@@ -203,7 +203,7 @@ def run_service(
     if controller and kube_api is not None:
         from prometheus_client import CollectorRegistry
 
-        from sits_observe.control.kube import KubeJson
+        from sits_observe.control.controller.kube import KubeJson
         from sits_observe.surfaces.cli.controller import build_loop
 
         chosen = controller_settings or ControllerSettings()
@@ -220,7 +220,7 @@ def run_service(
         controller_thread.start()
     extender_pods = None
     if kube_api is not None:  # the extender's bind verb binds through the Kubernetes API
-        from sits_observe.control.extender_kube import KubePodApi
+        from sits_observe.control.extender.kube import KubePodApi
 
         extender_pods = KubePodApi(kube_api)
     try:
@@ -233,8 +233,8 @@ def run_service(
             pods=extender_pods,
         )
         # Imported once the warm view's build has started: its reads run meanwhile.
-        from sits_observe.surfaces.service.server import Listener, Servers
-        from sits_observe.surfaces.service.staged import StagedApp
+        from sits_observe.surfaces.service.http.server import Listener, Servers
+        from sits_observe.surfaces.service.http.staged import StagedApp
 
         servers: list[Servers] = []
 

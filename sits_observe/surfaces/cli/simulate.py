@@ -23,9 +23,14 @@ import typer
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sits_observe.analytics.fgd_model import CAUSES
-from sits_observe.analytics.traces import NodeList, PodList, load_node_list, load_pod_list
-from sits_observe.analytics.traces_variants import make_variant
+from sits_observe.analytics.fragmentation.fgd_model import CAUSES
+from sits_observe.analytics.traces.cluster_trace import (
+    NodeList,
+    PodList,
+    load_node_list,
+    load_pod_list,
+)
+from sits_observe.analytics.traces.variants import make_variant
 from sits_observe.errors import ConfigError
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,

@@ -7,7 +7,7 @@ docs/grafana.md.
 
 from __future__ import annotations
 
-from sits_observe.control.settings import QUOTA_GPU  # the ResourceQuota key of GPUs
+from sits_observe.control.controller.settings import QUOTA_GPU  # the ResourceQuota key of GPUs
 from sits_observe.surfaces.grafana import names as m
 from sits_observe.surfaces.grafana.boards_gpus import hardware
 from sits_observe.surfaces.grafana.panels import (

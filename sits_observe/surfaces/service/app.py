@@ -46,8 +46,7 @@ from starlette.concurrency import run_in_threadpool
 
 from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
 from sits_observe.store import GroupCommitter, Store, enforce_retention
-from sits_observe.surfaces.service.auth import AuthMiddleware, Role, TokenAuth
-from sits_observe.surfaces.service.exporter import (
+from sits_observe.surfaces.service.exporter.exporter import (
     REGISTRY,
     ExporterSettings,
     Signal,
@@ -60,8 +59,10 @@ from sits_observe.surfaces.service.extender import (  # scheduler extender
     add_routes,
     serve_extender,
 )
-from sits_observe.surfaces.service.ingest import IngestEndpoint, problem
-from sits_observe.surfaces.service.limits import add_limits
+from sits_observe.surfaces.service.http.auth import AuthMiddleware, Role, TokenAuth
+from sits_observe.surfaces.service.http.json_answers import problem
+from sits_observe.surfaces.service.http.limits import add_limits
+from sits_observe.surfaces.service.ingest import IngestEndpoint
 from sits_observe.surfaces.service.metrics import ServiceMetrics, StoreHealthCollector
 from sits_observe.surfaces.service.otlp import register_otlp  # POST /v1/traces
 from sits_observe.surfaces.service.reads import rows_response, table_counts
@@ -73,7 +74,7 @@ from sits_observe.surfaces.service.report_routes import (
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 if TYPE_CHECKING:
-    from sits_observe.control.extender_bind import PodApi
+    from sits_observe.control.extender.bind import PodApi
     from sits_observe.surfaces.alerts.runtime import AlertingRuntime
     from sits_observe.surfaces.alerts.settings import AlertingSettings
 

@@ -3,13 +3,13 @@
 kube-scheduler calls these with ``urlPrefix: http://<service>/scheduler``, ``filterVerb:
 filter``, ``prioritizeVerb: prioritize`` and ``bindVerb: bind`` (deploy/scheduler-config.yaml).
 The routes only read the body (within the limits below), pick the current view and count the
-outcome; the request handling is :class:`sits_observe.control.extender_handler.ExtenderHandler`,
+outcome; the request handling is :class:`sits_observe.control.extender.handler.ExtenderHandler`,
 the same code the replay runs (``simulate --policy kube-sits``): the extender wire format
-(:mod:`sits_observe.control.extender_wire`), the ``sits`` policy
-(:mod:`sits_observe.control.extender_scoring`) over a cached view of the store
-(:mod:`sits_observe.control.extender_view`) rebuilt in the background plus the pods the bind
-verb placed since (:mod:`sits_observe.control.extender_overlay`). The bind verb
-(:mod:`sits_observe.control.extender_bind`) is served only when the service has Kubernetes API
+(:mod:`sits_observe.control.extender.wire`), the ``sits`` policy
+(:mod:`sits_observe.control.extender.scoring`) over a cached view of the store
+(:mod:`sits_observe.control.extender.view`) rebuilt in the background plus the pods the bind
+verb placed since (:mod:`sits_observe.control.extender.overlay`). The bind verb
+(:mod:`sits_observe.control.extender.bind`) is served only when the service has Kubernetes API
 access (``serve --in-cluster`` / ``--kubeconfig``); it runs in the thread pool (two API calls).
 
 Authentication: none on these routes. kube-scheduler's extender client sends no
@@ -62,17 +62,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sits_observe.control.extender_bind import Binder, PodApi
-from sits_observe.control.extender_cache import ViewCache
-from sits_observe.control.extender_handler import Answer, ExtenderHandler
-from sits_observe.control.extender_overlay import AssumedPods
-from sits_observe.control.extender_scoring import ScoringSettings
-from sits_observe.control.extender_source import DuckViewSource, ViewSource
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.control.extender_wire import binding_result, encode, filter_error
+from sits_observe.control.extender.bind import Binder, PodApi
+from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.handler import Answer, ExtenderHandler
+from sits_observe.control.extender.overlay import AssumedPods
+from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.source import DuckViewSource, ViewSource
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import binding_result, encode, filter_error
 from sits_observe.store import Store
-from sits_observe.surfaces.service.ingest import problem
-from sits_observe.surfaces.service.limits import HttpLimits, add_limits
+from sits_observe.surfaces.service.http.json_answers import problem
+from sits_observe.surfaces.service.http.limits import HttpLimits, add_limits
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -345,8 +346,8 @@ def view_source(store: Store, view: ViewSettings) -> ViewSource:
     dcgm-exporter series there (no DuckDB data needed; docs/extender.md)."""
     if view.promql_url is None:
         return DuckViewSource(store)
-    from sits_observe.control.extender_source_promql import PromQLViewSource
-    from sits_observe.store.promql import PromQLClient
+    from sits_observe.control.extender.source_promql import PromQLViewSource
+    from sits_observe.store.promql.client import PromQLClient
 
     return PromQLViewSource(
         PromQLClient(view.promql_url),

@@ -22,7 +22,6 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,6 @@ import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
 
 from sits_observe.collectors.agent.wire import (
     BATCH_ID_PATTERN,
@@ -43,18 +41,19 @@ from sits_observe.collectors.agent.wire import (
 )
 from sits_observe.errors import BatchConflict, InputTooLarge, ParseError, SchemaError, StoreError
 from sits_observe.store import BatchReceipt, GroupCommitter, Store
+from sits_observe.surfaces.service.http.bodies import check_length, read_limited
+from sits_observe.surfaces.service.http.json_answers import Refusal, StrictJSONResponse, problem
 from sits_observe.surfaces.service.ingest_rows import (
     RowDropMetrics,
     Screened,
     screen_batch,
     with_drop_rows,
 )
-from sits_observe.surfaces.service.json_answers import StrictJSONResponse
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.tracing import note, traced
 
-if TYPE_CHECKING:  # auth.py imports Refusal from here
-    from sits_observe.surfaces.service.auth import RoleGuard
+if TYPE_CHECKING:
+    from sits_observe.surfaces.service.http.auth import RoleGuard
 
 log = logging.getLogger(__name__)
 
@@ -77,63 +76,6 @@ AGENT_TABLES = (
 
 #: Media types accepted for the wire format (the generic one for hand-made clients).
 ACCEPTED_TYPES = frozenset({CONTENT_TYPE, "application/octet-stream"})
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a request is refused; becomes a JSON body ``{"detail": ..., "reason": ...}``."""
-
-    status: int
-    reason: str
-    detail: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def response(self) -> JSONResponse:
-        """The HTTP answer."""
-        body = {"detail": self.detail, "reason": self.reason}
-        return StrictJSONResponse(body, self.status, headers=self.headers or None)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer with :meth:`response` (a refusal is an ASGI app)."""
-        await self.response()(scope, receive, send)
-
-
-def problem(status: int, reason: str, detail: str) -> JSONResponse:
-    """A JSON error answer (for routes that do not count refusals)."""
-    return Refusal(status, reason, detail).response()
-
-
-def check_length(
-    request: Request,
-    max_bytes: int,
-    too_large: Callable[[str], Refusal],
-    *,
-    bad_status: int,
-) -> Refusal | None:
-    """A refusal when the declared Content-Length is not a number or exceeds ``max_bytes``."""
-    declared = request.headers.get("content-length")
-    if declared is None:
-        return None
-    if not declared.isdigit():
-        return Refusal(bad_status, "bad_header", f"Content-Length {declared!r} is not a number")
-    if int(declared) > max_bytes:
-        return too_large(f"Content-Length {declared}")
-    return None
-
-
-async def read_limited(
-    request: Request, max_bytes: int, too_large: Callable[[str], Refusal]
-) -> bytes | Refusal:
-    """The whole body, or a refusal as soon as more than ``max_bytes`` have streamed (the
-    Content-Length header may lie or be absent; the rest of the body is never buffered)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            return too_large(f"more than {max_bytes} bytes streamed")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class IngestEndpoint:

@@ -45,8 +45,9 @@ from starlette.concurrency import run_in_threadpool
 
 from sits_observe.errors import InputTooLarge, ParseError, SchemaError, StoreError
 from sits_observe.store import Store, utc_naive
-from sits_observe.surfaces.service.auth import RoleGuard
-from sits_observe.surfaces.service.ingest import Refusal, check_length, read_limited
+from sits_observe.surfaces.service.http.auth import RoleGuard
+from sits_observe.surfaces.service.http.bodies import check_length, read_limited
+from sits_observe.surfaces.service.http.json_answers import Refusal
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.otlp_spans import (
     MEDIA_JSON,

@@ -22,7 +22,7 @@ from sits_observe.domain.tables import TABLES
 from sits_observe.store import Store
 from sits_observe.store.duck import EXTRA_TABLES
 from sits_observe.store.reads import TIME_COLUMNS, read_range
-from sits_observe.surfaces.service.ingest import problem
+from sits_observe.surfaces.service.http.json_answers import problem
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 

@@ -31,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
-from sits_observe.surfaces.service.ingest import problem
+from sits_observe.surfaces.service.http.json_answers import problem
 
 if TYPE_CHECKING:
     from sits_observe.reports.spec import ReportSpec

@@ -9,13 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sits_observe.collectors.agent.wire import DecodeLimits
 from sits_observe.errors import ConfigError
 from sits_observe.store import GroupCommitSettings, RetentionSettings
-from sits_observe.surfaces.service.auth import (
+from sits_observe.surfaces.service.http.auth import (
     Tokens,
     build_tokens,
     read_ingest_tokens,
     read_token_file,
 )
-from sits_observe.surfaces.service.limits import HttpLimits
+from sits_observe.surfaces.service.http.limits import HttpLimits
 
 MIB = 1024 * 1024
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sits_observe.reports.decisions import OUTCOMES
+from sits_observe.reports.actions.decisions import OUTCOMES
 from sits_observe.surfaces.ui.config import UiSettings
 from sits_observe.surfaces.ui.reading import Reader
 from sits_observe.surfaces.ui.session import guarded

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.record import ControllerMetrics, StoreRecorder
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 

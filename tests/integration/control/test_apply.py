@@ -10,15 +10,15 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.apply import Applier
-from sits_observe.control.inputs import History, Signals
-from sits_observe.control.model import Outcome
-from sits_observe.control.plan import plan
-from sits_observe.control.record import StoreRecorder, load_history
-from sits_observe.control.safety import TokenBucket
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.state import read_state
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.inputs import History, Signals
+from sits_observe.control.controller.model import Outcome
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.record import StoreRecorder, load_history
+from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.state import read_state
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from tests.integration.control.conftest import FakeClock, seed

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.model import Action
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.actions import Action
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sits_observe.collectors.kube_api import JsonObject, KubeJson
-from sits_observe.control.leader import LeaderElector
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.collectors.kube.api import JsonObject, KubeJson
+from sits_observe.control.controller.leader import LeaderElector
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.lab.kube.emulator import KubeEmulator
 from tests.integration.control.conftest import FakeClock
 

@@ -10,15 +10,15 @@ import pytest
 from polars.exceptions import PanicException
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.apply import Applier
-from sits_observe.control.inputs import Signals
-from sits_observe.control.leader import LeaderElector
-from sits_observe.control.loop import ControllerLoop
-from sits_observe.control.record import ControllerMetrics, StoreRecorder
-from sits_observe.control.safety import TokenBucket
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.state import read_state
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.inputs import Signals
+from sits_observe.control.controller.leader import LeaderElector
+from sits_observe.control.controller.loop import ControllerLoop
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder
+from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.state import read_state
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from tests.integration.control.conftest import FakeClock, seed

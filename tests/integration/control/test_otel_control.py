@@ -17,7 +17,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from sits_observe.collectors.kube_api import KubeJson
+from sits_observe.collectors.kube.api import KubeJson
 from sits_observe.tracing import QUEUE_DEPTH, TASK_TYPE, span, traced
 from tests.integration.control.conftest import FakeClock, seed
 from tests.integration.control.test_loop import Replica

@@ -17,18 +17,18 @@ import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.apply import Applier
-from sits_observe.control.inputs import Signals
-from sits_observe.control.kube_queues import read_queues
-from sits_observe.control.plan import plan
-from sits_observe.control.record import ControllerMetrics, StoreRecorder
-from sits_observe.control.safety import TokenBucket
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.state import read_state
-from sits_observe.control.store_queues import queue_signals
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.inputs import Signals
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder
+from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.state import read_state
+from sits_observe.control.signals.kube_queues import read_queues
+from sits_observe.control.signals.store_queues import queue_signals
 from sits_observe.lab.kube.emulator import KubeEmulator
-from sits_observe.reports import recommend
+from sits_observe.reports.actions import recommend
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop

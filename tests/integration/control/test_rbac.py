@@ -27,15 +27,15 @@ import yaml
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import JsonObject, KubeJson
-from sits_observe.control.apply import Applier
-from sits_observe.control.inputs import Signals
-from sits_observe.control.leader import LeaderElector
-from sits_observe.control.plan import plan
-from sits_observe.control.record import StoreRecorder
-from sits_observe.control.safety import TokenBucket
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.state import read_state
+from sits_observe.collectors.kube.api import JsonObject, KubeJson
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.inputs import Signals
+from sits_observe.control.controller.leader import LeaderElector
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.record import StoreRecorder
+from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.state import read_state
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop
 from tests.integration.control.conftest import FakeClock, seed, seed_workloads

@@ -28,14 +28,14 @@ import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import KubeJson
-from sits_observe.control.apply import Applier
-from sits_observe.control.plan import plan
-from sits_observe.control.record import ControllerMetrics, StoreRecorder, load_history
-from sits_observe.control.safety import TokenBucket
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.state import read_state
-from sits_observe.control.store_signals import signals_from_store
+from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.control.controller.apply import Applier
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
+from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.state import read_state
+from sits_observe.control.signals.store import signals_from_store
 from sits_observe.errors import KubeApiError
 from sits_observe.store import Store
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from sits_observe.collectors.kube_gpu import hami_allocation, pod_gpu_request
+from sits_observe.collectors.kube.gpu import hami_allocation, pod_gpu_request
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet
 from sits_observe.lab.cluster.pod_specs import PodSpec

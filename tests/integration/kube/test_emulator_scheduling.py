@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
 
-from sits_observe.collectors.kube_api import KubeJson
+from sits_observe.collectors.kube.api import KubeJson
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.scheduler.config import ExtenderConfig, SchedulerConfig
 from sits_observe.lab.scheduler.http import HttpExtenderTransport

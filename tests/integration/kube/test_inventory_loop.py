@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sits_observe.collectors.kube import KubeInventoryCollector
+from sits_observe.collectors.kube.inventory import KubeInventoryCollector
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.kube.publish import KubePublisher

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from sits_observe.collectors.kube import KubeInventoryCollector, KubeInventorySettings
+from sits_observe.collectors.kube.inventory import KubeInventoryCollector, KubeInventorySettings
 from sits_observe.domain.tables import NODES, PODS
 from sits_observe.errors import CollectorError
 from sits_observe.lab.kube.emulator import KubeEmulator

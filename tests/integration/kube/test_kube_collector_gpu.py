@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from kubernetes import client as k8s_client
 
-from sits_observe.analytics.fgd_live import live_cluster
-from sits_observe.collectors.kube import KubeInventoryCollector
-from sits_observe.collectors.kube_gpu import hami_allocation
+from sits_observe.analytics.fragmentation.fgd_live import live_cluster
+from sits_observe.collectors.kube.gpu import hami_allocation
+from sits_observe.collectors.kube.inventory import KubeInventoryCollector
 from sits_observe.store import Store
 from sits_observe.surfaces.service.inventory import InventoryLoop
 from tests.integration.kube import bodies

@@ -1,5 +1,5 @@
 """Test oracle: the scalar class rules as they were before the vectorised rules in
-:mod:`sits_observe.analytics.class_rules` replaced them, kept verbatim (only the result types
+:mod:`sits_observe.analytics.classes.rules` replaced them, kept verbatim (only the result types
 now come from the package). Tests check that the vectorised rules, the class report and the
 controller agree with these on many generated inputs; nothing in the package imports this.
 """
@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from sits_observe.analytics.class_scalar import (
+from sits_observe.analytics.classes.scalar import (
     ElasticDecision,
     ElasticSignals,
     GpuSharing,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sits_observe.analytics.affinity import (
+from sits_observe.analytics.topology.affinity import (
     AffinityRule,
     AffinityRules,
     allowed_products,

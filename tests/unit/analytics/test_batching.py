@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from sits_observe.analytics.batching import (
+from sits_observe.analytics.serving.batching import (
     BatchingSetting,
     ObservedBatching,
     StepTime,
@@ -18,7 +18,7 @@ from sits_observe.analytics.batching import (
     estimate_window,
     recommend,
 )
-from sits_observe.analytics.step_profiles import GpuLatencyProfile
+from sits_observe.analytics.serving.step_profiles import GpuLatencyProfile
 
 _TOKENS = (128.0, 256.0)
 _ONES = (1.0, 1.0)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from sits_observe.analytics.capacity import (
+from sits_observe.analytics.serving.capacity import (
     CostLatencyPoint,
     dominates,
     load_pool_inputs,

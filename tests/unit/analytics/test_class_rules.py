@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics import class_rules as rules
-from sits_observe.analytics import class_scalar
-from sits_observe.analytics.class_scalar import ElasticSignals
-from sits_observe.analytics.classes import class_report
+from sits_observe.analytics.classes import rules
+from sits_observe.analytics.classes import scalar as class_scalar
+from sits_observe.analytics.classes.classify import class_report
+from sits_observe.analytics.classes.scalar import ElasticSignals
 from sits_observe.analytics.settings import (
     DEFAULT_LINKS,
     GIB,

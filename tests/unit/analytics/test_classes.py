@@ -1,6 +1,6 @@
 """Workload classes and QoS rules, each against the numbers of SPEC "Workload classes and QoS
 tiers", with the edges the spec leaves to interpretation pinned down. The rules are the
-vectorised ones of :mod:`sits_observe.analytics.class_rules`, called here through their
+vectorised ones of :mod:`sits_observe.analytics.classes.rules`, called here through their
 one-value front-ends; ``test_class_rules`` checks them against the scalar oracle at scale."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sits_observe.analytics import class_rules
-from sits_observe.analytics.classes import (
+from sits_observe.analytics.classes import rules as class_rules
+from sits_observe.analytics.classes.classify import (
     NO_PREEMPT,
     PREEMPT,
     ElasticSignals,

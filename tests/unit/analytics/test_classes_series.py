@@ -1,4 +1,4 @@
-"""The class inputs rebuilt from series (analytics/classes_series.py): the requests placed at
+"""The class inputs rebuilt from series (analytics/classes/series.py): the requests placed at
 their buckets' upper bounds keep the counts, and the P95 and SLA-violation bounds the module
 states hold for any latencies; the pods' workloads follow the collector's rule."""
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.classes_series import (
+from sits_observe.analytics.classes.series import (
     estimated_pods,
     node_gpu_memory,
     pods_of,

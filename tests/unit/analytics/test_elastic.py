@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.elastic import (
+from sits_observe.analytics.rightsizing.elastic import (
     ROW_COLUMNS,
     SAMPLE_COLUMNS,
     elastic_inputs,

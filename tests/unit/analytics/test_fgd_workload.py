@@ -9,9 +9,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from sits_observe.analytics.fgd_model import PodShape, normalise_gpu_types
-from sits_observe.analytics.fgd_workload import TargetWorkload, TypicalPodSettings, typical_pods
-from sits_observe.analytics.traces import load_pod_list
+from sits_observe.analytics.fragmentation.fgd_model import PodShape, normalise_gpu_types
+from sits_observe.analytics.fragmentation.fgd_workload import (
+    TargetWorkload,
+    TypicalPodSettings,
+    typical_pods,
+)
+from sits_observe.analytics.traces.cluster_trace import load_pod_list
 
 GPU_HALF = PodShape(4000, 1, 500)
 GPU_ONE = PodShape(8000, 1, 1000)

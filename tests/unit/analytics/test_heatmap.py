@@ -18,14 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.heatmap import (
+from sits_observe.analytics.heatmap.document import heatmap_json
+from sits_observe.analytics.heatmap.grid import (
     HeatmapSettings,
     compute_heatmaps,
     exact,
     heatmap_settings,
 )
-from sits_observe.analytics.heatmap_json import heatmap_json
-from sits_observe.analytics.latency import RequestSelection
+from sits_observe.analytics.serving.latency import RequestSelection
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
 

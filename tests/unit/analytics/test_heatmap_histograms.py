@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.heatmap import HeatmapSettings
-from sits_observe.analytics.heatmap_histograms import histogram_heatmaps
+from sits_observe.analytics.heatmap.grid import HeatmapSettings
+from sits_observe.analytics.heatmap.histograms import histogram_heatmaps
 from sits_observe.collectors import histogram as hist
-from sits_observe.store.promql_source import SNAPSHOT_SCHEMA
+from sits_observe.store.promql.source import SNAPSHOT_SCHEMA
 
 T0 = datetime(2026, 12, 1, 12, 0, 0)
 BOUNDS = (0.5, 1.0, 2.0, float("inf"))

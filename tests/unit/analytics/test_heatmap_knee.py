@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sits_observe.analytics.heatmap_knee import ThroughputBin, find_knee, find_safe_max
+from sits_observe.analytics.heatmap.knee import ThroughputBin, find_knee, find_safe_max
 
 
 def curve(p95_s: list[float], width: float = 10.0, requests: int = 100) -> list[ThroughputBin]:

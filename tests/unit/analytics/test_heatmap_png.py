@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.heatmap import compute_heatmaps, heatmap_settings
-from sits_observe.analytics.heatmap_png import (
+from sits_observe.analytics.heatmap.grid import compute_heatmaps, heatmap_settings
+from sits_observe.analytics.heatmap.png import (
     PNG_SIGNATURE,
     colour_scale,
     encode_png,

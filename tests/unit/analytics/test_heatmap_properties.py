@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.heatmap import compute_heatmaps, exact, heatmap_settings
+from sits_observe.analytics.heatmap.grid import compute_heatmaps, exact, heatmap_settings
 from sits_observe.store import Store
 
 EPOCH = datetime(1970, 1, 1)

@@ -10,8 +10,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.fgd_live import live_cluster
-from sits_observe.analytics.idle_gpus import (
+from sits_observe.analytics.fragmentation.fgd_live import live_cluster
+from sits_observe.analytics.fragmentation.idle_gpus import (
     IdleSettings,
     find_waste,
     gpu_hour_prices,

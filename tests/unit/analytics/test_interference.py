@@ -15,7 +15,12 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from sits_observe.analytics.interference import (
+from sits_observe.analytics.settings import (
+    DEFAULT_LINKS,
+    InterferenceSettings,
+    find_link_capacity,
+)
+from sits_observe.analytics.topology.interference import (
     BEST_EFFORT,
     SINGLE_NUMA_NODE,
     InterferenceScore,
@@ -23,11 +28,6 @@ from sits_observe.analytics.interference import (
     interference_score,
     recommend_topology,
     sync_delay_breached,
-)
-from sits_observe.analytics.settings import (
-    DEFAULT_LINKS,
-    InterferenceSettings,
-    find_link_capacity,
 )
 
 S = InterferenceSettings()

@@ -14,14 +14,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sits_observe.analytics.interference import (
+from sits_observe.analytics.settings import InterferenceSettings, NvlinkScope
+from sits_observe.analytics.topology.interference import (
     SAMPLE_COLUMNS,
     GpuInterference,
     interference_report,
     interference_score,
     node_scores,
 )
-from sits_observe.analytics.settings import InterferenceSettings, NvlinkScope
 
 T0 = datetime(2026, 1, 1)
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA L4", "Some Unknown GPU", None)
@@ -107,7 +107,7 @@ def test_no_samples_no_scores() -> None:
 def test_the_extenders_scores_equal_the_reports() -> None:
     """The extender's slow signals score nodes through ``node_scores``: the report's node
     scores, the unnamed node left out."""
-    from sits_observe.control.extender_slow import node_interference
+    from sits_observe.control.extender.slow import node_interference
 
     samples, settings = fleet(4), InterferenceSettings()
     numa = {"node-1": 0.5}

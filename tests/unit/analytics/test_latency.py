@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.latency import (
+from sits_observe.analytics.serving.latency import (
     RequestSelection,
     estimate_windows,
     exact_quantiles,

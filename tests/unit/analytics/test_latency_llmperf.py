@@ -4,7 +4,7 @@ The flat CSV is imported with the production request-log reader into a DuckDB fi
 published end-to-end, time-to-first-token and inter-token quantile (P25 ... P99) of every
 provider must come back to the last bit, or within one unit in the last place where numpy
 (which LLMPerf used) rounds the interpolation from the other side (see
-sits_observe.analytics.latency). SOURCES.md of the trace: a request with a non-empty
+sits_observe.analytics.serving.latency). SOURCES.md of the trace: a request with a non-empty
 ``error_code`` failed and is outside the summaries.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sits_observe.analytics.latency import Metric, exact_quantiles, quantile_column
-from sits_observe.collectors.request_log import read_request_log
+from sits_observe.analytics.serving.latency import Metric, exact_quantiles, quantile_column
+from sits_observe.collectors.inference.request_log import read_request_log
 from sits_observe.store import Store
 
 pytestmark = pytest.mark.shared_data

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.analytics.numa import (
+from sits_observe.analytics.topology.numa import (
     container_placement,
     mean_local_share,
     measured_inputs,
     numa_miss_ratios,
     sync_delays_by_node,
 )
-from sits_observe.collectors.numa import NumaCollector
+from sits_observe.collectors.cgroup.numa import NumaCollector
 from sits_observe.store import Store
 
 T0 = datetime(2026, 11, 1, 12, 0)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.latency import estimate_windows
+from sits_observe.analytics.serving.latency import estimate_windows
 from sits_observe.analytics.source import (
     DuckGpuSource,
     DuckServerWindows,
@@ -19,13 +19,13 @@ from sits_observe.analytics.source import (
     occupancy_from_samples,
     windows_from_snapshots,
 )
-from sits_observe.analytics.trends_series import TrendLevel, read_occupancy_series
+from sits_observe.analytics.trends.series import TrendLevel, read_occupancy_series
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.render import dcgm_text
 from sits_observe.store import Store
-from sits_observe.store.promql_source import SNAPSHOT_SCHEMA
+from sits_observe.store.promql.source import SNAPSHOT_SCHEMA
 from tests.integration.promql_support import E2E_BOUNDS, VllmServer
 
 T0 = datetime(2026, 11, 1, 12, 0)

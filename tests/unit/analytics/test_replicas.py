@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.heatmap import HeatmapSettings
-from sits_observe.analytics.replicas import ReplicaSettings, peak_rate, replicas_at_slo
+from sits_observe.analytics.heatmap.grid import HeatmapSettings
+from sits_observe.analytics.rightsizing.replicas import ReplicaSettings, peak_rate, replicas_at_slo
 from sits_observe.store import Store
 
 T0 = datetime(2026, 3, 1, 12, 0, 0)

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sits_observe.analytics.rightsizing import (
+from sits_observe.analytics.rightsizing.inputs import workload_memory
+from sits_observe.analytics.rightsizing.memory import (
     BucketScheme,
     RightsizingSettings,
     interval_peaks,
@@ -27,7 +28,6 @@ from sits_observe.analytics.rightsizing import (
     recommendations,
     weighted_percentiles,
 )
-from sits_observe.analytics.rightsizing_inputs import workload_memory
 from sits_observe.store import Store
 
 DEFAULTS = RightsizingSettings()

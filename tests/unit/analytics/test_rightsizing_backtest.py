@@ -7,8 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sits_observe.analytics.rightsizing import RightsizingSettings
-from sits_observe.analytics.rightsizing_backtest import (
+from sits_observe.analytics.rightsizing.backtest import (
     backtest,
     krr_simple,
     rolling,
@@ -16,7 +15,8 @@ from sits_observe.analytics.rightsizing_backtest import (
     vpa_method,
     whole_gpu,
 )
-from sits_observe.analytics.traces_genai import DUTY_FILE, MEMORY_FILE, load_duty_cycle, load_memory
+from sits_observe.analytics.rightsizing.memory import RightsizingSettings
+from sits_observe.analytics.traces.genai import DUTY_FILE, MEMORY_FILE, load_duty_cycle, load_memory
 from sits_observe.errors import ParseError
 
 GB = 10**9

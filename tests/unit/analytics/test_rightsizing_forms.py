@@ -6,8 +6,12 @@ from typing import Any
 
 import pytest
 
-from sits_observe.analytics.mig_profiles import MIG_PRODUCTS, mig_product, smallest_fitting
-from sits_observe.analytics.rightsizing_forms import detect_stack, propose
+from sits_observe.analytics.fragmentation.mig_profiles import (
+    MIG_PRODUCTS,
+    mig_product,
+    smallest_fitting,
+)
+from sits_observe.analytics.rightsizing.forms import detect_stack, propose
 
 GB = 10**9
 GIB = 1 << 30

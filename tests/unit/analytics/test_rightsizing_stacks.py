@@ -12,10 +12,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.rightsizing import RightsizingSettings
-from sits_observe.analytics.rightsizing_forms import MIB, propose
-from sits_observe.analytics.rightsizing_stacks import stack_of, workload_sizings
-from sits_observe.collectors.kube_pods import pod_row
+from sits_observe.analytics.rightsizing.forms import MIB, propose
+from sits_observe.analytics.rightsizing.memory import RightsizingSettings
+from sits_observe.analytics.rightsizing.stacks import stack_of, workload_sizings
+from sits_observe.collectors.kube.pods import pod_row
 from sits_observe.store import Store
 
 GIB = 1 << 30

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.smf import (
+from sits_observe.analytics.fragmentation.smf import (
     SMF_ROW_SCHEMA,
     SmfGrouping,
     SmfSettings,

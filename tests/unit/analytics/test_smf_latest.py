@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.smf import (
+from sits_observe.analytics.fragmentation.smf import (
     LINKS_SQL,
     SmfGrouping,
     SmfInputs,
@@ -27,7 +27,7 @@ from sits_observe.analytics.smf import (
     read_smf_inputs,
     summarize_smf,
 )
-from sits_observe.analytics.smf_latest import (
+from sits_observe.analytics.fragmentation.smf_latest import (
     _LINKS_ON_VIEW,
     CONTAINER_LATEST_SCHEMA,
     GPU_LATEST_SCHEMA,

@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.fgd_live import POD_COLUMNS as FGD_POD_COLUMNS
+from sits_observe.analytics.fragmentation.fgd_live import POD_COLUMNS as FGD_POD_COLUMNS
 from sits_observe.analytics.inventory_spans import workload_fingerprint
 from sits_observe.analytics.row_changes import Fingerprint, query_fingerprint
 from sits_observe.analytics.timeline import POD_COLUMNS, load_pods, pod_timelines, ready_start_s

@@ -7,8 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fgd_model import PodShape
-from sits_observe.analytics.traces import load_node_list, load_placements, load_pod_list
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.traces.cluster_trace import (
+    load_node_list,
+    load_placements,
+    load_pod_list,
+)
 from sits_observe.errors import ParseError
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n"

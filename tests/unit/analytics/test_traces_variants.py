@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sits_observe.analytics.traces import NodeList, PodList
-from sits_observe.analytics.traces_variants import make_variant
+from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
+from sits_observe.analytics.traces.variants import make_variant
 from sits_observe.errors import ConfigError
 from tests.unit.lab.test_schedsim import synthetic_trace
 

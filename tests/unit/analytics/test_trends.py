@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sits_observe.analytics.trends import (
+from sits_observe.analytics.trends.clusters import (
     TrendSettings,
     choose_eps,
     cluster_features,
@@ -22,7 +22,7 @@ from sits_observe.analytics.trends import (
     knee_index,
     resolution_eps,
 )
-from sits_observe.analytics.trends_features import FEATURES, series_features
+from sits_observe.analytics.trends.features import FEATURES, series_features
 
 DAY0 = 1_700_006_400.0  # a UTC midnight
 MINUTE = 60.0

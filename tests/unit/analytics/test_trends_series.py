@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.trends import cluster_trends
-from sits_observe.analytics.trends_series import (
+from sits_observe.analytics.trends.clusters import cluster_trends
+from sits_observe.analytics.trends.series import (
     TrendLevel,
     auto_bucket_s,
     read_newest_occupancy,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sits_observe.collectors.cgroup import CgroupCollector, read_cgroup_file
+from sits_observe.collectors.cgroup.collector import CgroupCollector, read_cgroup_file
 from sits_observe.domain.tables import CONTAINER_SAMPLES
 from sits_observe.errors import CollectorError
 from sits_observe.lab.cluster.cgroupfs import (

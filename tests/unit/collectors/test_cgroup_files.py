@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.collectors.cgroup_files import (
+from sits_observe.collectors.cgroup.files import (
     INT64_MAX,
     KeyedValues,
     Pressure,

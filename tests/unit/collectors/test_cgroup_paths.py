@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.collectors.cgroup_paths import (
+from sits_observe.collectors.cgroup.paths import (
     SKIP,
     CgroupIdentity,
     ContainerDir,

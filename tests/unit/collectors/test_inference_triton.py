@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from sits_observe.collectors.triton import TritonCollector
+from sits_observe.collectors.inference.triton import TritonCollector
 from sits_observe.domain.tables import SERVER_WINDOWS
 
 T0 = datetime(2026, 3, 1, 12, 0, 0)

@@ -9,7 +9,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from sits_observe.collectors.vllm import VllmCollector
+from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.domain.tables import SERVER_WINDOWS
 from sits_observe.errors import CollectorError
 

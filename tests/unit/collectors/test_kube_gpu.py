@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sits_observe.collectors.kube_gpu import (
+from sits_observe.collectors.kube.gpu import (
     GPU_HINT_ANNOTATION,
     GPU_MILLI_ANNOTATION,
     HAMI_ALLOCATED_ANNOTATION,

@@ -13,9 +13,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.rightsizing_forms import detect_stack
-from sits_observe.collectors.kube_gpu_stack import gpu_stack_json, gpu_stack_spec
-from sits_observe.collectors.kube_pods import pod_row
+from sits_observe.analytics.rightsizing.forms import detect_stack
+from sits_observe.collectors.kube.gpu_stack import gpu_stack_json, gpu_stack_spec
+from sits_observe.collectors.kube.pods import pod_row
 
 
 def kai_pod(annotations: dict[str, str]) -> dict[str, Any]:

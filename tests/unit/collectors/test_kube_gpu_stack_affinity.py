@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sits_observe.analytics.rightsizing_forms import detect_stack
-from sits_observe.collectors.kube_gpu_stack import affinity_keys, gpu_stack_json, gpu_stack_spec
+from sits_observe.analytics.rightsizing.forms import detect_stack
+from sits_observe.collectors.kube.gpu_stack import affinity_keys, gpu_stack_json, gpu_stack_spec
 
 
 def pod(gpus: int, labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:

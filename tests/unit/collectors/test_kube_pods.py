@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sits_observe.collectors.kube_gpu import hami_allocation
-from sits_observe.collectors.kube_json import Malformed
-from sits_observe.collectors.kube_pods import pod_row
+from sits_observe.collectors.kube.gpu import hami_allocation
+from sits_observe.collectors.kube.json_shapes import Malformed
+from sits_observe.collectors.kube.pods import pod_row
 
 GPU_COLUMNS = ("gpu_request", "gpu_milli", "gpu_types", "gpu_uuids")
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sits_observe.collectors.kube import node_row
-from sits_observe.collectors.kube_json import Malformed
-from sits_observe.collectors.kube_pods import derive_qos, pod_requests, pod_row, workload_of
+from sits_observe.collectors.kube.inventory import node_row
+from sits_observe.collectors.kube.json_shapes import Malformed
+from sits_observe.collectors.kube.pods import derive_qos, pod_requests, pod_row, workload_of
 
 
 def gpu_node(**status: Any) -> dict[str, Any]:

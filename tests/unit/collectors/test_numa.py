@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.collectors.numa import NumaCollector
-from sits_observe.collectors.numa_files import (
+from sits_observe.collectors.cgroup.numa import NumaCollector
+from sits_observe.collectors.cgroup.numa_files import (
     cpus_of_mask,
     format_cpulist,
     parse_cpulist,

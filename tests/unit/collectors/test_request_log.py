@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sits_observe.collectors.request_log import read_request_log
+from sits_observe.collectors.inference.request_log import read_request_log
 from sits_observe.domain.tables import REQUESTS
 from sits_observe.errors import CollectorError, ConfigError, ParseError
 

@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sits_observe.collectors.request_log import ColumnMap
-from sits_observe.collectors.request_tail import RequestLogTail
+from sits_observe.collectors.inference.request_log import ColumnMap
+from sits_observe.collectors.inference.request_tail import RequestLogTail
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 COLUMNS = ColumnMap(model="model", latency="latency_s", timestamp="ts", pod="pod", node="node")

@@ -9,11 +9,11 @@ from typing import Any
 
 import polars as pl
 
-from sits_observe.control.apply import writes_for
-from sits_observe.control.inputs import CurrentState, History, Signals
-from sits_observe.control.model import Plan
-from sits_observe.control.plan import plan
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.controller.apply import writes_for
+from sits_observe.control.controller.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.model import Plan
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.settings import ControllerSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 GIB = 1024**3

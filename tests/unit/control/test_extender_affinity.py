@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sits_observe.analytics.affinity import AffinityRule, AffinityRules
-from sits_observe.control.extender_scoring import PodRequest, ScoringSettings, filter_nodes
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.control.extender_wire import parse_extender_args
+from sits_observe.analytics.topology.affinity import AffinityRule, AffinityRules
+from sits_observe.control.extender.scoring import PodRequest, ScoringSettings, filter_nodes
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import parse_extender_args
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import CANDIDATES, POD_1GPU_JSON, args_by_name

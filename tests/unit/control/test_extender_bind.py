@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from sits_observe.control.extender_bind import Binder
-from sits_observe.control.extender_overlay import Placement
-from sits_observe.control.extender_scoring import PodRequest, ScoringSettings
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
+from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.overlay import Placement
+from sits_observe.control.extender.scoring import PodRequest, ScoringSettings
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import KubeApiError
 from sits_observe.store import Store
 from tests.unit.control.extender_support import NOW, write_cluster

@@ -15,12 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sits_observe.control.extender_handler as handler_module
-from sits_observe.control.extender_bind import Binder
-from sits_observe.control.extender_handler import Answer, ExtenderHandler
-from sits_observe.control.extender_scoring import REQUEST_CAP, ScoringSettings
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.control.extender_wire import MAX_EXTENDER_PRIORITY
+import sits_observe.control.extender.handler as handler_module
+from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.handler import Answer, ExtenderHandler
+from sits_observe.control.extender.scoring import REQUEST_CAP, ScoringSettings
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import MAX_EXTENDER_PRIORITY
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import (
     CANDIDATES,

@@ -1,17 +1,17 @@
-"""The ranked extender order's tie levels (control/extender_rank.py) and the bind verb's GPU
+"""The ranked extender order's tie levels (control/extender/rank.py) and the bind verb's GPU
 for a share (the tightest of FGD's best), the same levels as the ``sits`` replay policy."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_index import FragmentationIndex
-from sits_observe.analytics.fgd_model import PodShape
-from sits_observe.analytics.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.placement.sits_order import RankKeys
-from sits_observe.control.extender_gpus import node_choices
-from sits_observe.control.extender_rank import ranked_scores
+from sits_observe.control.extender.gpus import node_choices
+from sits_observe.control.extender.rank import ranked_scores
 
 
 def _keys(n: int, **levels: list[int]) -> RankKeys:

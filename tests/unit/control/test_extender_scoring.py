@@ -11,14 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.control.extender_scoring import (
+from sits_observe.control.extender.scoring import (
     PodRequest,
     ScoringSettings,
     filter_nodes,
     fragmentation_delta,
     prioritize,
 )
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import CANDIDATES
 from tests.unit.control.extender_support import GIB, NOW, write_cluster
@@ -267,7 +268,7 @@ def test_a_zero_weight_leaves_its_term_out_of_the_ranked_order(
     no_interference = ScoringSettings(interference_weight=0)
     scores = prioritize(one, view, ["gpu-a", "gpu-b"], no_interference).as_dict()
     assert scores["gpu-a"] > scores["gpu-b"]
-    import sits_observe.control.extender_scoring as scoring
+    import sits_observe.control.extender.scoring as scoring
 
     def favour_a(delta: np.ndarray) -> np.ndarray:
         return np.where(np.isclose(delta, -400.0), 100, 0).astype(np.int64)  # gpu-a's delta

@@ -18,19 +18,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
 from sits_observe.analytics.placement.device_plugin import DeviceAllocationError, allocate_gpus
-from sits_observe.control.extender_gpus import device_plugin_gpu
-from sits_observe.control.extender_overlay import Placement, with_placements
-from sits_observe.control.extender_scoring import (
+from sits_observe.control.extender.gpus import device_plugin_gpu
+from sits_observe.control.extender.overlay import Placement, with_placements
+from sits_observe.control.extender.scoring import (
     PodRequest,
     ScoringSettings,
     filter_nodes,
     gpu_placements,
     prioritize,
 )
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
-from sits_observe.control.extender_wire import parse_extender_args
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import parse_extender_args
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import POD_1GPU_JSON, pod
 from tests.unit.control.extender_support import L40S, NOW, write_cluster

@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.control.extender_cache import ViewCache
-from sits_observe.control.extender_view import ClusterView, ViewSettings, build_view
+from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.view import ClusterView, build_view
+from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import StoreError
 from sits_observe.store import Store
 from tests.unit.control.extender_support import (
@@ -78,7 +79,7 @@ def test_slow_interference_aggregated_in_the_store_equals_the_report_over_a_fram
 ) -> None:
     """The view's slow signals aggregate ``gpu_samples`` inside the store; the interference
     report over the same rows read into a polars frame gives the same node scores."""
-    from sits_observe.analytics.interference import interference_report, load_gpu_samples
+    from sits_observe.analytics.topology.interference import interference_report, load_gpu_samples
 
     write_cluster(store)
     settings = ViewSettings()

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.control.extender_scoring import REQUEST_CAP, PodRequest
-from sits_observe.control.extender_wire import (
+from sits_observe.control.extender.scoring import REQUEST_CAP, PodRequest
+from sits_observe.control.extender.wire import (
     MAX_EXTENDER_PRIORITY,
     encode,
     filter_error,

@@ -8,10 +8,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from sits_observe.control.inputs import CurrentState, History, Signals
-from sits_observe.control.model import QUOTA_ACTIONS, Action, Plan
-from sits_observe.control.plan import plan
-from sits_observe.control.settings import Bound, ControllerSettings, QuotaRuleSettings
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.model import QUOTA_ACTIONS, Plan
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.settings import Bound, ControllerSettings, QuotaRuleSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 GIB = 1024**3
@@ -298,7 +299,7 @@ def test_signals_reject_unknown_columns() -> None:
 
 
 def test_quota_actions_cover_every_quota_resource() -> None:
-    from sits_observe.control.settings import QUOTA_RESOURCES
+    from sits_observe.control.controller.settings import QUOTA_RESOURCES
 
     assert set(QUOTA_ACTIONS) == set(QUOTA_RESOURCES)
 

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from sits_observe.control.model import Action, Decision, ObjectRef, Outcome, Recommendation
-from sits_observe.control.record import ControllerMetrics, StoreRecorder, load_history
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.model import Decision, ObjectRef, Outcome, Recommendation
+from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
 from sits_observe.store import Store
 
 T0 = datetime(2026, 11, 1, 12, 0, 0)
@@ -52,7 +53,7 @@ def test_history_has_the_latest_decision_and_the_last_write() -> None:
 def test_offline_state_reads_applied_node_labels_and_pod_priorities() -> None:
     import pyarrow as pa
 
-    from sits_observe.control.store_signals import state_from_store
+    from sits_observe.control.signals.store import state_from_store
 
     store = Store.open(":memory:")
     store.append(

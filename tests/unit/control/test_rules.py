@@ -1,6 +1,6 @@
 """The controller's rules agree with the scalar oracle of the class rules
 (:mod:`tests.unit.analytics.class_oracle`) when no object holds a level yet, their hysteresis
-is :mod:`sits_observe.control.safety`'s, and the quota rule's numbers are the documented
+is :mod:`sits_observe.control.controller.safety`'s, and the quota rule's numbers are the documented
 formula."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics import class_rules
-from sits_observe.analytics.interference import interference_score, recommend_topology
-from sits_observe.control import rules, rules_quotas
-from sits_observe.control.inputs import NODE_SIGNALS, POD_SIGNALS, conform
-from sits_observe.control.safety import above_with_hysteresis
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.analytics.classes import rules as class_rules
+from sits_observe.analytics.topology.interference import interference_score, recommend_topology
+from sits_observe.control.controller.inputs import NODE_SIGNALS, POD_SIGNALS, conform
+from sits_observe.control.controller.rules import levels as rules
+from sits_observe.control.controller.rules import quotas as rules_quotas
+from sits_observe.control.controller.safety import above_with_hysteresis
+from sits_observe.control.controller.settings import ControllerSettings
 from tests.unit.analytics.class_oracle import (
     ElasticSignals,
     Task,
@@ -274,7 +275,7 @@ def test_namespace_quota_is_held_under_the_peak_factor_and_the_allocatable() -> 
 
 
 def test_round_values_by_unit() -> None:
-    from sits_observe.control.model import Action
+    from sits_observe.control.controller.actions import Action
 
     values = np.array([1.2, 2 * 1024**2 + 1])
     assert rules_quotas.round_values(Action.QUOTA_GPU, values).tolist() == [2, 2 * 1024**2 + 1]

@@ -9,16 +9,17 @@ from typing import Any
 import polars as pl
 import pytest
 
-from sits_observe.control.apply import writes_for
-from sits_observe.control.inputs import CurrentState, QueueState, Signals
-from sits_observe.control.kube_queues import gpu_flavors, queue_patch, read_queues
-from sits_observe.control.model import Action, Plan
-from sits_observe.control.plan import plan
-from sits_observe.control.rules_queues import queue_quotas
-from sits_observe.control.rules_quotas import namespace_quotas
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.apply import writes_for
+from sits_observe.control.controller.inputs import CurrentState, QueueState, Signals
+from sits_observe.control.controller.model import Plan
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.rules.queues import queue_quotas
+from sits_observe.control.controller.rules.quotas import namespace_quotas
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.signals.kube_queues import gpu_flavors, queue_patch, read_queues
 from sits_observe.errors import KubeApiError, ParseError
-from sits_observe.reports.recommend import RecommendAction
+from sits_observe.reports.actions.recommend import RecommendAction
 from tests.unit.control.queue_objects import cluster_queue, kai_pod, kai_queue, local_queue
 
 AT = datetime(2026, 11, 1, 12, 0, 0)

@@ -8,12 +8,12 @@ from typing import Any
 
 import polars as pl
 
-from sits_observe.control.apply import writes_for
-from sits_observe.control.inputs import CurrentState, History, Signals
-from sits_observe.control.model import Action
-from sits_observe.control.plan import plan
-from sits_observe.control.settings import QUOTA_GPU, ControllerSettings
-from sits_observe.reports.recommend import RecommendAction
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.apply import writes_for
+from sits_observe.control.controller.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.settings import QUOTA_GPU, ControllerSettings
+from sits_observe.reports.actions.recommend import RecommendAction
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 THROTTLE = str(Action.TENANT_THROTTLE)

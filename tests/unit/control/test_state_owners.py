@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sits_observe.collectors.kube_api import JsonObject, KubeJson
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.state import read_state
-from sits_observe.control.state_owners import ControllerRef, Workloads, controller_ref
+from sits_observe.collectors.kube.api import JsonObject, KubeJson
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.state import read_state
+from sits_observe.control.controller.state_owners import ControllerRef, Workloads, controller_ref
 from sits_observe.errors import KubeApiError
 
 

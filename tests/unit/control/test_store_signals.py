@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sits_observe.analytics.elastic import elastic_rows
+from sits_observe.analytics.rightsizing.elastic import elastic_rows
 from sits_observe.analytics.settings import GIB
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.store_signals import SignalMetrics, signals_from_store
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.signals.store import SignalMetrics, signals_from_store
 from sits_observe.store import Store
 
 S = ControllerSettings()

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pyarrow as pa
 import pytest
 
-from sits_observe.control.inputs import CurrentState
-from sits_observe.control.plan import plan
-from sits_observe.control.settings import ControllerSettings
-from sits_observe.control.store_signals import StoreSignalSettings, signals_from_store
+from sits_observe.control.controller.inputs import CurrentState
+from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.signals.store import StoreSignalSettings, signals_from_store
 from sits_observe.store import Store
 from tests.unit.control.test_store_signals import AT, at, inventory
 

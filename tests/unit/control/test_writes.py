@@ -7,17 +7,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sits_observe.control.apply import rfc3339, writes_for
-from sits_observe.control.kube import object_path, retryable, with_retries
-from sits_observe.control.model import (
-    Action,
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.apply import rfc3339, writes_for
+from sits_observe.control.controller.kube import object_path, retryable, with_retries
+from sits_observe.control.controller.model import (
     Change,
     Decision,
     ObjectRef,
     Recommendation,
     recommendation_annotation,
 )
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.errors import KubeApiError
 
 AT = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.lab.experiment.experiment import ModuleWorth
 from sits_observe.lab.experiment.measures import RunMeasures, differences
 from sits_observe.lab.experiment.parts import ARMS

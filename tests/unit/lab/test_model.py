@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sits_observe.analytics.step_profiles import A100, H100, KV_BYTES_PER_TOKEN
+from sits_observe.analytics.serving.step_profiles import A100, H100, KV_BYTES_PER_TOKEN
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.server import InferenceServer
 from sits_observe.lab.cluster.workload import ArrivalGenerator, LoadProfile

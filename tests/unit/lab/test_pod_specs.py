@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from sits_observe.analytics.rightsizing_forms import detect_stack
-from sits_observe.collectors.kube_gpu import pod_gpu_request
+from sits_observe.analytics.rightsizing.forms import detect_stack
+from sits_observe.collectors.kube.gpu import pod_gpu_request
 from sits_observe.lab.cluster.pod_specs import WorkloadGenerator, tensor_parallel
 from sits_observe.lab.kube.publish import (
     HAMI_CORES,

@@ -11,13 +11,14 @@ import pickle
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_model import PodShape
-from sits_observe.analytics.fgd_workload import TargetWorkload
-from sits_observe.analytics.traces import PodList
-from sits_observe.control.extender_overlay import Placement, with_placements
-from sits_observe.control.extender_scoring import PodRequest, ScoringSettings, prioritize
-from sits_observe.control.extender_view import ViewSettings, build_view
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.traces.cluster_trace import PodList
+from sits_observe.control.extender.overlay import Placement, with_placements
+from sits_observe.control.extender.scoring import PodRequest, ScoringSettings, prioritize
+from sits_observe.control.extender.view import build_view
+from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import ConfigError
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,

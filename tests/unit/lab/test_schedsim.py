@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fgd_model import CAUSES
-from sits_observe.analytics.traces import NodeList, PodList
+from sits_observe.analytics.fragmentation.fgd_model import CAUSES
+from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 from sits_observe.lab.replay.replay import (
     PolicyResult,

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 
-from sits_observe.analytics.fgd_model import PodShape
-from sits_observe.analytics.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.placement.device_plugin import GPU_HINT_ANNOTATION
-from sits_observe.analytics.traces import NodeList
+from sits_observe.analytics.traces.cluster_trace import NodeList
 from sits_observe.lab.replay.kube import (
     GPU_MILLI_ANNOTATION,
     KubePolicy,

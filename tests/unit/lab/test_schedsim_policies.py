@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_model import PodShape
-from sits_observe.analytics.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.errors import UnknownNameError
 from sits_observe.lab.replay.policies import (

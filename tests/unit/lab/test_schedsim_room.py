@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sits_observe.analytics.traces import NodeList, PodList
+from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
 from sits_observe.lab.replay.replay import policy_names, replay
 from sits_observe.lab.replay.room import ShareLedger, repacked_remnant_milli
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sits_observe.analytics.traces import load_node_list, load_pod_list
-from sits_observe.analytics.traces_variants import make_variant
+from sits_observe.analytics.traces.cluster_trace import load_node_list, load_pod_list
+from sits_observe.analytics.traces.variants import make_variant
 from sits_observe.lab.replay.replay import PolicyResult, policy_names, simulate
 
 PUBLISHED_ALLOC = {

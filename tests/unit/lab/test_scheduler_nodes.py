@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sits_observe.collectors.kube_gpu import hami_allocation
+from sits_observe.collectors.kube.gpu import hami_allocation
 from sits_observe.lab.scheduler.nodes import cluster_state, node_gpu_uuids
 
 

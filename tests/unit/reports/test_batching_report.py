@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from sits_observe.errors import NoDataError
-from sits_observe.reports import batching
 from sits_observe.reports.registry import find_report
+from sits_observe.reports.serving import batching
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 

@@ -10,15 +10,15 @@ import pyarrow as pa
 import pytest
 
 from sits_observe.domain.tables import DECISIONS, GPU_SAMPLES
-from sits_observe.reports.decision_totals import (
+from sits_observe.reports.actions.decision_totals import (
     applied_decisions,
     decision_totals,
     failure_totals,
     latest_quotas,
     newest_decision_at,
 )
-from sits_observe.reports.gpu_holders import gpu_instances, gpu_sharing
-from sits_observe.reports.names import gpu_identities
+from sits_observe.reports.inventory.gpu_holders import gpu_instances, gpu_sharing
+from sits_observe.reports.inventory.names import gpu_identities
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 

@@ -18,14 +18,14 @@ from typer.testing import CliRunner
 
 from sits_observe.domain.tables import conform
 from sits_observe.errors import ConfigError, NoDataError
-from sits_observe.reports.fleet import SPEC, FleetQuery
-from sits_observe.reports.fleet_series import bucket_width_s
+from sits_observe.reports.inventory.fleet import SPEC, FleetQuery
+from sits_observe.reports.inventory.fleet_series import bucket_width_s
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.cli.report_output import table_text
+from sits_observe.surfaces.cli.reports.output import table_text
 from tests.golden_support import assert_golden
 from tests.unit.surfaces.test_ui_pages import GIB, fill_store
 

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.fgd import fragmentation
-from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_live import (
+from sits_observe.analytics.fragmentation.fgd import fragmentation
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd_live import (
     DEVICES_SINCE_S,
     NODE_COLUMNS,
     POD_COLUMNS,
@@ -32,9 +32,9 @@ from sits_observe.analytics.fgd_live import (
     live_cluster,
     live_cluster_of,
 )
-from sits_observe.analytics.fgd_workload import TypicalPodSettings, typical_pods
+from sits_observe.analytics.fragmentation.fgd_workload import TypicalPodSettings, typical_pods
 from sits_observe.domain.tables import conform
-from sits_observe.reports.fleet_series import _state_key, inventory_series
+from sits_observe.reports.inventory.fleet_series import _state_key, inventory_series
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.inventory import InventorySettings

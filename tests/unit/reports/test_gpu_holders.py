@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from sits_observe.domain.tables import conform
-from sits_observe.reports.gpu_holders import gpu_instances
+from sits_observe.reports.inventory.gpu_holders import gpu_instances
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 

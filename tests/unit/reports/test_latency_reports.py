@@ -16,18 +16,18 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.heatmap import compute_heatmaps
-from sits_observe.analytics.heatmap_png import render_png
-from sits_observe.analytics.latency import RequestSelection
+from sits_observe.analytics.heatmap.grid import compute_heatmaps
+from sits_observe.analytics.heatmap.png import render_png
+from sits_observe.analytics.serving.latency import RequestSelection
 from sits_observe.domain.validation import validate_settings
 from sits_observe.errors import ConfigError, NoDataError
-from sits_observe.reports import heatmap, latency
-from sits_observe.reports.heatmap_maps import heatmaps_of
 from sits_observe.reports.registry import REPORTS
 from sits_observe.reports.result import Report
+from sits_observe.reports.serving import heatmap, latency
+from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.report_output import Output, table_text
+from sits_observe.surfaces.cli.reports.output import Output, table_text
 from tests.golden_support import assert_golden
 
 T0 = datetime(2026, 3, 2, 9, 0)

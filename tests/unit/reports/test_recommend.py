@@ -17,16 +17,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sits_observe.control.model import ACTIONS, Action
-from sits_observe.control.settings import ControllerSettings
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.model import ACTIONS
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.errors import NoDataError
-from sits_observe.reports import recommend, recommend_plan
+from sits_observe.reports.actions import recommend, recommend_plan
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.cli.report_output import table_text
+from sits_observe.surfaces.cli.reports.output import table_text
 from tests.golden_support import assert_golden
 from tests.unit.reports.recommend_store import GIB, H100, HOUR, T0, fill
 
@@ -238,8 +239,8 @@ def test_rows_are_grouped_by_namespace_and_the_n_alias_filters_them(
 def test_every_controller_action_is_a_recommend_action_of_the_same_name() -> None:
     """RecommendAction lists the controller's actions, then the analytics' findings: an
     action added to the controller must be filterable with --action too."""
-    from sits_observe.control.model import Action
-    from sits_observe.reports.recommend import RecommendAction
+    from sits_observe.control.controller.actions import Action
+    from sits_observe.reports.actions.recommend import RecommendAction
 
     shared = [(a.name, a.value) for a in RecommendAction][: len(Action)]
     assert shared == [(a.name, a.value) for a in Action]
@@ -269,8 +270,9 @@ def test_the_replica_rules_heatmap_takes_flags_of_its_own(store: Store, tmp_path
 
 def test_offline_rows_of_owned_pods_go_to_their_workload() -> None:
     """From the inventory's owner columns, as the controller does in the cluster
-        (control/combine.py): p1 is a Deployment's pod (a ReplicaSet named chat-<template hash>),
-        so its memory-class and priority-class rows name the Deployment chat (without owner columns
+        (control/controller/combine.py): p1 is a Deployment's pod (a ReplicaSet named chat-<template
+        hash>), so its memory-class and priority-class rows name the Deployment chat (without owner
+        columns
     they name the pod: test_the_plan_as_of_the_newest_sample)."""
     with Store.open(":memory:") as s:
         fill(s)

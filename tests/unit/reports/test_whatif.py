@@ -15,7 +15,7 @@ from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import Window, WindowRequest
 from sits_observe.store import Store
-from sits_observe.surfaces.cli.report_output import table_text
+from sits_observe.surfaces.cli.reports.output import table_text
 from tests.golden_support import assert_golden
 from tests.unit.surfaces.test_ui_pages import fill_store
 

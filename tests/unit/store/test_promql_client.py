@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from sits_observe.errors import StoreError
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_source import PromQLGpuSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.source import PromQLGpuSource
 
 T0 = datetime(2026, 11, 1, 12, 0)
 

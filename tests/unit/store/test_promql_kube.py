@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from sits_observe.errors import StoreError
-from sits_observe.store.promql import PromQLClient
-from sits_observe.store.promql_kube import KsmInventory, PromQLKubeSource
+from sits_observe.store.promql.client import PromQLClient
+from sits_observe.store.promql.kube import KsmInventory, PromQLKubeSource
 
 T = datetime(2026, 11, 1, 12, 0)
 S = 30.0  # seconds between scrapes

@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from sits_observe.analytics.fgd_live import live_cluster
+from sits_observe.analytics.fragmentation.fgd_live import live_cluster
 from sits_observe.domain.tables import PODS
 from sits_observe.store import Store
 from sits_observe.store.migrations import latest_version, migrations

@@ -22,24 +22,28 @@ import typer
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.fgd_cluster import ClusterState
-from sits_observe.analytics.fgd_model import CAUSES, PodShape
-from sits_observe.analytics.fgd_workload import TypicalPodSettings, typical_pods
-from sits_observe.analytics.trends import EpsChoice, SeriesPoint, TrendCluster, TrendClusters
-from sits_observe.analytics.trends_series import TrendLevel
+from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd_model import CAUSES, PodShape
+from sits_observe.analytics.fragmentation.fgd_workload import TypicalPodSettings, typical_pods
+from sits_observe.analytics.trends.clusters import (
+    EpsChoice,
+    SeriesPoint,
+    TrendCluster,
+    TrendClusters,
+)
+from sits_observe.analytics.trends.series import TrendLevel
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.domain.tables import GPU_SAMPLES, conform
 from sits_observe.errors import ConfigError
 from sits_observe.lab.replay.results import PolicyResult, Spread
-from sits_observe.reports import fragmentation, heatmap, latency, recommend, smf, timeline, trends
-from sits_observe.reports.heatmap_maps import heatmaps_of
+from sits_observe.reports import fragmentation, smf, timeline, trends
+from sits_observe.reports.actions import recommend
 from sits_observe.reports.result import Report, table_of
+from sits_observe.reports.serving import heatmap, latency
+from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.surfaces.cli import (
-    ingest_dcgm,
-    simulate,
-)
+from sits_observe.surfaces.cli import simulate
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
     cli_errors,
@@ -49,8 +53,9 @@ from sits_observe.surfaces.cli.common import (
     print_rows,
 )
 from sits_observe.surfaces.cli.console import note, shown, styled
-from sits_observe.surfaces.cli.heatmap_extras import print_grid
-from sits_observe.surfaces.cli.report_output import Output, print_report
+from sits_observe.surfaces.cli.ingest import dcgm as ingest_dcgm
+from sits_observe.surfaces.cli.reports.heatmap_extras import print_grid
+from sits_observe.surfaces.cli.reports.output import Output, print_report
 
 NASTY = ["[", "]", "[/x]", "[/]", "[bold]", "[red]no[/]", "\\[x]", ":smile:", "\x1b[31m", "\n"]
 NASTY += ["\t", "\r", "\x00", "\x7f", "\x9b", "\u2028", "[link=http://x]", "node[/x]", "✓", "漢字"]

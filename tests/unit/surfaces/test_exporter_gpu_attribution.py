@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
 
 NOW = datetime(2026, 11, 1, 12, 0)
 GIB = 1024**3

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
-from sits_observe.surfaces.service.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
 
 NOW = datetime(2026, 11, 1, 12, 0)
 GB = 10**9

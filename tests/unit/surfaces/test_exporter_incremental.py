@@ -23,14 +23,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from sits_observe.analytics.row_changes import Fingerprint
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter import (
+from sits_observe.surfaces.service.exporter.cache import Key, SignalCache
+from sits_observe.surfaces.service.exporter.exporter import (
     DerivedSignals,
     ExporterSettings,
     Signal,
     metrics_text,
 )
-from sits_observe.surfaces.service.exporter_cache import Key, SignalCache
-from sits_observe.surfaces.service.exporter_signals import PassInputs
+from sits_observe.surfaces.service.exporter.signals import PassInputs
 
 T0 = datetime(2026, 11, 1, 12, 0)
 TS = pa.timestamp("us")

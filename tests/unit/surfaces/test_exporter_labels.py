@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter import DerivedSignals, ExporterSettings
-from sits_observe.surfaces.service.exporter_labels import GPU_LABELS
+from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.labels import GPU_LABELS
 
 NOW = datetime(2026, 11, 1, 12, 0)
 #: Families computed from dcgm-exporter's rows alone (no cgroups, no inventory).

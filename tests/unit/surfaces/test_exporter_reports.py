@@ -21,15 +21,15 @@ from sits_observe.reports.classes import ClassQuery
 from sits_observe.reports.classes import build as classes_report
 from sits_observe.reports.fragmentation import FragmentationQuery
 from sits_observe.reports.fragmentation import build as fragmentation_report
-from sits_observe.reports.heatmap import HeatmapQuery
-from sits_observe.reports.heatmap import build as heatmap_report
 from sits_observe.reports.interference import InterferenceQuery
 from sits_observe.reports.interference import build as interference_report
-from sits_observe.reports.latency import LatencyQuery, LatencySource
-from sits_observe.reports.latency import build as latency_report
+from sits_observe.reports.serving.heatmap import HeatmapQuery
+from sits_observe.reports.serving.heatmap import build as heatmap_report
+from sits_observe.reports.serving.latency import LatencyQuery, LatencySource
+from sits_observe.reports.serving.latency import build as latency_report
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter import ExporterSettings
+from sits_observe.surfaces.service.exporter.exporter import ExporterSettings
 from tests.unit.surfaces.test_exporter import add_gpu_samples, add_requests
 from tests.unit.surfaces.test_exporter_signals import (
     NOW,

@@ -11,12 +11,16 @@ import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sits_observe.analytics.smf import smf_value
-from sits_observe.analytics.trends import cluster_trends
-from sits_observe.analytics.trends_series import read_occupancy_series
+from sits_observe.analytics.fragmentation.smf import smf_value
+from sits_observe.analytics.trends.clusters import cluster_trends
+from sits_observe.analytics.trends.series import read_occupancy_series
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter import REGISTRY, DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.exporter import (
+    REGISTRY,
+    DerivedSignals,
+    ExporterSettings,
+)
 
 NOW = datetime(2026, 11, 1, 12, 0)
 TS = pa.timestamp("us")

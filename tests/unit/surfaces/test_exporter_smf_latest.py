@@ -20,14 +20,14 @@ from statistics import fmean
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.smf import SmfGrouping
+from sits_observe.analytics.fragmentation.smf import SmfGrouping
 from sits_observe.errors import NoDataError
 from sits_observe.reports.smf import SmfQuery
 from sits_observe.reports.smf import build as smf_report
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter_settings import ExporterSettings
-from sits_observe.surfaces.service.exporter_signals import PassInputs, finite, label, labels_of
-from sits_observe.surfaces.service.exporter_signals_cluster import smf
+from sits_observe.surfaces.service.exporter.settings import ExporterSettings
+from sits_observe.surfaces.service.exporter.signals import PassInputs, finite, label, labels_of
+from sits_observe.surfaces.service.exporter.signals_cluster import smf
 from tests.unit.analytics.test_smf_latest import T0, fleet
 
 Values = dict[str, dict[tuple[str, ...], float]]

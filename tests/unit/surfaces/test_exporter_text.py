@@ -20,7 +20,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from sits_observe.surfaces.service.exporter_cache import GaugeRows, SignalCache, TextWriter, render
+from sits_observe.surfaces.service.exporter.cache import GaugeRows, SignalCache, TextWriter, render
 
 LABEL_VALUES = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12

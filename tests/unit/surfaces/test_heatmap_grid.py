@@ -11,9 +11,9 @@ import io
 from contextlib import redirect_stdout
 from dataclasses import replace
 
-from sits_observe.analytics.heatmap import Heatmap
-from sits_observe.analytics.heatmap_histograms import histogram_heatmaps
-from sits_observe.surfaces.cli.heatmap_extras import print_grid
+from sits_observe.analytics.heatmap.grid import Heatmap
+from sits_observe.analytics.heatmap.histograms import histogram_heatmaps
+from sits_observe.surfaces.cli.reports.heatmap_extras import print_grid
 from tests.unit.analytics.test_heatmap_histograms import SETTINGS, _rows, _table
 
 

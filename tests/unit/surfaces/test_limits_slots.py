@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sits_observe.surfaces.service.limits import Slots
+from sits_observe.surfaces.service.http.limits import Slots
 
 
 def run(coro: object) -> object:

@@ -15,7 +15,7 @@ from sits_observe.reports.registry import find_report
 from sits_observe.reports.result import col, table_of
 from sits_observe.surfaces.cli.flags import field_help, option_names, setting_options
 from sits_observe.surfaces.cli.main import app
-from sits_observe.surfaces.cli.report_output import Output, pick_columns
+from sits_observe.surfaces.cli.reports.output import Output, pick_columns
 
 REPORTS = all_reports()
 REPORTS_ALL = all_reports()

@@ -26,9 +26,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sits_observe.control.extender_scoring import ScoringSettings, prioritize
-from sits_observe.control.extender_view import ViewSettings, build_view
-from sits_observe.control.extender_wire import host_priority_json, parse_extender_args
+from sits_observe.control.extender.scoring import ScoringSettings, prioritize
+from sits_observe.control.extender.view import build_view
+from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import POD_1GPU_JSON, args_by_name
 from tests.unit.control.extender_support import write_cluster
@@ -38,17 +39,17 @@ LATER = (
     "kubernetes",
     "httpx",
     "sits_observe.reports.registry",
-    "sits_observe.reports.recommend",
+    "sits_observe.reports.actions.recommend",
     "sits_observe.surfaces.alerts.notify",
     "sits_observe.collectors.agent.loop",
-    "sits_observe.surfaces.service.exporter_signals_cluster",
-    "sits_observe.surfaces.service.exporter_signals_slow",
-    "sits_observe.surfaces.service.exporter_signals_idle",
+    "sits_observe.surfaces.service.exporter.signals_cluster",
+    "sits_observe.surfaces.service.exporter.signals_slow",
+    "sits_observe.surfaces.service.exporter.signals_idle",
     # The analyses whose settings serve's flags read: the settings live in analytics.settings.
-    "sits_observe.analytics.heatmap",
-    "sits_observe.analytics.idle_gpus",
-    "sits_observe.analytics.smf",
-    "sits_observe.analytics.trends",
+    "sits_observe.analytics.heatmap.grid",
+    "sits_observe.analytics.fragmentation.idle_gpus",
+    "sits_observe.analytics.fragmentation.smf",
+    "sits_observe.analytics.trends.clusters",
     "polars",
     "pandas",
     "pyarrow.parquet",
@@ -72,8 +73,8 @@ from sits_observe.surfaces.cli.main import build_app
 build_app("serve")
 from sits_observe.store import Store
 from sits_observe.surfaces.service.app import create_app
-from sits_observe.surfaces.service.server import Listener, Servers
-from sits_observe.surfaces.service.sockets import bind
+from sits_observe.surfaces.service.http.server import Listener, Servers
+from sits_observe.surfaces.service.http.sockets import bind
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 LATER = {later!r}
@@ -107,7 +108,7 @@ with Store.open(sys.argv[1]) as store:
             "status": called.status_code,
             "hosts": called.json(),
             "loaded": sorted(m for m in NOT_FOR_THE_FIRST_ANSWER if m in sys.modules),
-            "slow": "sits_observe.analytics.interference" in sys.modules,
+            "slow": "sits_observe.analytics.topology.interference" in sys.modules,
         }}
     after = sorted(m for m in LATER if m in sys.modules)
     app.state.exporter.close()
@@ -168,7 +169,7 @@ def test_the_reports_and_the_exporter_load_on_their_first_request(tmp_path: Path
     after = found["after"]
     assert isinstance(after, list)
     assert "sits_observe.reports.registry" in after
-    assert "sits_observe.surfaces.service.exporter_signals_cluster" in after
+    assert "sits_observe.surfaces.service.exporter.signals_cluster" in after
 
 
 def test_the_first_extender_answer_builds_its_view_without_pandas(tmp_path: Path) -> None:
@@ -200,7 +201,7 @@ def expected_hosts(store: Store) -> list[dict[str, object]]:
     return hosts
 
 
-#: ``serve --extender-warm-view``'s first stage (:mod:`sits_observe.surfaces.service.staged`):
+#: ``serve --extender-warm-view``'s first stage (:mod:`sits_observe.surfaces.service.http.staged`):
 #: its command, the store, the extender's endpoints and app, the staged app and the servers,
 #: then one prioritize call; FastAPI (and the service's app) must still be unimported.
 STAGE_ONE_PROBE = """
@@ -213,10 +214,10 @@ from sits_observe.surfaces.service.extender import (
     ExtenderSettings, create_extender_app, serve_extender
 )
 from sits_observe.surfaces.service.metrics import ServiceMetrics
-from sits_observe.surfaces.service.server import Listener, Servers
-from sits_observe.surfaces.service.sockets import bind
-from sits_observe.surfaces.service.limits import HttpLimits
-from sits_observe.surfaces.service.staged import StagedApp
+from sits_observe.surfaces.service.http.server import Listener, Servers
+from sits_observe.surfaces.service.http.sockets import bind
+from sits_observe.surfaces.service.http.limits import HttpLimits
+from sits_observe.surfaces.service.http.staged import StagedApp
 
 listening = sorted(m for m in ("fastapi", "sits_observe.surfaces.service.app") if m in sys.modules)
 with Store.open(sys.argv[1]) as store:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from sits_observe.surfaces.service.sockets import bind
+from sits_observe.surfaces.service.http.sockets import bind
 
 
 def test_the_listening_socket_is_tcp_with_nodelay() -> None:

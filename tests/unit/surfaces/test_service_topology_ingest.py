@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sits_observe.collectors.agent.wire import encode_batch
-from sits_observe.collectors.numa import NumaCollector
+from sits_observe.collectors.cgroup.numa import NumaCollector
 from sits_observe.collectors.sync_delay import SyncDelayCollector
 from sits_observe.collectors.topology import TopologyCollector
 from sits_observe.store import Store

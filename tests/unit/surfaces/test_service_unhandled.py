@@ -13,7 +13,7 @@ from starlette.types import Message, Receive, Scope, Send
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
 from sits_observe.surfaces.service import app as app_module
-from sits_observe.surfaces.service.unhandled import JsonErrors, raw_answer
+from sits_observe.surfaces.service.http.unhandled import JsonErrors, raw_answer
 
 TOKEN = "t0ken-for-tests"
 

@@ -1,0 +1,1 @@
+"""Fragmentation trend clustering (DBSCAN over features of each GPU's framebuffer series)."""

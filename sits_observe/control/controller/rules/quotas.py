@@ -1,0 +1,322 @@
+"""Quota rules as proposals: QoS-tier quotas with the elastic rule, and namespace
+ResourceQuotas sized VPA-style (see :mod:`.rules` for the conventions they share).
+
+- QoS-tier quotas per pod (tier from its priority class, ``tier_by_priority_class``): the
+  elastic rule of :mod:`sits_observe.analytics.classes.rules` (contention, the two quota
+  formulas, "only lower-priority tasks that miss their SLA are reset" with the node's highest
+  priority as the reallocating one). The controller adds the hysteresis band on every test
+  for a pod already on a reduced quota, the bounds (``qos_memory_min_bytes``; the link
+  capacity, else ``qos_bandwidth_max_bytes_per_s``), and level triggering: the factors apply
+  to the tier's quota and never compound from pass to pass; every pod not reset keeps (or
+  gets back) its tier's quotas.
+- Namespace quota per resource: quantile of daily peaks x (1 + margin) x VPA's confidence
+  factor (1 + multiplier / days) ** exponent, never above the largest daily peak x
+  ``peak_factor_max`` nor the cluster's allocatable, rounded up to whole GPUs, milli-CPU and
+  MiB (the allocatable rounded down to them, so the rounding never passes it). The sizing
+  itself (:func:`peak_sizing`, :func:`sizing_reason`, :func:`sizing_evidence`) is shared with
+  the Kueue / KAI queue quotas of :mod:`.rules_queues`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from sits_observe.analytics.classes import rules as class_rules
+from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.model import ACTIONS, ENGINE, QUOTA_ACTIONS
+from sits_observe.control.controller.rules.levels import empty, finish, fmt, hysteresis_band
+from sits_observe.control.controller.settings import QUOTA_MEMORY, ControllerSettings
+
+FloatArray = npt.NDArray[np.float64]
+
+_MIB = 1024.0 * 1024.0
+
+
+def _priority_values(settings: ControllerSettings) -> dict[str, int]:
+    return {p.name: p.value for p in settings.classes.priority_classes}
+
+
+def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
+    """QoS-tier memory and bandwidth quotas per pod with the elastic rule.
+
+    ``pods`` carries ``state`` / ``current`` / ``recommended`` of the pod's memory quota
+    (bytes) and ``bandwidth_current`` / ``bandwidth_recommended`` of its bandwidth quota
+    (bytes/s).
+    """
+    c = settings.classes
+    tiers = {
+        pc: (c.tiers[t].memory_bytes, c.tiers[t].bandwidth_bytes_per_s)
+        for pc, t in settings.tier_by_priority_class.items()
+    }
+    if not tiers:
+        return empty()
+    for column in ("bandwidth_current", "bandwidth_recommended"):
+        if column not in pods.columns:
+            pods = pods.with_columns(pl.lit(None, pl.String()).alias(column))
+    base_mem, base_bw, prio = pl.col("_base_mem"), pl.col("_base_bw"), pl.col("_prio")
+    # A pod already below its tier's memory quota holds the elastic outcome: hysteresis.
+    band = hysteresis_band(pl.col("state").cast(pl.Float64, strict=False) < base_mem, settings)
+    contended = class_rules.elastic_contended(
+        pl.col("gpu_util_ratio"), pl.col("link_saturation_ratio"), c, band=band
+    )
+    misses = class_rules.misses_sla(pl.col("p99_latency_s"), pl.col("sla_p99_s"), band=band)
+    hw_max = pl.col("link_capacity_bytes_per_s").fill_null(settings.qos_bandwidth_max_bytes_per_s)
+    minimum = pl.lit(settings.qos_memory_min_bytes, pl.Int64)
+    lazy = (
+        pods.lazy()
+        .with_columns(
+            pl.col("priority_class")
+            .replace_strict(
+                {k: v[0] for k, v in tiers.items()}, default=None, return_dtype=pl.Int64
+            )
+            .alias("_base_mem"),
+            pl.col("priority_class")
+            .replace_strict(
+                {k: v[1] for k, v in tiers.items()}, default=None, return_dtype=pl.Float64
+            )
+            .alias("_base_bw"),
+            pl.col("priority_class")
+            .replace_strict(_priority_values(settings), default=0, return_dtype=pl.Int64)
+            .fill_null(0)
+            .alias("_prio"),
+        )
+        # The reallocating priority: the highest on the same node, tier or not (a pod without
+        # a node is alone).
+        .with_columns(prio.max().over(pl.col("node").fill_null(pl.col("pod"))).alias("_top"))
+        .filter(base_mem.is_not_null())
+        .with_columns(
+            (prio < pl.col("_top")).alias("_lower"),
+            (contended & class_rules.reset_on_reallocation(prio, pl.col("_top"), misses)).alias(
+                "_reset"
+            ),
+        )
+        .with_columns(
+            pl.when(pl.col("_reset"))
+            .then(class_rules.elastic_memory_quota(base_mem, minimum, c))
+            .otherwise(base_mem)
+            .alias("_mem"),
+            pl.when(pl.col("_reset"))
+            .then(class_rules.elastic_bandwidth_quota(base_bw, hw_max, c))
+            .otherwise(base_bw)
+            .alias("_bw"),
+        )
+        .collect(engine=ENGINE)
+        .lazy()
+    )
+    reason = (
+        pl.when(pl.col("_reset"))
+        .then(
+            pl.format(
+                "GPU contended (utilisation {} > {}, link saturation {} > {}); lower priority "
+                "than the node's highest and P99 {} ms above the {} ms SLA: elastic quota",
+                fmt(pl.col("gpu_util_ratio")),
+                pl.lit(f"{c.elastic_util_above_ratio:g}"),
+                fmt(pl.col("link_saturation_ratio")),
+                pl.lit(f"{c.elastic_link_above_ratio:g}"),
+                fmt(pl.col("p99_latency_s") * 1000, 2),
+                fmt(pl.col("sla_p99_s") * 1000, 2),
+            )
+        )
+        .otherwise(
+            pl.format(
+                "tier quota of {} (elastic rule not applicable: utilisation {}, "
+                "link saturation {}, P99 {} ms)",
+                pl.col("priority_class"),
+                fmt(pl.col("gpu_util_ratio")).fill_null("n/a"),
+                fmt(pl.col("link_saturation_ratio")).fill_null("n/a"),
+                fmt(pl.col("p99_latency_s") * 1000, 2).fill_null("n/a"),
+            )
+        )
+    )
+    evidence = [
+        pl.col("priority_class"),
+        pl.col("gpu_util_ratio"),
+        pl.col("link_saturation_ratio"),
+        pl.col("p99_latency_s"),
+        pl.col("sla_p99_s"),
+        pl.col("_lower").alias("lower_priority_on_node"),
+        pl.col("node"),
+    ]
+    memory = finish(
+        lazy,
+        kind="Pod",
+        action=Action.QOS_MEMORY_QUOTA,
+        name="pod",
+        namespace="namespace",
+        proposed=pl.col("_mem").cast(pl.String),
+        value=pl.col("_mem").cast(pl.Float64),
+        default_current=pl.col("_base_mem").cast(pl.String),
+        reason=reason,
+        evidence=[*evidence, pl.col("_base_mem").alias("tier_memory_bytes")],
+        in_effect=pl.coalesce("current", pl.col("_base_mem").cast(pl.String)),
+    )
+    bandwidth = finish(
+        lazy,
+        kind="Pod",
+        action=Action.QOS_BANDWIDTH_QUOTA,
+        name="pod",
+        namespace="namespace",
+        proposed=pl.col("_bw").round(0).cast(pl.Int64).cast(pl.String),
+        value=pl.col("_bw"),
+        default_current=pl.col("_base_bw").round(0).cast(pl.Int64).cast(pl.String),
+        reason=reason,
+        evidence=[
+            *evidence,
+            pl.col("_base_bw").alias("tier_bandwidth_bytes_per_s"),
+            hw_max.alias("bandwidth_max_bytes_per_s"),
+        ],
+        in_effect=pl.coalesce(
+            "bandwidth_current", pl.col("_base_bw").round(0).cast(pl.Int64).cast(pl.String)
+        ),
+        current=pl.col("bandwidth_current"),
+        recommended=pl.col("bandwidth_recommended"),
+    )
+    return pl.concat([memory, bandwidth])
+
+
+# -- namespace quotas ----------------------------------------------------------------------
+
+
+def confidence_factor(days: float, settings: ControllerSettings) -> float:
+    """VPA's upper-bound widening ``(1 + multiplier / days) ** exponent`` (days >= 1)."""
+    q = settings.quota
+    return float((1.0 + q.confidence_multiplier / max(days, 1.0)) ** q.confidence_exponent)
+
+
+def peak_sizing(frame: pl.LazyFrame, settings: ControllerSettings, held: pl.Expr) -> pl.LazyFrame:
+    """The quota rule on ``frame``'s ``daily_peaks`` (rows without any are dropped), shared
+    by the namespace and the queue quotas (:mod:`.rules_queues`).
+
+    Adds ``_quantile`` (the ``percentile_ratio`` quantile of the peaks), ``_days``,
+    ``_latest``, ``_confidence`` (:func:`confidence_factor`), ``_raw`` (quantile x (1 +
+    margin) x confidence), ``_peak_cap`` (the largest peak x ``peak_factor_max``), ``_held``
+    (``held``: what the cluster holds, in the unit the value is written in; null = no limit),
+    ``_value`` (the smallest of the three) and ``_capped_by`` (which cap ``_value`` is held
+    at; null when none).
+    """
+    q = settings.quota
+    return (
+        frame.filter(pl.col("daily_peaks").list.len() > 0)
+        .with_columns(
+            pl.col("daily_peaks")
+            .list.eval(pl.element().quantile(q.percentile_ratio, "linear"))
+            .list.first()
+            .alias("_quantile"),
+            pl.col("daily_peaks").list.len().cast(pl.Float64).alias("_days"),
+            pl.col("daily_peaks").list.last().alias("_latest"),
+        )
+        .with_columns(
+            (
+                (1.0 + q.confidence_multiplier / pl.col("_days").clip(lower_bound=1.0)).pow(
+                    q.confidence_exponent
+                )
+            ).alias("_confidence"),
+        )
+        .with_columns(
+            (pl.col("_quantile") * (1.0 + q.margin_ratio) * pl.col("_confidence")).alias("_raw"),
+            (pl.col("daily_peaks").list.max() * q.peak_factor_max).alias("_peak_cap"),
+            held.alias("_held"),
+        )
+        # Never above the measured peak x a bounded factor, nor above what the cluster holds
+        # (a quota above the allocatable can never be used up); nulls are no limit.
+        .with_columns(pl.min_horizontal("_raw", "_peak_cap", "_held").alias("_value"))
+        .with_columns(
+            pl.when(pl.col("_value") >= pl.col("_raw"))
+            .then(pl.lit(None, pl.String()))
+            .when(pl.col("_value") == pl.col("_held"))
+            .then(pl.lit("the cluster's allocatable"))
+            .otherwise(pl.format("the largest daily peak x {}", pl.lit(f"{q.peak_factor_max:g}")))
+            .alias("_capped_by"),
+        )
+    )
+
+
+def sizing_reason(action: Action, settings: ControllerSettings) -> pl.Expr:
+    """The reason of a :func:`peak_sizing` row, in ``action``'s unit."""
+    q = settings.quota
+    unit = ACTIONS[action].unit
+    return pl.concat_str(
+        pl.format(
+            "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} ({} day(s) of history)",
+            pl.lit(f"{q.percentile_ratio * 100:g}"),
+            pl.col("_days").cast(pl.Int64),
+            fmt(pl.col("_quantile"), 1),
+            pl.lit(unit),
+            pl.lit(f"{q.margin_ratio:g}"),
+            fmt(pl.col("_confidence"), 3),
+            pl.col("_days").cast(pl.Int64),
+        ),
+        pl.format(
+            "; {} {}, held at {}", fmt(pl.col("_raw"), 1), pl.lit(unit), pl.col("_capped_by")
+        ).fill_null(""),
+    )
+
+
+def sizing_evidence() -> list[pl.Expr]:
+    """The evidence of a :func:`peak_sizing` row (``recommend`` reads ``history_days``,
+    ``peak_quantile``, ``confidence_factor``, ``uncapped`` and ``capped_by``)."""
+    return [
+        pl.col("_quantile").alias("peak_quantile"),
+        pl.col("_days").alias("history_days"),
+        pl.col("_latest").alias("latest_daily_peak"),
+        pl.col("_confidence").alias("confidence_factor"),
+        pl.col("_raw").alias("uncapped"),
+        pl.col("_peak_cap").alias("peak_cap"),
+        pl.col("allocatable"),
+        pl.col("_capped_by").alias("capped_by"),
+    ]
+
+
+def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame:
+    """ResourceQuota proposals per (namespace, resource) from daily peaks.
+
+    ``namespaces`` carries ``quota_kind`` / ``quota_name`` (where the advice goes) and the
+    ``current`` / ``recommended`` value of each row's resource there.
+    """
+    if "allocatable" not in namespaces.columns:
+        namespaces = namespaces.with_columns(pl.lit(None, pl.Float64()).alias("allocatable"))
+    # The allocatable rounded down to the unit the quota is written in (MiB, whole GPUs,
+    # milli-CPU), so rounding the proposal up never passes it.
+    held = (
+        pl.when(pl.col("resource") == QUOTA_MEMORY)
+        .then((pl.col("allocatable") / _MIB).floor() * _MIB)
+        .otherwise(pl.col("allocatable").floor())
+    )
+    frame = peak_sizing(
+        namespaces.lazy().filter(pl.col("resource").is_in(list(QUOTA_ACTIONS))), settings, held
+    )
+
+    # A Namespace is cluster-scoped: advice annotated on it has no namespace.
+    namespace = (
+        pl.when(pl.col("quota_kind") == "Namespace")
+        .then(pl.lit(None, pl.String()))
+        .otherwise(pl.col("namespace"))
+    )
+    parts = [
+        finish(
+            frame.filter(pl.col("resource") == resource),
+            kind=pl.col("quota_kind"),
+            action=action,
+            name="quota_name",
+            namespace=namespace,
+            proposed=pl.col("_value").ceil().cast(pl.Int64).cast(pl.String),
+            value=pl.col("_value"),
+            reason=sizing_reason(action, settings),
+            evidence=[pl.col("resource"), *sizing_evidence()],
+        )
+        for resource, action in QUOTA_ACTIONS.items()
+    ]
+    return pl.concat(parts)
+
+
+def round_values(action: Action, values: FloatArray) -> FloatArray:
+    """Values in the unit the action is written in: whole GPUs, milli-CPU, MiB of quota
+    memory, whole GPUs of queue quotas, whole bytes and bytes/s (quotas round up, QoS values
+    down)."""
+    if action is Action.QUOTA_MEMORY:
+        return np.asarray(np.ceil(values / _MIB) * _MIB, dtype=np.float64)
+    if action in (Action.QUOTA_GPU, Action.QUOTA_CPU) or ACTIONS[action].actuator == "queue":
+        return np.asarray(np.ceil(values), dtype=np.float64)
+    return np.asarray(np.floor(values), dtype=np.float64)

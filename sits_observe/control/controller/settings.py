@@ -1,0 +1,441 @@
+"""Typed settings of the controller: modes, decision rules, safety rules, writes and the lease.
+
+Every field carries bounds and a description naming its unit; the CLI's help text comes from
+these descriptions. The spec's thresholds (memory classes, QoS tiers, time slices, priority
+classes, interference) live once in :mod:`sits_observe.analytics.settings` and are embedded
+here as ``classes`` and ``interference``; the fields below are the controller's own.
+
+Units: ``_s`` seconds, ``_ratio`` 0-1 (a fraction, never a percentage), ``_bytes``,
+``_bytes_per_s``, ``_per_minute``.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sits_observe.analytics.settings import (
+    GIB,
+    ClassSettings,
+    InterferenceSettings,
+    TenantSettings,
+)
+from sits_observe.control.controller.actions import Action
+from sits_observe.domain.validation import comma_separated
+
+#: Every label and annotation the controller writes starts with this prefix.
+PREFIX = "sits.io/"
+
+#: ResourceQuota ``spec.hard`` keys the namespace-quota rule sizes, and their measured unit.
+QUOTA_GPU = "requests.nvidia.com/gpu"
+QUOTA_CPU = "requests.cpu"
+QUOTA_MEMORY = "requests.memory"
+QUOTA_RESOURCES = (QUOTA_GPU, QUOTA_CPU, QUOTA_MEMORY)
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class Mode(StrEnum):
+    """What the controller writes to the cluster (docs/controller.md has the full table).
+
+    - ``dry-run`` (default): nothing; decisions are stored and printed only.
+    - ``annotate``: recommendation annotations and Events only; no label, quota, ConfigMap
+      or QoS value changes.
+    - ``act``: annotations and Events, plus the changes themselves (labels, ResourceQuota
+      ``spec.hard``, the time-slicing ConfigMap entry, QoS quota annotations).
+    """
+
+    DRY_RUN = "dry-run"
+    ANNOTATE = "annotate"
+    ACT = "act"
+
+
+class NamespaceSelection(StrEnum):
+    """Which namespaces the controller works in, besides the opt-out annotation.
+
+    The namespace label ``namespace_label`` (``sits.io/enabled``) set to ``"true"`` opts a
+    namespace in and ``"false"`` opts it out in both; they differ on unlabelled namespaces:
+
+    - ``opt-out`` (default, the behaviour before the label existed): unlabelled namespaces
+      are included;
+    - ``opt-in``: unlabelled namespaces are left alone (``skipped:not-opted-in``), as
+      Goldilocks does with its ``goldilocks.fairwinds.com/enabled`` label.
+    """
+
+    OPT_OUT = "opt-out"
+    OPT_IN = "opt-in"
+
+
+class Bound(BaseModel):
+    """Hard limits of one numeric value: a proposal outside is clamped, never exceeded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_value: float = Field(..., ge=0, description="smallest value ever written, in the unit")
+    max_value: float = Field(..., gt=0, description="largest value ever written, in the unit")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bound:
+        if self.min_value > self.max_value:
+            raise ValueError(f"min_value {self.min_value:g} exceeds max_value {self.max_value:g}")
+        return self
+
+
+def _default_quota_bounds() -> dict[str, Bound]:
+    return {
+        QUOTA_GPU: Bound(min_value=1, max_value=4096),  # GPUs
+        QUOTA_CPU: Bound(min_value=1000, max_value=10_000_000),  # milli-CPU
+        QUOTA_MEMORY: Bound(min_value=1 * GIB, max_value=64 * 1024 * GIB),  # bytes
+    }
+
+
+class QuotaRuleSettings(BaseModel):
+    """Namespace ResourceQuota sizing, VPA-style.
+
+    proposed = quantile(daily peaks, ``percentile_ratio``) x (1 + ``margin_ratio``)
+    x (1 + ``confidence_multiplier`` / days) ** ``confidence_exponent``,
+    held under the largest daily peak x ``peak_factor_max`` and the cluster's allocatable.
+    The last factor is the Vertical Pod Autoscaler recommender's upper-bound confidence
+    interval (``WithConfidenceMultiplier(1.0, 1.0, ...)`` in its ``estimator.go``): with one
+    day of history it doubles the estimate, with 14 days it adds 7%.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    percentile_ratio: float = Field(
+        0.95, gt=0, le=1, description="quantile (0-1) of the daily peaks the quota covers"
+    )
+    margin_ratio: float = Field(
+        0.15, ge=0, le=10, description="safety margin added on top of the quantile (0.15 = +15%)"
+    )
+    confidence_multiplier: float = Field(
+        1.0, ge=0, le=100, description="confidence widening at one day of history (1.0 = x2)"
+    )
+    confidence_exponent: float = Field(
+        1.0, ge=0, le=10, description="exponent of the confidence factor (1 + multiplier/days)"
+    )
+    history_days: int = Field(
+        14, ge=1, le=365, description="days of inventory snapshots the daily peaks come from"
+    )
+    peak_factor_max: float = Field(
+        2.0,
+        ge=1,
+        le=100,
+        description="a quota is never proposed above the largest daily peak x this factor "
+        "(nor above the cluster's allocatable)",
+    )
+    bounds: dict[str, Bound] = Field(
+        default_factory=_default_quota_bounds,
+        description="hard limits per spec.hard key: GPUs, milli-CPU, bytes",
+    )
+    quota_name: str = Field(
+        "sits-quota",
+        description="name of the ResourceQuota the controller may change in each namespace; "
+        "create it to opt a namespace in (without it the advice is annotated on the namespace)",
+    )
+
+    @field_validator("quota_name")
+    @classmethod
+    def _dns(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value) or len(value) > 253:
+            raise ValueError(f"quota_name {value!r} is not a valid object name")
+        return value
+
+    @field_validator("bounds")
+    @classmethod
+    def _known_keys(cls, value: dict[str, Bound]) -> dict[str, Bound]:
+        unknown = sorted(set(value) - set(QUOTA_RESOURCES))
+        if unknown:
+            raise ValueError(
+                f"unknown quota key(s) {', '.join(unknown)}; valid: {', '.join(QUOTA_RESOURCES)}"
+            )
+        missing = sorted(set(QUOTA_RESOURCES) - set(value))
+        if missing:
+            raise ValueError(f"bounds are needed for every quota key; missing {', '.join(missing)}")
+        return value
+
+
+def _default_tier_by_priority() -> dict[str, str]:
+    return {"ultra-low-latency": "gold", "throughput-guaranteed": "silver", "best-effort": "bronze"}
+
+
+class ControllerSettings(BaseModel):
+    """Everything the controller's plan, safety rules, writes and leader election use."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # -- mode and loop ------------------------------------------------------------------
+    mode: Mode = Field(
+        Mode.DRY_RUN,
+        description="dry-run (write nothing), annotate (recommendation annotations and "
+        "Events only) or act (also labels, quotas, ConfigMap entry, QoS values)",
+    )
+    interval_s: float = Field(
+        30.0, ge=0.2, le=86_400, description="seconds between two control-loop passes"
+    )
+    replica_id: str = Field(
+        "sits-controller",
+        min_length=1,
+        max_length=128,
+        description="identity of this replica in the Lease and the decisions table",
+    )
+
+    # -- decision rules -----------------------------------------------------------------
+    classes: ClassSettings = Field(
+        default_factory=ClassSettings,
+        description="the spec's memory classes, QoS tiers, time slices and priority classes",
+    )
+    interference: InterferenceSettings = Field(
+        default_factory=InterferenceSettings,
+        description="the spec's interference score and TopologyManager thresholds",
+    )
+    fragmentation_medium_above_ratio: float = Field(
+        0.30, ge=0, le=1, description="node fragmentation (0-1) above which the level is medium"
+    )
+    fragmentation_high_above_ratio: float = Field(
+        0.70,
+        ge=0,
+        le=1,
+        description="node fragmentation (0-1) above which the level is high (the spec's "
+        "preemption threshold)",
+    )
+    tier_by_priority_class: dict[str, str] = Field(
+        default_factory=_default_tier_by_priority,
+        description="PriorityClass name -> QoS tier; pods of other classes get no QoS quota",
+    )
+    qos_memory_min_bytes: int = Field(
+        1 * GIB, gt=0, description="the elastic rule's memory-quota minimum, bytes"
+    )
+    qos_bandwidth_max_bytes_per_s: float = Field(
+        64e9,
+        gt=0,
+        description="the elastic rule's bandwidth maximum when the GPU's link capacity is "
+        "unknown, bytes/s (PCIe Gen4 x16, both directions)",
+    )
+    quota: QuotaRuleSettings = Field(
+        default_factory=QuotaRuleSettings, description="namespace ResourceQuota sizing"
+    )
+    tenants: TenantSettings = Field(
+        default_factory=TenantSettings,
+        description="tenant isolation: detecting one tenant pushing another out of its SLA",
+    )
+    # 15 one-minute bins: enough for three a side, short enough that a throttle that
+    # worked stops being re-justified by the bins before it.
+    tenant_window_s: float = Field(
+        900.0,
+        ge=60,
+        le=7 * 86_400,
+        description="seconds of requests and GPU samples the tenant detection looks back over",
+    )
+    # SPEC: "when one tenant's load pushes another out of its SLA, non-critical work is
+    # throttled"; non-critical = below throughput-guaranteed (500,000): best-effort, and
+    # pods without a priority class (value 0).
+    tenant_noncritical_below_priority: int = Field(
+        500_000,
+        description="pods whose priority class value (classes.priority_classes) is below "
+        "this, or that have none, are non-critical: the work a tenant throttle holds back",
+    )
+    tenant_throttle_step_ratio: float = Field(
+        0.25,
+        gt=0,
+        lt=1,
+        description="share (0-1) one tenant throttle takes off the offending tenant's "
+        "non-critical GPU quota (then max_step_ratio, the GPU quota bounds and the cooldown)",
+    )
+    tenant_throttle_quota_name: str = Field(
+        "sits-noncritical",
+        description="name of the ResourceQuota (scoped to the non-critical priority classes) "
+        "a tenant throttle may lower; create it to opt a namespace in (without it the "
+        "throttle is a recommendation on the namespace)",
+    )
+    time_slicing_configmap: str | None = Field(
+        None,
+        description="namespace/name of the NVIDIA device plugin's time-slicing ConfigMap; "
+        "without it time slices are recommendations only",
+    )
+    time_slicing_key: str = Field(
+        "sits-time-slices.yaml",
+        min_length=1,
+        max_length=253,
+        description="data key of that ConfigMap the controller owns (workload -> slice, ms)",
+    )
+
+    # -- safety -------------------------------------------------------------------------
+    opt_out_annotation: str = Field(
+        f"{PREFIX}opt-out",
+        description='annotation that, set to "true" on an object, keeps the controller off it',
+    )
+    namespace_label: str = Field(
+        f"{PREFIX}enabled",
+        description='namespace label: "true" opts the namespace in, "false" opts it out',
+    )
+    namespace_selection: NamespaceSelection = Field(
+        NamespaceSelection.OPT_OUT,
+        description="opt-out: every namespace unless labelled false (or annotated opt-out); "
+        "opt-in: only namespaces labelled true (Goldilocks' default)",
+    )
+    change_threshold_ratio: float = Field(
+        0.10,
+        ge=0,
+        le=10,
+        description="smallest relative change of a numeric value worth a write (0.1 = 10%)",
+    )
+    hysteresis_ratio: float = Field(
+        0.10,
+        ge=0,
+        lt=1,
+        description="to leave a level, the signal must fall this fraction below the boundary "
+        "it crossed (0.1 = 10%); entering uses the spec's threshold exactly",
+    )
+    max_step_ratio: float = Field(
+        0.50,
+        gt=0,
+        le=10,
+        description="largest relative change of a numeric value in one write (0.5 = 50%)",
+    )
+    min_change_interval_s: float = Field(
+        300.0,
+        ge=0,
+        le=7 * 86_400,
+        description="seconds an object's value is left alone after the controller changed it",
+    )
+    rules_off: tuple[str, ...] = Field(
+        (),
+        description="actions switched off: neither recommended nor applied (ablation; "
+        "repeat or comma-separate, e.g. time-slice,quota-gpu)",
+    )
+    writes_per_minute: float = Field(
+        60.0,
+        gt=0,
+        le=100_000,
+        description="sustained rate of API requests (writes, retries, Events), per minute",
+    )
+    write_burst: int = Field(
+        10, ge=1, le=10_000, description="API requests allowed at once before the rate applies"
+    )
+    max_attempts: int = Field(
+        5, ge=1, le=20, description="tries of one write on 409 / 429 / 5xx / unreachable"
+    )
+    backoff_base_s: float = Field(
+        0.5, gt=0, le=60, description="first retry delay, seconds; doubles on each retry"
+    )
+    backoff_max_s: float = Field(10.0, gt=0, le=600, description="longest retry delay, seconds")
+    request_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="timeout of one API request, seconds"
+    )
+    page_size: int = Field(
+        500, ge=1, le=10_000, description="objects per list page when reading the cluster"
+    )
+    event_namespace: str = Field(
+        "default",
+        description="namespace of Events about cluster-scoped objects (nodes), as kubelet does",
+    )
+
+    # -- leader election ----------------------------------------------------------------
+    lease_name: str = Field("sits-controller", description="name of the coordination Lease")
+    lease_namespace: str = Field("kube-system", description="namespace of the Lease")
+    lease_duration_s: float = Field(
+        15.0,
+        ge=1,
+        le=3600,
+        description="seconds without renewal after which another replica may take the lease",
+    )
+    renew_deadline_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="seconds after its last successful renewal a leader stops acting "
+        "(must be below lease_duration_s)",
+    )
+    retry_period_s: float = Field(
+        2.0,
+        gt=0,
+        le=600,
+        description="seconds between two lease renewals or acquisition attempts, also between "
+        "passes (must be below renew_deadline_s)",
+    )
+
+    @field_validator("time_slicing_configmap")
+    @classmethod
+    def _ns_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        namespace, sep, name = value.partition("/")
+        if not sep or not _DNS_LABEL.match(namespace) or not _DNS_SUBDOMAIN.match(name):
+            raise ValueError(f"time_slicing_configmap {value!r} must be NAMESPACE/NAME")
+        return value
+
+    @field_validator("opt_out_annotation", "namespace_label")
+    @classmethod
+    def _annotation_key(cls, value: str) -> str:
+        # Labels and annotations share the key syntax: [DNS-subdomain prefix /] name (<= 63).
+        prefix, _, name = value.rpartition("/")
+        if not name or len(name) > 63 or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
+            raise ValueError(f"{value!r} is not a valid label or annotation key")
+        return value
+
+    _split_rules_off = field_validator("rules_off", mode="before")(comma_separated)
+
+    @field_validator("rules_off")
+    @classmethod
+    def _known_actions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        known = [str(a) for a in Action]
+        for name in value:
+            if name not in known:
+                raise ValueError(f"unknown action {name!r}; valid actions: {', '.join(known)}")
+        return value
+
+    @field_validator(
+        "lease_name", "lease_namespace", "event_namespace", "tenant_throttle_quota_name"
+    )
+    @classmethod
+    def _names(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value) or len(value) > 253:
+            raise ValueError(f"{value!r} is not a valid Kubernetes object name")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ControllerSettings:
+        if self.fragmentation_medium_above_ratio > self.fragmentation_high_above_ratio:
+            raise ValueError(
+                "fragmentation_medium_above_ratio must not exceed fragmentation_high_above_ratio"
+            )
+        if self.renew_deadline_s >= self.lease_duration_s:
+            raise ValueError(
+                f"renew_deadline_s ({self.renew_deadline_s:g}) must be below lease_duration_s "
+                f"({self.lease_duration_s:g}) so a leader stops before another can take over"
+            )
+        if self.retry_period_s >= self.renew_deadline_s:
+            raise ValueError(
+                f"retry_period_s ({self.retry_period_s:g}) must be below renew_deadline_s "
+                f"({self.renew_deadline_s:g}) so a leader renews before its deadline"
+            )
+        if self.backoff_base_s > self.backoff_max_s:
+            raise ValueError("backoff_base_s must not exceed backoff_max_s")
+        unknown = sorted(set(self.tier_by_priority_class.values()) - set(self.classes.tiers))
+        if unknown:
+            raise ValueError(
+                f"tier_by_priority_class names unknown tier(s) {', '.join(unknown)}; "
+                f"tiers: {', '.join(self.classes.tiers)}"
+            )
+        return self
+
+    @property
+    def writes(self) -> bool:
+        """Whether this mode writes anything to the cluster."""
+        return self.mode is not Mode.DRY_RUN
+
+    @property
+    def dry_run(self) -> bool:
+        """True in dry-run mode (nothing is written to the cluster)."""
+        return self.mode is Mode.DRY_RUN
+
+    def time_slicing_ref(self) -> tuple[str, str] | None:
+        """(namespace, name) of the time-slicing ConfigMap, or None."""
+        if self.time_slicing_configmap is None:
+            return None
+        namespace, _, name = self.time_slicing_configmap.partition("/")
+        return namespace, name

@@ -1,0 +1,134 @@
+"""Report ``tenants``: which tenant's load pushes which other tenant out of its P99 SLA.
+
+Tenants are namespaces; their SLAs are the SPEC's (finance 15 ms, medical 120 ms, government
+300 ms P99) unless ``sla`` gives others. The method is :mod:`sits_observe.analytics.serving.tenants`
+(docs/analytics/tenants.md): each tenant's exact P99 per bin against each other tenant's load
+on the same nodes, split into high-load and low-load bins.
+
+Main table: one row per finding, "``aggressor`` pushes ``victim`` out of its SLA", with the
+victim's P99 over its requests in the high-load bins and in the low-load bins, its SLA, the
+aggressor's mean load on each side, the correlation and the bin counts, strongest first.
+``tenants``: every tenant with an SLA, its P99 over the window and its bins out of SLA. The
+controller's ``tenant-throttle`` action (docs/controller.md "Tenant isolation") acts on the
+same findings; ``recommend`` lists its rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from pydantic import Field, field_validator
+
+from sits_observe.analytics.serving.tenants import tenant_report
+from sits_observe.analytics.settings import ClassSettings, TenantSettings
+from sits_observe.domain.units import Unit
+from sits_observe.reports.result import Report, col, table_of
+from sits_observe.reports.spec import ReportSpec, require_rows
+from sits_observe.reports.window import Window
+from sits_observe.store import Store
+
+FILLED_BY = "`sits-observe ingest requests`, the inference collectors or `sits-observe demo`"
+
+
+def _slas(items: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        namespace, sep, text = item.partition("=")
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = float("nan")
+        if not sep or not namespace or not seconds > 0:
+            raise ValueError(f"{item!r}: use NAMESPACE=SECONDS with SECONDS > 0 (finance=0.015)")
+        out[namespace] = seconds
+    return out
+
+
+class TenantsQuery(TenantSettings):
+    """Settings of the ``tenants`` report: the detection's, and the SLAs."""
+
+    sla: tuple[str, ...] = Field(
+        (),
+        description="NAMESPACE=SECONDS: a tenant's P99 SLA (repeat for each); none = the "
+        "spec's finance 0.015, medical 0.120, government 0.300",
+    )
+
+    @field_validator("sla")
+    @classmethod
+    def _check_sla(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _slas(value)
+        return value
+
+    def slas(self) -> dict[str, float]:
+        """namespace -> P99 SLA, seconds."""
+        return _slas(self.sla) if self.sla else dict(ClassSettings().namespace_sla_p99_s)
+
+
+_FINDINGS = (
+    col("aggressor", "tenant"),
+    col("victim", "pushes out"),
+    col("sla_p99_s", "SLA P99", Unit.seconds),
+    col("victim_p99_high_s", "P99 high load", Unit.seconds),
+    col("victim_p99_low_s", "P99 low load", Unit.seconds),
+    col("load_high", "load high", Unit.number),
+    col("load_low", "load low", Unit.number),
+    col("correlation", "corr", Unit.score),
+    col("bins_high", "high bins", Unit.integer),
+    col("bins_low", "low bins", Unit.integer),
+    col("load", "load", wide=True),
+    col("breach_high_ratio", "out of SLA high", Unit.ratio, wide=True),
+    col("breach_low_ratio", "out of SLA low", Unit.ratio, wide=True),
+    col("first_high_at", "first high", Unit.time, wide=True),
+    col("last_high_at", "last high", Unit.time, wide=True),
+)
+_TENANTS = (
+    col("namespace", "tenant"),
+    col("sla_p99_s", "SLA P99", Unit.seconds),
+    col("p99_s", "P99", Unit.seconds),
+    col("requests", "requests", Unit.integer),
+    col("bins", "bins", Unit.integer),
+    col("bins_out_of_sla", "out of SLA", Unit.integer),
+)
+
+
+def build(store: Store, window: Window, query: TenantsQuery) -> Report:
+    """The ``tenants`` report over ``window``."""
+    require_rows(store, window, "requests", FILLED_BY)
+    slas = query.slas()
+    result = tenant_report(store, window.since, window.until, slas, query)
+    main = table_of(
+        "findings",
+        "Tenants pushing others out of their P99 SLA",
+        [asdict(f) for f in result.findings],
+        _FINDINGS,
+    )
+    tenants = table_of(
+        "tenants", "Tenants with an SLA", [asdict(t) for t in result.tenants], _TENANTS
+    )
+    notes = []
+    if not result.findings:
+        notes.append(
+            "no tenant's load moves with another's P99 out of its SLA (bins of "
+            f"{query.bin_s:g} s, >= {query.min_requests_per_bin} requests, >= "
+            f"{query.min_bins_per_side} a side, correlation >= {query.min_correlation:g})"
+        )
+    quiet = [t.namespace for t in result.tenants if t.requests == 0]
+    if quiet:
+        notes.append(f"no request in the window from {', '.join(quiet)}")
+    facts = {
+        "slas_s": slas,
+        "bin_s": query.bin_s,
+        "load": query.load,
+        "findings": len(result.findings),
+    }
+    return Report("tenants", window, main, (tenants,), tuple(notes), facts)
+
+
+SPEC = ReportSpec(
+    name="tenants",
+    summary="Tenant isolation: which namespace's load pushes which other namespace out of its "
+    "P99 SLA, with the P99 in high-load and low-load bins.",
+    settings=TenantsQuery,
+    reads=("requests", "gpu_samples"),
+    build=build,
+)

@@ -1,0 +1,2 @@
+"""The report commands: one generated command per report, the reads they share, their
+output formats, and the heatmap's extra flags."""

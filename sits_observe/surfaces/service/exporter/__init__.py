@@ -1,0 +1,2 @@
+"""The derived signals on ``/metrics``: passes that render reports into metric families, their
+cache, labels and settings."""
