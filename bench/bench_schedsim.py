@@ -70,7 +70,7 @@ from sits_observe.analytics.traces.cluster_trace import (
     load_pod_list,
 )
 from sits_observe.analytics.traces.variants import STUDY_VARIANTS, make_variant
-from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.lab.replay import replay as schedsim
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,

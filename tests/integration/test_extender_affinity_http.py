@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
 from sits_observe.surfaces.service.extender import ExtenderSettings

@@ -66,7 +66,7 @@ from sits_observe.control.controller.model import (
     Plan,
     recommendation_annotation,
 )
-from sits_observe.control.controller.plan import actuable
+from sits_observe.control.controller.proposals import actuable
 from sits_observe.control.controller.safety import TokenBucket
 from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.control.signals.kube_queues import FIELDS, queue_patch

@@ -60,7 +60,7 @@ from sits_observe.control.extender.cache import ViewCache
 from sits_observe.control.extender.handler import ExtenderHandler
 from sits_observe.control.extender.kube import KubePodApi
 from sits_observe.control.extender.overlay import AssumedPods
-from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.signals.source import SignalMetrics
 from sits_observe.control.signals.store import signals_from_store

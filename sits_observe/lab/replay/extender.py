@@ -50,7 +50,7 @@ from sits_observe.control.extender.bind import Binder
 from sits_observe.control.extender.cache import ViewCache
 from sits_observe.control.extender.handler import Answer, ExtenderHandler
 from sits_observe.control.extender.overlay import AssumedPods, Placement
-from sits_observe.control.extender.scoring import ScoringSettings
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.times import utc_naive

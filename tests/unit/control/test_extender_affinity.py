@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sits_observe.analytics.topology.affinity import AffinityRule, AffinityRules
-from sits_observe.control.extender.scoring import PodRequest, ScoringSettings, filter_nodes
+from sits_observe.control.extender.scoring import PodRequest, filter_nodes
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import parse_extender_args

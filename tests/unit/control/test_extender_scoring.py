@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from sits_observe.control.extender.scoring import (
     PodRequest,
-    ScoringSettings,
     filter_nodes,
     fragmentation_delta,
     prioritize,
 )
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.store import Store

@@ -24,11 +24,11 @@ from sits_observe.control.extender.gpus import device_plugin_gpu
 from sits_observe.control.extender.overlay import Placement, with_placements
 from sits_observe.control.extender.scoring import (
     PodRequest,
-    ScoringSettings,
     filter_nodes,
     gpu_placements,
     prioritize,
 )
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import parse_extender_args

@@ -16,7 +16,8 @@ from sits_observe.analytics.fragmentation.fgd_model import PodShape
 from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.traces.cluster_trace import PodList
 from sits_observe.control.extender.overlay import Placement, with_placements
-from sits_observe.control.extender.scoring import PodRequest, ScoringSettings, prioritize
+from sits_observe.control.extender.scoring import PodRequest, prioritize
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import ConfigError

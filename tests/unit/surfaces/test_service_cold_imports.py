@@ -26,7 +26,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sits_observe.control.extender.scoring import ScoringSettings, prioritize
+from sits_observe.control.extender.scoring import prioritize
+from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
