@@ -37,12 +37,12 @@ from sits_observe.analytics.classes.series import (
     pods_of,
     requests_from_histograms,
 )
+from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.analytics.rightsizing.elastic import (
     SAMPLE_COLUMNS,
     elastic_rows,
     elastic_rows_from,
 )
-from sits_observe.analytics.settings import ClassSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of

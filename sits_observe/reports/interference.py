@@ -24,7 +24,6 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.analytics.topology.interference import (
     BANDWIDTH,
     NUMA,
@@ -42,6 +41,7 @@ from sits_observe.analytics.topology.numa import (
     MeasuredInputs,
     measured_inputs,
 )
+from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.inventory.names import gpu_label, gpu_labels

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
+from sits_observe.analytics.fragmentation.settings import SmfSettings
 from sits_observe.analytics.fragmentation.smf import (
     SmfAlignment,
     SmfGrouping,
@@ -26,7 +27,6 @@ from sits_observe.analytics.fragmentation.smf import (
     summarize_smf,
 )
 from sits_observe.analytics.fragmentation.smf_latest import SmfLatest, read_latest_smf
-from sits_observe.analytics.settings import SmfSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of

@@ -20,7 +20,6 @@ import polars as pl
 import pyarrow as pa
 from pydantic import Field
 
-from sits_observe.analytics.settings import TrendSettings
 from sits_observe.analytics.source import OCCUPANCY_COLUMNS, occupancy_from_samples
 from sits_observe.analytics.trends.clusters import TrendCluster, TrendClusters, cluster_trends
 from sits_observe.analytics.trends.series import (
@@ -29,6 +28,7 @@ from sits_observe.analytics.trends.series import (
     read_newest_occupancy,
     read_occupancy_series,
 )
+from sits_observe.analytics.trends.settings import TrendSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.inventory.names import gpu_label, gpu_labels

@@ -32,7 +32,7 @@ from polars.testing import assert_frame_equal
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
-from sits_observe.analytics.settings import ClassSettings
+from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.collectors.kube.api import KubeJson

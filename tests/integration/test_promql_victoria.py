@@ -27,7 +27,6 @@ import pytest
 from typer.testing import CliRunner
 
 from sits_observe.analytics.serving.latency import estimate_windows
-from sits_observe.analytics.settings import InterferenceSettings
 from sits_observe.analytics.source import (
     DuckGpuSource,
     DuckServerWindows,
@@ -40,6 +39,7 @@ from sits_observe.analytics.topology.interference import (
     interference_report,
     load_gpu_samples,
 )
+from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.analytics.trends.clusters import TrendClusters, cluster_trends
 from sits_observe.analytics.trends.series import read_occupancy_series
 from sits_observe.collectors.dcgm import parse_dcgm

@@ -39,7 +39,7 @@ from sits_observe.analytics.classes.scalar import (
     time_slice,
     time_slice_text,
 )
-from sits_observe.analytics.settings import ClassSettings
+from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.store.duck import Store, utc_naive
 
 # Re-exported for the callers that import the class rules' names from here.

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from sits_observe.analytics.settings import ClassSettings, TierQuota
+from sits_observe.analytics.classes.settings import ClassSettings, TierQuota
 from sits_observe.errors import UnknownNameError
 
 MEMORY_CLASSES: tuple[str, ...] = ("L1", "L2", "L3")

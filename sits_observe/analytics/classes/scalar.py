@@ -17,8 +17,9 @@ from typing import Literal, cast
 import polars as pl
 
 from sits_observe.analytics.classes import rules
+from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.analytics.rightsizing import elastic
-from sits_observe.analytics.settings import ClassSettings, LinkCapacity
+from sits_observe.analytics.topology.settings import LinkCapacity
 
 MemoryClass = Literal["L1", "L2", "L3"]
 

@@ -42,7 +42,8 @@ from sits_observe.analytics.fragmentation.fgd import fragmentation
 from sits_observe.analytics.fragmentation.fgd_live import LiveCluster
 from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
 from sits_observe.analytics.fragmentation.fgd_workload import typical_pods
-from sits_observe.analytics.settings import IdleSettings, PriceTable
+from sits_observe.analytics.fragmentation.settings import IdleSettings
+from sits_observe.analytics.serving.settings import PriceTable
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

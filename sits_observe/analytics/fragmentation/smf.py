@@ -44,7 +44,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sits_observe.analytics.settings import SmfSettings
+from sits_observe.analytics.fragmentation.settings import SmfSettings
 from sits_observe.analytics.source import ContainerSeriesSource, GpuSeriesSource
 from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_PROCESSES, GPU_SAMPLES
 from sits_observe.domain.times import utc_naive

@@ -37,6 +37,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
+from sits_observe.analytics.fragmentation.settings import SmfSettings
 from sits_observe.analytics.fragmentation.smf import (
     GPU_SQL,
     LINKS_SQL,
@@ -45,7 +46,6 @@ from sits_observe.analytics.fragmentation.smf import (
     read_smf_inputs,
     register_inputs,
 )
-from sits_observe.analytics.settings import SmfSettings
 from sits_observe.store.duck import Store
 
 #: ``latest_smf`` per GPU (``node``, ``gpu_uuid``) and per container (``node``,

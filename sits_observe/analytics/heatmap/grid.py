@@ -51,8 +51,8 @@ from sits_observe.analytics.heatmap.knee import (
     find_knee,
     find_safe_max,
 )
+from sits_observe.analytics.heatmap.settings import US_PER_MS, US_PER_S, HeatmapSettings, exact
 from sits_observe.analytics.serving.latency import RequestSelection, check_group
-from sits_observe.analytics.settings import US_PER_MS, US_PER_S, HeatmapSettings, exact
 from sits_observe.errors import ConfigError, StoreError
 from sits_observe.store import Store
 

@@ -53,8 +53,8 @@ from sits_observe.analytics.heatmap.knee import (
     find_knee,
     find_safe_max,
 )
+from sits_observe.analytics.heatmap.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.analytics.serving.latency import ESTIMATE_GROUPS, GroupBy, check_group
-from sits_observe.analytics.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.collectors import histogram as hist
 
 #: The columns that tell one histogram series from another in a snapshot table.

@@ -34,12 +34,8 @@ import polars as pl
 import pyarrow as pa
 
 from sits_observe.analytics.classes import rules
-from sits_observe.analytics.settings import (
-    DEFAULT_LINKS,
-    ClassSettings,
-    LinkCapacity,
-    find_link_capacity,
-)
+from sits_observe.analytics.classes.settings import ClassSettings
+from sits_observe.analytics.topology.settings import DEFAULT_LINKS, LinkCapacity, find_link_capacity
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

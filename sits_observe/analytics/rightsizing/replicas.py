@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics.heatmap.grid import compute_heatmaps
 from sits_observe.analytics.heatmap.knee import find_safe_max
+from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.analytics.serving.capacity import replicas_needed
 from sits_observe.analytics.serving.latency import RequestSelection
-from sits_observe.analytics.settings import HeatmapSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

@@ -30,8 +30,9 @@ import numpy as np
 import polars as pl
 
 from sits_observe.analytics.heatmap.grid import compute_heatmaps
+from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.analytics.serving.latency import RequestSelection
-from sits_observe.analytics.settings import HeatmapSettings, PriceTable
+from sits_observe.analytics.serving.settings import PriceTable
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 

@@ -40,7 +40,7 @@ import polars as pl
 import pyarrow as pa
 
 from sits_observe.analytics.serving.latency import RequestSelection
-from sits_observe.analytics.settings import TenantSettings
+from sits_observe.analytics.serving.settings import TenantSettings
 from sits_observe.store.duck import Store, utc_naive
 
 _P99: Final = 0.99

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
 from sits_observe.analytics.topology.numa import numa_miss_ratios, numa_sample_rows
+from sits_observe.analytics.topology.settings import InterferenceSettings, find_link_capacity
 from sits_observe.store.duck import Store
 from sits_observe.store.rows import Rows, StoreRows, query_rows, window
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.settings import TrendSettings
 from sits_observe.analytics.trends.features import FEATURES, TrendFeatures, series_features
 from sits_observe.analytics.trends.series import OccupancySeries, TrendLevel
+from sits_observe.analytics.trends.settings import TrendSettings
 
 FloatArray = npt.NDArray[np.float64]
 

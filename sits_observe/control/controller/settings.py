@@ -16,12 +16,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sits_observe.analytics.settings import (
-    GIB,
-    ClassSettings,
-    InterferenceSettings,
-    TenantSettings,
-)
+from sits_observe.analytics.classes.settings import ClassSettings
+from sits_observe.analytics.serving.settings import TenantSettings
+from sits_observe.analytics.settings import GIB
+from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.control.controller.actions import Action
 from sits_observe.domain.validation import comma_separated
 

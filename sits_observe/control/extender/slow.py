@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sits_observe.analytics.settings import InterferenceSettings
+from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
 from sits_observe.store.rows import Rows

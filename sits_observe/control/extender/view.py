@@ -50,7 +50,7 @@ import pyarrow as pa
 from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
 from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
 from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
-from sits_observe.analytics.settings import InterferenceSettings, find_link_capacity
+from sits_observe.analytics.topology.settings import InterferenceSettings, find_link_capacity
 from sits_observe.control.extender.nodes import tie_rank
 from sits_observe.control.extender.slow import SlowSignals
 from sits_observe.control.extender.source import DuckViewSource, ViewSource

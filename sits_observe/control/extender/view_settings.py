@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sits_observe.analytics.settings import InterferenceSettings
+from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.domain.validation import check_promql_url
 
 

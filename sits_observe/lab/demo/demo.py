@@ -37,7 +37,7 @@ import time
 import httpx
 from prometheus_client import CollectorRegistry
 
-from sits_observe.analytics.settings import HeatmapSettings
+from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
 from sits_observe.collectors.cgroup.collector import CgroupCollector
 from sits_observe.collectors.dcgm import DcgmCollector

@@ -42,6 +42,7 @@ from sits_observe.analytics.fragmentation.idle_gpus import (
     find_waste,
     load_held_samples,
 )
+from sits_observe.analytics.fragmentation.settings import IdleSettings
 from sits_observe.analytics.rightsizing.memory import RightsizingSettings
 from sits_observe.analytics.rightsizing.replicas import (
     ReplicaRecommendation,
@@ -49,7 +50,6 @@ from sits_observe.analytics.rightsizing.replicas import (
     replicas_at_slo,
 )
 from sits_observe.analytics.rightsizing.stacks import WorkloadSizing, workload_sizings
-from sits_observe.analytics.settings import IdleSettings
 from sits_observe.domain.units import Unit, human
 from sits_observe.errors import StoreError
 from sits_observe.reports.actions.recommend_plan import (

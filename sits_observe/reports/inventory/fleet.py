@@ -28,7 +28,7 @@ from sits_observe.analytics.fragmentation.fgd_workload import (
     TypicalPodSettings,
     typical_pods,
 )
-from sits_observe.analytics.settings import IdleSettings
+from sits_observe.analytics.fragmentation.settings import IdleSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError, StoreError
 from sits_observe.reports.inventory import fleet_reads as reads

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sits_observe.analytics.heatmap.grid import heatmap_settings
+from sits_observe.analytics.heatmap.settings import US_PER_S, exact
 from sits_observe.analytics.serving.capacity import (
     load_pool_inputs,
     measured_safe_max,
@@ -31,7 +32,7 @@ from sits_observe.analytics.serving.capacity import (
     replica_shapes,
     size_model,
 )
-from sits_observe.analytics.settings import US_PER_S, exact, load_price_table
+from sits_observe.analytics.serving.settings import load_price_table
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.result import Report, ReportTable, col, table_of

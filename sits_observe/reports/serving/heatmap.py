@@ -34,8 +34,8 @@ from sits_observe.analytics.heatmap.document import HeatmapJson, heatmap_json
 from sits_observe.analytics.heatmap.grid import Heatmap, HeatmapGroup, compute_heatmaps
 from sits_observe.analytics.heatmap.histograms import histogram_heatmaps
 from sits_observe.analytics.heatmap.knee import SafeMax, Verdict, find_safe_max
+from sits_observe.analytics.heatmap.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.analytics.serving.latency import RequestSelection, explain_empty, known_values
-from sits_observe.analytics.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.inventory.names import gpu_labels

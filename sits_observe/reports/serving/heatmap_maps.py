@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from sits_observe.analytics.heatmap.grid import Heatmap
 from sits_observe.analytics.heatmap.histograms import CELLS_SCHEMA, WINDOWS_SCHEMA
 from sits_observe.analytics.heatmap.knee import Knee, SafeMax, ThroughputBin, Verdict
-from sits_observe.analytics.settings import HeatmapSettings
+from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.errors import ConfigError
 from sits_observe.reports.result import Report
 from sits_observe.reports.serving.heatmap import HeatmapBy, HeatmapTable, key_name

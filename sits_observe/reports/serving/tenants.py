@@ -19,8 +19,9 @@ from dataclasses import asdict
 
 from pydantic import Field, field_validator
 
+from sits_observe.analytics.classes.settings import ClassSettings
+from sits_observe.analytics.serving.settings import TenantSettings
 from sits_observe.analytics.serving.tenants import tenant_report
-from sits_observe.analytics.settings import ClassSettings, TenantSettings
 from sits_observe.domain.units import Unit
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec, require_rows

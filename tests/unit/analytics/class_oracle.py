@@ -21,7 +21,8 @@ from sits_observe.analytics.classes.scalar import (
     Task,
     TimeSlice,
 )
-from sits_observe.analytics.settings import ClassSettings, LinkCapacity, TierQuota
+from sits_observe.analytics.classes.settings import ClassSettings, TierQuota
+from sits_observe.analytics.topology.settings import LinkCapacity
 
 MemoryClass = Literal["L1", "L2", "L3"]
 PREEMPT = "PreemptLowerPriority"

@@ -22,7 +22,7 @@ from sits_observe.analytics.serving.capacity import (
     replicas_needed,
     size_model,
 )
-from sits_observe.analytics.settings import NodePoolPrice, PriceTable, load_price_table
+from sits_observe.analytics.serving.settings import NodePoolPrice, PriceTable, load_price_table
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store
 

@@ -17,13 +17,9 @@ from sits_observe.analytics.classes import rules
 from sits_observe.analytics.classes import scalar as class_scalar
 from sits_observe.analytics.classes.classify import class_report
 from sits_observe.analytics.classes.scalar import ElasticSignals
-from sits_observe.analytics.settings import (
-    DEFAULT_LINKS,
-    GIB,
-    ClassSettings,
-    TierQuota,
-    find_link_capacity,
-)
+from sits_observe.analytics.classes.settings import ClassSettings, TierQuota
+from sits_observe.analytics.settings import GIB
+from sits_observe.analytics.topology.settings import DEFAULT_LINKS, find_link_capacity
 from tests.unit.analytics import class_oracle as oracle
 
 S = ClassSettings()

@@ -27,13 +27,9 @@ from sits_observe.analytics.classes.classify import (
     tier_quota,
     time_slice,
 )
-from sits_observe.analytics.settings import (
-    DEFAULT_LINKS,
-    GB_PER_S,
-    GIB,
-    ClassSettings,
-    find_link_capacity,
-)
+from sits_observe.analytics.classes.settings import ClassSettings
+from sits_observe.analytics.settings import GB_PER_S, GIB
+from sits_observe.analytics.topology.settings import DEFAULT_LINKS, find_link_capacity
 from sits_observe.errors import UnknownNameError
 
 S = ClassSettings()

@@ -11,6 +11,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.analytics.rightsizing.elastic import (
     ROW_COLUMNS,
     SAMPLE_COLUMNS,
@@ -19,7 +20,7 @@ from sits_observe.analytics.rightsizing.elastic import (
     load_elastic_samples,
     pod_elastic_inputs,
 )
-from sits_observe.analytics.settings import GIB, ClassSettings
+from sits_observe.analytics.settings import GIB
 from sits_observe.errors import UnknownNameError
 from sits_observe.store import Store
 

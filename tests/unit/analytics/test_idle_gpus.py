@@ -18,7 +18,7 @@ from sits_observe.analytics.fragmentation.idle_gpus import (
     holdings,
     load_held_samples,
 )
-from sits_observe.analytics.settings import NodePoolPrice, PriceTable
+from sits_observe.analytics.serving.settings import NodePoolPrice, PriceTable
 from sits_observe.store import Store
 
 SETTINGS = IdleSettings()

@@ -15,11 +15,6 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from sits_observe.analytics.settings import (
-    DEFAULT_LINKS,
-    InterferenceSettings,
-    find_link_capacity,
-)
 from sits_observe.analytics.topology.interference import (
     BEST_EFFORT,
     SINGLE_NUMA_NODE,
@@ -28,6 +23,11 @@ from sits_observe.analytics.topology.interference import (
     interference_score,
     recommend_topology,
     sync_delay_breached,
+)
+from sits_observe.analytics.topology.settings import (
+    DEFAULT_LINKS,
+    InterferenceSettings,
+    find_link_capacity,
 )
 
 S = InterferenceSettings()

@@ -14,7 +14,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sits_observe.analytics.settings import InterferenceSettings, NvlinkScope
 from sits_observe.analytics.topology.interference import (
     SAMPLE_COLUMNS,
     GpuInterference,
@@ -22,6 +21,7 @@ from sits_observe.analytics.topology.interference import (
     interference_score,
     node_scores,
 )
+from sits_observe.analytics.topology.settings import InterferenceSettings, NvlinkScope
 
 T0 = datetime(2026, 1, 1)
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA L4", "Some Unknown GPU", None)

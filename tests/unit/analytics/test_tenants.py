@@ -12,8 +12,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from sits_observe.analytics.serving.settings import TenantSettings
 from sits_observe.analytics.serving.tenants import detect, load_bins, p99_bins, tenant_report
-from sits_observe.analytics.settings import TenantSettings
 from sits_observe.store import Store
 
 T0 = datetime(2026, 11, 2, 10, 0)  # a multiple of 60 s since the epoch: bins start on it

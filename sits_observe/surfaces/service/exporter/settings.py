@@ -13,14 +13,11 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sits_observe.analytics.settings import (
-    ClassSettings,
-    HeatmapSettings,
-    IdleSettings,
-    InterferenceSettings,
-    SmfSettings,
-    TrendSettings,
-)
+from sits_observe.analytics.classes.settings import ClassSettings
+from sits_observe.analytics.fragmentation.settings import IdleSettings, SmfSettings
+from sits_observe.analytics.heatmap.settings import HeatmapSettings
+from sits_observe.analytics.topology.settings import InterferenceSettings
+from sits_observe.analytics.trends.settings import TrendSettings
 
 #: Upper bounds (le) of ``sits_request_latency_window_seconds``, in seconds: Prometheus'
 #: client default buckets extended to one minute, where LLM end-to-end latencies live.
