@@ -436,7 +436,7 @@ def breakdown(rig: Rig, ticks: int = 60) -> dict[str, float]:
     from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
     from sits_observe.collectors.agent.settings import AgentSettings
     from sits_observe.collectors.cgroup.collector import CgroupCollector
-    from sits_observe.collectors.dcgm import DcgmCollector
+    from sits_observe.collectors.dcgm_collector import DcgmCollector
     from sits_observe.collectors.http import new_client
     from sits_observe.surfaces.cli.agent import keep_pandas_out
 

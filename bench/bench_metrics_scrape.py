@@ -52,11 +52,11 @@ from sits_observe.collectors.exposition import parse_exposition
 from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter.cache import Built, Inputs, SignalCache
 from sits_observe.surfaces.service.exporter.exporter import (
-    REGISTRY,
     DerivedSignals,
     ExporterSettings,
     metrics_text,
 )
+from sits_observe.surfaces.service.exporter.registry import REGISTRY
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 
 ROOT = Path(__file__).resolve().parents[1]

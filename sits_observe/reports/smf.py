@@ -24,9 +24,9 @@ from sits_observe.analytics.fragmentation.smf import (
     align_smf,
     read_smf_inputs,
     read_smf_sources,
-    summarize_smf,
 )
 from sits_observe.analytics.fragmentation.smf_latest import SmfLatest, read_latest_smf
+from sits_observe.analytics.fragmentation.smf_summary import summarize_smf
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of

@@ -20,12 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sits_observe.collectors.dcgm import (
-    UNMAPPED_FAMILY,
-    UNTERMINATED,
-    DcgmCollector,
-    parse_dcgm,
-)
+from sits_observe.collectors.dcgm import UNMAPPED_FAMILY, UNTERMINATED, parse_dcgm
+from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.http import fetch_text, new_client
 from sits_observe.domain.dcgm_fields import MIB
 from sits_observe.errors import CollectorError

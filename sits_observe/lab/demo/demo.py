@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry
 from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
 from sits_observe.collectors.cgroup.collector import CgroupCollector
-from sits_observe.collectors.dcgm import DcgmCollector
+from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.http import new_client
 from sits_observe.collectors.inference.request_log import ColumnMap
 from sits_observe.collectors.inference.request_tail import RequestLogTail

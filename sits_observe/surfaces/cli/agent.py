@@ -276,7 +276,7 @@ def collector_factories(
     """
     factories: list[Callable[[Any], Collector]] = []
     for url in dcgm_urls:
-        dcgm = _collector_class("sits_observe.collectors.dcgm", "DcgmCollector")
+        dcgm = _collector_class("sits_observe.collectors.dcgm_collector", "DcgmCollector")
         factories.append(_factory(dcgm, url, node=node, with_client=True))
     if cgroup_root is not None:
         cgroup = _collector_class("sits_observe.collectors.cgroup.collector", "CgroupCollector")

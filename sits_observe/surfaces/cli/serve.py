@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from sits_observe.reports.spec import ReportSpec
     from sits_observe.store import Store
-    from sits_observe.surfaces.service.exporter.exporter import Signal
+    from sits_observe.surfaces.service.exporter.registry import Signal
     from sits_observe.surfaces.service.extender import ExtenderServing
     from sits_observe.surfaces.service.metrics import ServiceMetrics
 

@@ -47,12 +47,11 @@ from starlette.concurrency import run_in_threadpool
 from sits_observe.collectors.agent.wire import HEADER_NODE, INGEST_PATH
 from sits_observe.store import GroupCommitter, Store, enforce_retention
 from sits_observe.surfaces.service.exporter.exporter import (
-    REGISTRY,
     ExporterSettings,
-    Signal,
     metrics_text,
     register_exporter,
 )
+from sits_observe.surfaces.service.exporter.registry import REGISTRY, Signal
 from sits_observe.surfaces.service.extender import (  # scheduler extender
     ExtenderServing,
     ExtenderSettings,

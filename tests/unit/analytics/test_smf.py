@@ -19,8 +19,8 @@ from sits_observe.analytics.fragmentation.smf import (
     align_smf,
     read_smf_inputs,
     smf_value,
-    summarize_smf,
 )
+from sits_observe.analytics.fragmentation.smf_summary import summarize_smf
 from sits_observe.domain.tables import conform
 from sits_observe.store import Store
 

@@ -25,7 +25,6 @@ from sits_observe.analytics.fragmentation.smf import (
     SmfSettings,
     align_smf,
     read_smf_inputs,
-    summarize_smf,
 )
 from sits_observe.analytics.fragmentation.smf_latest import (
     _LINKS_ON_VIEW,
@@ -34,6 +33,7 @@ from sits_observe.analytics.fragmentation.smf_latest import (
     latest_smf,
     read_latest_smf,
 )
+from sits_observe.analytics.fragmentation.smf_summary import summarize_smf
 from sits_observe.domain.tables import TABLES, conform
 from sits_observe.store import Store
 

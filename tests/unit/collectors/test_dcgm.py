@@ -20,10 +20,10 @@ from sits_observe.collectors.dcgm import (
     NON_FINITE,
     UNMAPPED_FAMILY,
     UNTERMINATED,
-    DcgmCollector,
     DcgmParser,
     parse_dcgm,
 )
+from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.exposition import (
     BLANK_VALUE,
     MALFORMED_LINE,

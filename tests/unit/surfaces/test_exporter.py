@@ -15,11 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
 from sits_observe.surfaces.service import ServiceSettings, create_app
-from sits_observe.surfaces.service.exporter.exporter import (
-    SIGNALS,
-    DerivedSignals,
-    ExporterSettings,
-)
+from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.registry import SIGNALS
 
 NOW = datetime(2026, 11, 1, 12, 0)
 TS = pa.timestamp("us")

@@ -27,9 +27,9 @@ from sits_observe.surfaces.service.exporter.cache import Key, SignalCache
 from sits_observe.surfaces.service.exporter.exporter import (
     DerivedSignals,
     ExporterSettings,
-    Signal,
     metrics_text,
 )
+from sits_observe.surfaces.service.exporter.registry import Signal
 from sits_observe.surfaces.service.exporter.signals import PassInputs
 
 T0 = datetime(2026, 11, 1, 12, 0)

@@ -23,11 +23,8 @@ import pytest
 from sits_observe.domain.tables import conform
 from sits_observe.store import Store
 from sits_observe.store.inventory import InventorySettings
-from sits_observe.surfaces.service.exporter.exporter import (
-    REGISTRY,
-    DerivedSignals,
-    ExporterSettings,
-)
+from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.registry import REGISTRY
 
 T0 = datetime(2026, 11, 1, 12, 0)
 INVENTORY = ("fragmentation", "pod_start")

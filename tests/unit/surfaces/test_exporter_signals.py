@@ -16,11 +16,8 @@ from sits_observe.analytics.trends.clusters import cluster_trends
 from sits_observe.analytics.trends.series import read_occupancy_series
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
-from sits_observe.surfaces.service.exporter.exporter import (
-    REGISTRY,
-    DerivedSignals,
-    ExporterSettings,
-)
+from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
+from sits_observe.surfaces.service.exporter.registry import REGISTRY
 
 NOW = datetime(2026, 11, 1, 12, 0)
 TS = pa.timestamp("us")

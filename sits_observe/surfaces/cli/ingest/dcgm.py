@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 import typer
 
-from sits_observe.collectors.dcgm import DcgmCollector, RejectedLine
+from sits_observe.collectors.dcgm import RejectedLine
+from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
 from sits_observe.domain.collect import drops_table
 from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S, screen_tables
