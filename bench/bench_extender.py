@@ -1,7 +1,7 @@
 """Scheduler extender latency: ``prioritize`` for one pod against 5,000 nodes x 8 GPUs.
 
 kube-scheduler handles about 100 pods/s at 5,000 nodes and gives an extender a few ms per call
-(issue 4: p99 under 10 ms). Setup, not timed: a DuckDB store with 5,000 nodes (8 GPUs each;
+(target: p99 under 10 ms). Setup, not timed: a DuckDB store with 5,000 nodes (8 GPUs each;
 H100 and A100), about 11,000 pods holding a random share of the GPUs, one GPU sample per GPU,
 then the extender's cluster view built from it (its build time is reported: it runs in the
 background every ``refresh_interval_s``, never in a call).

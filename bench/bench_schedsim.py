@@ -380,7 +380,7 @@ def render_table(
             )
     lines += [
         "",
-        f"Targets (issue 10): `kube-sits` within {WITHIN_PP} points of `fgd`, "
+        f"Targets: `kube-sits` within {WITHIN_PP} points of `fgd`, "
         "`kube-sits-gpuhint` at least `fgd` (mean GPU allocation at 130% over the seeds; "
         "points = percentage points):",
         "",

@@ -1,5 +1,5 @@
 """A week of history at 100 nodes: store size per day and each analysis' wall time, from
-DuckDB (with retention and the minute roll-ups) and from VictoriaMetrics (issue 14 item 5).
+DuckDB (with retention and the minute roll-ups) and from VictoriaMetrics.
 
 A simulated clock, not seven days of waiting. The fleet (numpy, seeded): ``--nodes`` nodes x
 8 GPUs, ``--containers`` containers per node (one pod each; the first 8 hold one GPU each,

@@ -1,8 +1,8 @@
 """Group commit: many agents' batches stored in one DuckDB transaction.
 
 One transaction per batch costs a commit (a WAL write and sync) and a few statements per
-batch whatever its size, which capped one service at about 95 agent batches per second
-(issue 14). Here request handlers :meth:`GroupCommitter.submit` a batch and wait on the
+batch whatever its size, which capped one service at about 95 agent batches per second.
+Here request handlers :meth:`GroupCommitter.submit` a batch and wait on the
 future it returns; one writer thread takes every batch pending (up to ``max_batches`` and
 ``max_rows``; it waits at most ``max_wait_s`` after the oldest arrived for more to join),
 and in one transaction:

@@ -1,7 +1,7 @@
 """Inventory stored as changes: pod and node versions over snapshot times.
 
 The kube collector observes every pod and node every 30 s; stored as full snapshots that was
-about 29 M pod rows a day at 10,000 pods (issue 14). Since schema version 6 a snapshot is
+about 29 M pod rows a day at 10,000 pods. Since schema version 6 a snapshot is
 stored as one ``inventory_snapshots`` row (kind, ts, epoch_at) plus the rows that changed:
 ``pod_versions`` / ``node_versions`` hold each distinct row once per run of consecutive
 snapshots it appears in, valid over ``valid_from <= ts < valid_to`` (``valid_to`` NULL: still

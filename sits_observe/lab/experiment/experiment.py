@@ -5,7 +5,7 @@ settings, runs every (arm, seed) through :func:`~.experiment_run.run_one` (in th
 in ``jobs`` worker processes: each run has its own emulator, store and files, so they are
 independent and the result does not depend on ``jobs``), and assembles the
 :class:`ExperimentResult`: per arm the mean and min-max over seeds of every measure
-(:mod:`sits_observe.lab.experiment.measures`), per seed issue 10's target for each sits
+(:mod:`sits_observe.lab.experiment.measures`), per seed the target for each sits
 arm against ``kube-default``, the allocation and fragmentation over time (mean over seeds) for
 the PNG, whether every arm of a seed got the same arrivals, and, with ``kube-sits`` and
 ablation arms (``kube-sits-no-*``, one module off each), what each module is worth.

@@ -3,7 +3,7 @@
 ``experiment --arms kube-default,kube-sits [--seeds 5] [--hours 1] [--nodes 8]
 [--gpus-per-node 8] --format table|json|png [--out FILE]`` runs every arm on every seed
 through the production path (:mod:`sits_observe.lab.experiment.experiment`) and prints, per arm, the
-mean and min-max over seeds of each measure, issue 10's target per seed, and the headline the
+mean and min-max over seeds of each measure, the target per seed, and the headline the
 SITS documents print (utilisation / P95 latency / fragmentation). ``png`` writes the
 fragmentation and allocation over time to ``--out``. Progress and each run's wall time go to
 stderr. docs/experiment.md has the method and the measured tables.
