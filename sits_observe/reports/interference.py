@@ -21,7 +21,6 @@ from enum import StrEnum
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 from pydantic import Field, field_validator
 
 from sits_observe.analytics.topology.interference import (
@@ -44,7 +43,7 @@ from sits_observe.analytics.topology.numa import (
 from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
-from sits_observe.reports.inventory.names import gpu_label, gpu_labels
+from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
@@ -196,22 +195,7 @@ def build_promql(reader: PromQLReader, window: Window, query: InterferenceQuery)
     frame = pl.DataFrame(table.select(list(SAMPLE_COLUMNS)))
     if query.node is not None:
         frame = frame.filter(pl.col("node") == query.node)
-    return _report(window, frame, _labels_of(table), query, MeasuredInputs({}, {}))
-
-
-def _labels_of(table: pa.Table) -> Mapping[str, str]:
-    """``{gpu_uuid: label}`` from PromQL rows (their latest node, index and model)."""
-    latest = (
-        pl.DataFrame(table.select(["ts", "gpu_uuid", "node", "gpu_index", "model_name"]))
-        .filter(pl.col("gpu_uuid").is_not_null())
-        .sort("ts")
-        .group_by("gpu_uuid")
-        .last()
-    )
-    return {
-        r["gpu_uuid"]: gpu_label(r["node"], r["gpu_index"], r["model_name"])
-        for r in latest.iter_rows(named=True)
-    }
+    return _report(window, frame, gpu_labels_of(table), query, MeasuredInputs({}, {}))
 
 
 def _report(

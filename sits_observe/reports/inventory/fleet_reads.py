@@ -32,7 +32,7 @@ gpu AS (
     SELECT node, gpu_uuid,
            avg(gpu_util_ratio) AS util,
            arg_max(fb_used_bytes, ts) AS fb_used,
-           arg_max(model_name, ts) AS model_name
+           arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name
     FROM gpu_samples WHERE {_IN_WINDOW} AND node IS NOT NULL AND gpu_uuid IS NOT NULL
     GROUP BY node, gpu_uuid
 ),
@@ -65,8 +65,8 @@ ORDER BY node
 
 _GPUS = f"""
 SELECT node, gpu_uuid,
-       arg_max(gpu_index, ts) AS gpu_index,
-       arg_max(model_name, ts) AS model_name,
+       arg_max(gpu_index, ts) FILTER (WHERE gpu_index IS NOT NULL) AS gpu_index,
+       arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name,
        arg_max(mig_profile, ts) AS mig_profile,
        arg_max(namespace, ts) AS namespace,
        arg_max(pod, ts) AS pod,

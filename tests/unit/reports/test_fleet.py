@@ -112,6 +112,16 @@ def test_gpus_are_named_by_node_and_index(store: Store) -> None:
     ]
 
 
+def test_a_newest_sample_without_index_or_model_keeps_the_gpu_s_name(store: Store) -> None:
+    """The name reports give a GPU (reports/inventory/names.py): its newest node and its newest
+    known index and model, so a sample that lacks them does not rename the GPU."""
+    bare = {"ts": T0 + timedelta(minutes=10), "node": "node-a", "gpu_uuid": "GPU-a0"}
+    store.append("gpu_samples", conform("gpu_samples", pa.Table.from_pylist([bare])))
+    gpus = {g["gpu_uuid"]: g for g in fleet(store).table("gpus").rows.to_pylist()}
+    assert gpus["GPU-a0"]["gpu"] == "node-a/0"
+    assert gpus["GPU-a0"]["gpu"] == gpus["GPU-a0"]["gpu"].split(" ")[0]  # no stray model
+
+
 def test_series_follow_the_inventory_snapshots(store: Store) -> None:
     report = fleet(store)
     assert report.facts["bin_s"] == 30.0  # 590 s of samples: at most 30 buckets of 30 s
