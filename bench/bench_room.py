@@ -9,7 +9,7 @@ reference: the same shares repacked best-fit decreasing
 
 The replays are :func:`sits_observe.lab.replay.replay.replay` itself (the ledger only watches
 its placements), so their allocation is the replay table's. Prints a markdown table; nothing is
-recorded automatically (docs/analytics/simulator.md quotes it).
+recorded automatically (docs/evidence/sits-tie-levels.md quotes it).
 """
 
 from __future__ import annotations

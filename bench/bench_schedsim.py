@@ -44,7 +44,7 @@ cluster runs, several times slower per replay.
 ``--record`` writes the figures into docs/benchmarks.md (speed: between the schedsim-bench
 markers; table: between the replay-table markers, also in docs/analytics/simulator.md),
 appending a section at the end when absent; levels: between the sits-levels markers of
-docs/analytics/simulator.md.
+docs/evidence/sits-tie-levels.md.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ from sits_observe.lab.scheduler.config import load_scheduler_config
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
 SIMULATOR_DOCS = ROOT / "docs" / "analytics" / "simulator.md"
+TIES_DOCS = ROOT / "docs" / "evidence" / "sits-tie-levels.md"
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "alibaba-gpu-v2023"
 BEGIN, END = "<!-- schedsim-bench:begin -->", "<!-- schedsim-bench:end -->"
 SECTION = "## Scheduling simulator"
@@ -687,7 +688,7 @@ def main() -> None:
         body = run_levels(args)
         print(body)
         if args.record:
-            record(body, SIMULATOR_DOCS, (LEVELS_BEGIN, LEVELS_END), LEVELS_SECTION)
+            record(body, TIES_DOCS, (LEVELS_BEGIN, LEVELS_END), LEVELS_SECTION)
 
 
 if __name__ == "__main__":
