@@ -100,9 +100,13 @@ def dictionary_expansion(table: pa.Table) -> int:
         if not pa.types.is_dictionary(kind):
             continue
         values = kind.value_type
-        if not (pa.types.is_string(values) or pa.types.is_binary(values)) and not (
-            pa.types.is_large_string(values) or pa.types.is_large_binary(values)
-        ):
+        variable = (
+            pa.types.is_string,
+            pa.types.is_binary,
+            pa.types.is_large_string,
+            pa.types.is_large_binary,
+        )
+        if not any(is_kind(values) for is_kind in variable):
             continue  # fixed width: inside the per-row allowance of stream_size
         for chunk in column.chunks:
             lengths = pc.binary_length(chunk.dictionary)

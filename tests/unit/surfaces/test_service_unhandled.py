@@ -39,8 +39,8 @@ def test_an_unhandled_error_in_a_route_is_a_json_500(
         assert client.get("/healthz").status_code == 200  # the service keeps serving
 
 
-def run(app: JsonErrors) -> tuple[list[Message], int]:
-    """Drive ``app`` with one GET; the messages it sent and how often it was called."""
+def run(app: JsonErrors) -> list[Message]:
+    """Drive ``app`` with one POST; the messages it sent."""
     sent: list[Message] = []
 
     async def receive() -> Message:
@@ -51,7 +51,7 @@ def run(app: JsonErrors) -> tuple[list[Message], int]:
 
     scope: Scope = {"type": "http", "method": "POST", "path": "/api/v1/ingest", "headers": []}
     asyncio.run(app(scope, receive, send))
-    return sent, len(sent)
+    return sent
 
 
 def answer(sent: list[Message]) -> tuple[int, dict[str, str], dict[bytes, bytes]]:
@@ -67,7 +67,7 @@ def test_a_request_cancelled_by_the_shutdown_is_a_json_503() -> None:
         task.cancel()  # what uvicorn does once the shutdown grace is over
         await asyncio.sleep(1)
 
-    status, body, headers = answer(run(JsonErrors(cancelled))[0])
+    status, body, headers = answer(run(JsonErrors(cancelled)))
     assert status == 503 and body["reason"] == "shutting_down"
     assert headers[b"retry-after"] == b"1"
 
@@ -80,7 +80,7 @@ def test_an_error_past_starlette_and_a_missing_answer_are_json_500s() -> None:
         return None
 
     for app in (raises, silent):
-        status, body, headers = answer(run(JsonErrors(app))[0])
+        status, body, headers = answer(run(JsonErrors(app)))
         assert status == 500 and body["reason"] == "internal"
         assert headers[b"content-type"] == b"application/json"
 
@@ -90,7 +90,7 @@ def test_an_answer_already_started_is_not_answered_twice() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         raise RuntimeError("after the start")
 
-    sent, _ = run(JsonErrors(half))
+    sent = run(JsonErrors(half))
     assert [m["type"] for m in sent] == ["http.response.start"]
 
 

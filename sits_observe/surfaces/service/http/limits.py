@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -298,12 +299,9 @@ def _deadline(receive: Receive, timeout_s: float) -> Receive:
 def client_key(scope: Scope) -> bytes:
     """Who a request counts against: its bearer token and ``X-Sits-Node`` header, digested
     (a token is never kept); requests without either share one key."""
-    wanted = {b"authorization": b"", b"x-sits-node": b""}
-    for name, value in scope.get("headers", ()):
-        lowered = name.lower()
-        if lowered in wanted:
-            wanted[lowered] = value
-    return hashlib.sha256(wanted[b"authorization"] + b"\0" + wanted[b"x-sits-node"]).digest()
+    headers = Headers(scope=scope)
+    who = f"{headers.get('authorization', '')}\0{headers.get('x-sits-node', '')}"
+    return hashlib.sha256(who.encode("latin-1", "replace")).digest()
 
 
 def _client_busy(limit: int) -> Refusal:
