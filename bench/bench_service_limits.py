@@ -276,7 +276,7 @@ def service_runs(body: bytes, delays: list[float], work: Path) -> list[dict[str,
 UNBOUNDED_CHILD = """
 import sys, resource
 from sits_observe.collectors.agent.wire import decode_batch
-from sits_observe.store.duck import conform_batch
+from sits_observe.store.intake import conform_batch
 body = open(sys.argv[1], "rb").read()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 conform_batch(decode_batch(body))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -36,15 +35,22 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sits_observe.domain.tables import TABLES, conform, find_table
+from sits_observe.domain.tables import TABLES, find_table
 from sits_observe.domain.times import utc_naive as utc_naive  # noqa: PLC0414 (re-export)
-from sits_observe.errors import BatchConflict, SchemaError, StoreError
+from sits_observe.errors import BatchConflict, StoreError
 from sits_observe.store.connection import Connection, DuckConfig, connect, rollback
 from sits_observe.store.health import StoreHealth, is_invalidation
+from sits_observe.store.intake import (
+    Batch,
+    IngestReceipt,
+    Prepared,
+    conform_batch,
+    prepare,
+    receipt_of,
+)
 from sits_observe.store.inventory import (
     VERSIONS,
     InventorySettings,
-    check_snapshot_times,
     store_inventory,
 )
 from sits_observe.store.migrations import latest_version, migrations
@@ -206,6 +212,18 @@ class Store:
         return [r[0] for r in rows]
 
     # -- writes -----------------------------------------------------------------------
+
+    def ingest(self, batch: Batch | Prepared) -> IngestReceipt:
+        """Conform, screen and append one batch in one transaction (:mod:`.intake`): the way
+        every source stores rows. Raises :class:`SchemaError` (nothing stored) when a table
+        does not fit, :class:`BatchConflict` and :class:`StoreError` as
+        :meth:`append_batch` does."""
+        ready = prepare(batch)
+        meta = ready.batch
+        receipt = self.append_batch(
+            ready.tables, batch_id=meta.batch_id, node=meta.node, body_sha256=meta.body_sha256
+        )
+        return receipt_of(ready, receipt.batch_id, receipt.rows, receipt.duplicate)
 
     def append(self, table: str, data: pa.Table) -> int:
         """Append an Arrow table to ``table``; returns the number of rows stored."""
@@ -387,33 +405,6 @@ class Store:
         if table not in TABLES and table not in EXTRA_TABLES:
             valid = ", ".join([*TABLES, *EXTRA_TABLES])
             raise StoreError(f"unknown table {table!r}; valid tables: {valid}")
-
-
-def conform_batch(tables: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
-    """Every table of a batch conformed to its domain schema; :class:`SchemaError` names the
-    first table (and column) that does not fit, so nothing of the batch is stored."""
-    conformed: dict[str, pa.Table] = {}
-    for name, data in tables.items():
-        if name not in TABLES:
-            raise SchemaError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}")
-        if data.schema.equals(TABLES[name].schema):
-            # Already the domain schema (an agent's batch always is): a cast per column
-            # would copy nothing and cost a third of the service's CPU per batch (measured).
-            conformed[name] = data
-            continue
-        doubled = sorted(c for c, n in Counter(data.column_names).items() if n > 1)
-        if doubled:
-            raise SchemaError(
-                f"batch for table {name!r} has column(s) {', '.join(doubled)} more than once; "
-                "send each column once"
-            )
-        try:
-            conformed[name] = conform(name, data)
-        except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SchemaError(f"batch for table {name!r} does not fit: {exc}") from exc
-    for name, data in conformed.items():
-        check_snapshot_times(name, data)
-    return conformed
 
 
 #: ``requests`` rows with an OTLP span identity are stored once per (trace_id, span_id). A

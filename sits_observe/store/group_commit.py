@@ -21,6 +21,9 @@ a crash still never loses or duplicates samples. When the group's transaction fa
 DuckDB error, its batches are retried one by one through :meth:`Store.append_batch`, so one
 bad batch fails alone and the others are stored. A batch whose tables do not fit their
 schema fails alone with :class:`SchemaError` before the transaction.
+
+:meth:`GroupCommitter.ingest` is :meth:`Store.ingest` for this writer: the batch is
+conformed and screened (:mod:`.intake`) in the caller's thread, then queued here.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -39,7 +43,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.domain.tables import TABLES
 from sits_observe.errors import BatchConflict, SitsError, StoreError
-from sits_observe.store.duck import BatchReceipt, Store, check_same_body, conform_batch, insert
+from sits_observe.store.duck import BatchReceipt, Store, check_same_body, insert
+from sits_observe.store.intake import (
+    Batch,
+    IngestReceipt,
+    Prepared,
+    conform_batch,
+    prepare,
+    receipt_of,
+)
 from sits_observe.store.inventory import InventorySettings, check_snapshot_times
 
 log = logging.getLogger(__name__)
@@ -77,8 +89,19 @@ class _Pending:
     node: str | None
     body_sha256: str | None
     submitted_at: float
-    future: Future[BatchReceipt] = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=Future)
     rows: int = 0
+    ready: Prepared | None = None  # set by :meth:`GroupCommitter.ingest`
+
+    def resolve(self, receipt: BatchReceipt) -> None:
+        """Answer the waiting caller: the store's receipt, or for a batch that came through
+        :meth:`GroupCommitter.ingest` its :class:`IngestReceipt`."""
+        if self.ready is None:
+            self.future.set_result(receipt)
+        else:
+            self.future.set_result(
+                receipt_of(self.ready, receipt.batch_id, receipt.rows, receipt.duplicate)
+            )
 
 
 @dataclass(frozen=True)
@@ -131,8 +154,10 @@ class GroupCommitter:
         """Queue one batch (the arguments of :meth:`Store.append_batch`); never blocks. The
         future holds its receipt once the transaction holding it committed, or the
         :class:`SitsError` that kept it out (conflict, schema, store)."""
-        item = _Pending(tables, batch_id, node, body_sha256, self._monotonic())
-        item.rows = sum(t.num_rows for t in tables.values())
+        return self._queue(_Pending(tables, batch_id, node, body_sha256, self._monotonic()))
+
+    def _queue(self, item: _Pending) -> Future[Any]:
+        item.rows = sum(t.num_rows for t in item.tables.values())
         with self._cond:
             if self._closed:
                 item.future.set_exception(StoreError("the store is closing; send it again"))
@@ -140,6 +165,18 @@ class GroupCommitter:
             self._pending.append(item)
             self._cond.notify()
         return item.future
+
+    def ingest(self, batch: Batch | Prepared) -> Future[IngestReceipt]:
+        """Queue one batch the way :meth:`Store.ingest` stores it: conformed and screened
+        here, in the caller's thread (:class:`SchemaError` raised at once, nothing queued),
+        then stored with the group. Never blocks on the store; the future holds the
+        :class:`IngestReceipt` once the transaction holding the batch committed, and
+        cancelling it withdraws the batch only while it is still queued."""
+        ready = prepare(batch)
+        meta = ready.batch
+        item = _Pending(ready.tables, meta.batch_id, meta.node, meta.body_sha256, self._monotonic())
+        item.ready = ready
+        return self._queue(item)
 
     def append_batch(
         self,
@@ -232,7 +269,7 @@ class GroupCommitter:
             self._on_group(len(live))
         for (item, _), outcome in zip(live, outcomes, strict=True):
             if isinstance(outcome, BatchReceipt):
-                item.future.set_result(outcome)
+                item.resolve(outcome)
             else:
                 item.future.set_exception(outcome)
 
@@ -288,7 +325,7 @@ class GroupCommitter:
             except SitsError as exc:
                 item.future.set_exception(exc)
             else:
-                item.future.set_result(receipt)
+                item.resolve(receipt)
 
 
 def _conformed(tables: Mapping[str, pa.Table]) -> dict[str, pa.Table]:

@@ -11,9 +11,10 @@ batch over a limit gets 413 with the limit's name as its reason. A batch is ackn
 the batches that arrived with it: :mod:`sits_observe.store.group_commit`); a batch id seen
 before is acknowledged as a duplicate and not stored again, which makes agent replays
 idempotent, unless its body differs from the one stored under that id (SHA-256 kept in the
-ledger): that is a conflict (409), never a silent drop. Before storing, rows are checked
-against the domain's range rules (:mod:`.ingest_rows`): bad rows are dropped, bad optional
-values NULLed, and both reported.
+ledger): that is a conflict (409), never a silent drop. The decoded batch goes to the store
+as every source's rows do (:mod:`sits_observe.store.intake`: conformed, screened by the
+domain's range rules, appended); bad rows are dropped, bad optional values NULLed, and both
+reported (:mod:`.ingest_rows`). This module only speaks HTTP.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -39,16 +41,18 @@ from sits_observe.collectors.agent.wire import (
     DecodeLimits,
     decode_batch,
 )
-from sits_observe.errors import BatchConflict, InputTooLarge, ParseError, SchemaError, StoreError
-from sits_observe.store import BatchReceipt, GroupCommitter, Store
+from sits_observe.errors import (
+    BatchConflict,
+    InputTooLarge,
+    ParseError,
+    SchemaError,
+    SitsError,
+    StoreError,
+)
+from sits_observe.store import Batch, GroupCommitter, IngestReceipt, Store
 from sits_observe.surfaces.service.http.bodies import check_length, read_limited
 from sits_observe.surfaces.service.http.json_answers import Refusal, StrictJSONResponse, problem
-from sits_observe.surfaces.service.ingest_rows import (
-    RowDropMetrics,
-    Screened,
-    screen_batch,
-    with_drop_rows,
-)
+from sits_observe.surfaces.service.ingest_rows import RowDropMetrics
 from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.tracing import note, traced
 
@@ -115,19 +119,14 @@ class IngestEndpoint:
         if isinstance(body, Refusal):
             return self._refused(body)
         self._metrics.bytes.inc(len(body))
-        now = self._clock()
+        meta = Batch({}, self._clock(), node, batch_id, None, self._max_future_skew_s)
         # One worker-thread hop for the body's CPU work (decode, digest, range rules): the
         # event loop stays free to read other agents' bodies meanwhile.
-        opened = await run_in_threadpool(self._open, body, now)
+        opened = await run_in_threadpool(self._open, body, meta, request)
         if isinstance(opened, Refusal):
             return self._refused(opened)
-        screened, digest = opened
-        stored = with_drop_rows(screened, at=now, node=node)
-        mismatch = self._auth.check_rows(request, stored)  # a node token: its own rows only
-        if mismatch is not None:
-            return self._refused(mismatch)
         try:
-            receipt = await self._append(stored, batch_id, node, digest)
+            receipt = await self._stored(opened, batch_id)
         except BatchConflict as exc:
             return self._refused(Refusal(409, "conflict", str(exc)))
         except SchemaError as exc:
@@ -136,23 +135,23 @@ class IngestEndpoint:
             log.error("batch %s from %s not stored: %s", batch_id, node, exc)
             self._metrics.batches.labels("failed").inc()
             return problem(503, "store", f"batch not stored, send it again later: {exc}")
-        dropped: dict[str, int] = {}
         if receipt.duplicate:
             self._metrics.batches.labels("duplicate").inc()
         else:
             self._metrics.batches.labels("stored").inc()
-            for name, table in stored.items():
-                self._metrics.rows.labels(name).inc(table.num_rows)
-            self._drops.count(screened.dropped)
-            dropped = dict(sorted(screened.dropped.items()))
+            for name, rows in receipt.rows_by_table.items():
+                self._metrics.rows.labels(name).inc(rows)
+            self._drops.count(receipt.dropped)
         note({"sits.ingest.rows": receipt.rows, "sits.ingest.duplicate": receipt.duplicate})
         answer = {"batch_id": batch_id, "rows": receipt.rows, "duplicate": receipt.duplicate}
-        return StrictJSONResponse({**answer, "dropped": dropped})
+        return StrictJSONResponse({**answer, "dropped": dict(receipt.dropped)})
 
-    def _open(self, body: bytes, now: datetime) -> tuple[Screened, str] | Refusal:
-        """The body decoded and screened by the range rules, with its SHA-256 (hex), or why
-        it is refused (413: over a decode limit, read from the headers before decoding; 400:
-        undecodable, a table agents may not send, a schema misfit)."""
+    def _open(self, body: bytes, meta: Batch, request: Request) -> Queued | Refusal:
+        """Decode the body, check its rows belong to the caller, and hand it to the store
+        (:meth:`Store.ingest`, which conforms, screens and appends), or say why it is
+        refused (413: over a decode limit, read from the headers before decoding; 400:
+        undecodable, a table agents may not send, a schema misfit; 403: a node token's rows
+        of another node)."""
         try:
             tables = decode_batch(body, self._decode_limits)
         except InputTooLarge as exc:
@@ -166,39 +165,33 @@ class IngestEndpoint:
                 f"agents may send: {', '.join(AGENT_TABLES)}"
             )
             return Refusal(400, "unknown_table", detail)
+        mismatch = self._auth.check_rows(request, tables)  # a node token: its own rows only
+        if mismatch is not None:
+            return mismatch
+        batch = replace(meta, tables=tables, body_sha256=hashlib.sha256(body).hexdigest())
         try:
-            screened = screen_batch(tables, now=now, max_future_skew_s=self._max_future_skew_s)
+            if self._writer is not None:
+                return self._writer.ingest(batch)
+            return _done(self._store.ingest(batch))
         except SchemaError as exc:
             return Refusal(400, "schema", str(exc))
-        return screened, hashlib.sha256(body).hexdigest()
+        except SitsError as exc:
+            return _failed(exc)
 
-    async def _append(
-        self, tables: dict[str, pa.Table], batch_id: str, node: str | None, digest: str
-    ) -> BatchReceipt:
-        """Store the batch: through the group committer (awaited on the event loop, no
-        worker thread held while the commit runs), or in a transaction of its own.
+    async def _stored(self, queued: Queued, batch_id: str) -> IngestReceipt:
+        """The receipt once the store committed the batch (awaited on the event loop, no
+        worker thread held while a group commit runs).
 
         A request cancelled meanwhile (uvicorn cancels what still runs once the shutdown
         grace is over) is answered truthfully: a batch still queued is withdrawn and the
         request ends with 503 ``shutting_down`` (:mod:`.unhandled`); one whose commit has
         begun cannot be withdrawn, so the answer waits for it, and a committed batch is
         never answered with an error."""
-        queued = None
-        if self._writer is not None:
-            queued = self._writer.submit(tables, batch_id=batch_id, node=node, body_sha256=digest)
-            waiting: asyncio.Future[BatchReceipt] = asyncio.wrap_future(queued)
-        else:
-            waiting = asyncio.ensure_future(
-                run_in_threadpool(
-                    lambda: self._store.append_batch(
-                        tables, batch_id=batch_id, node=node, body_sha256=digest
-                    )
-                )
-            )
+        waiting: asyncio.Future[IngestReceipt] = asyncio.wrap_future(queued)
         try:
             return await asyncio.shield(waiting)
         except asyncio.CancelledError:
-            if queued is not None and queued.cancel():
+            if queued.cancel():
                 raise  # withdrawn before its commit began: never stored
             task = asyncio.current_task()
             if task is not None:
@@ -248,3 +241,19 @@ class IngestEndpoint:
             f"body too large ({what}); the limit is {self._max_body_bytes} bytes: "
             "send smaller batches or raise --max-body-bytes",
         )
+
+
+#: A batch handed to the store: its receipt once committed.
+Queued = Future[IngestReceipt]
+
+
+def _done(receipt: IngestReceipt) -> Queued:
+    future: Queued = Future()
+    future.set_result(receipt)
+    return future
+
+
+def _failed(exc: SitsError) -> Queued:
+    future: Queued = Future()
+    future.set_exception(exc)
+    return future

@@ -1,10 +1,11 @@
-"""Rows of an incoming batch checked against the domain's range rules before they are stored.
+"""What the range rules dropped from an incoming batch, counted.
 
 An agent's collectors already drop non-finite, negative or out-of-range samples, but a batch
 may come from any client with the token, or from an agent whose collector has a bug. The
-service applies the same rules to every batch (:func:`sits_observe.domain.ranges.screen_tables`,
-which every ``sits-observe ingest`` command runs too): bad rows are dropped and bad optional
-values NULLed, the rest of the batch is stored, and what was dropped is reported three ways:
+store applies the same rules to every batch it ingests (:mod:`sits_observe.store.intake`,
+which every ``sits-observe ingest`` command goes through too): bad rows are dropped and bad
+optional values NULLed, the rest of the batch is stored, and what was dropped is reported
+three ways:
 
 - in the 200 answer, ``"dropped": {"<table>.<column>:<why>": count}``;
 - as ``collector_drops`` rows (collector ``ingest``, the batch's node, the receive time), in
@@ -18,16 +19,13 @@ again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 
-import pyarrow as pa
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
-from sits_observe.domain.ranges import SCREEN_COLLECTOR, Screened, screen_tables
-from sits_observe.store.duck import conform_batch
+from sits_observe.domain.ranges import SCREEN_COLLECTOR
 
-__all__ = ["INGEST_COLLECTOR", "RowDropMetrics", "Screened", "screen_batch", "with_drop_rows"]
+__all__ = ["INGEST_COLLECTOR", "RowDropMetrics"]
 
 #: ``collector_drops.collector`` of the rows the service itself drops.
 INGEST_COLLECTOR = SCREEN_COLLECTOR
@@ -50,16 +48,3 @@ class RowDropMetrics:
         for key, n in dropped.items():
             table, _, reason = key.partition(".")
             self.dropped.labels(table, reason).inc(n)
-
-
-def screen_batch(
-    tables: Mapping[str, pa.Table], *, now: datetime, max_future_skew_s: float
-) -> Screened:
-    """Conform every table (raises :class:`SchemaError`) and apply the range rules; rows
-    stamped after ``now + max_future_skew_s`` are dropped as ``ts:future``."""
-    return screen_tables(conform_batch(tables), now=now, max_future_skew_s=max_future_skew_s)
-
-
-def with_drop_rows(screened: Screened, *, at: datetime, node: str | None) -> dict[str, pa.Table]:
-    """The tables to store: ``screened.tables`` plus one ``collector_drops`` row per reason."""
-    return screened.batch(at=at, node=node)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from sits_observe.domain.collect import Collector, drops_table
 from sits_observe.errors import SitsError
-from sits_observe.store import Store, utc_naive
+from sits_observe.store import Batch, Store, utc_naive
 from sits_observe.store.attribution import attribute_containers
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class InventoryLoop:
             drops = drops_table(
                 result.dropped, at=utc_naive(now), node=self.node, collector=self.collector.name
             )
-            self.store.append_batch({**result.tables, "collector_drops": drops})
+            self.store.ingest(Batch({**result.tables, "collector_drops": drops}, now, self.node))
             self.stats.attributed += attribute_containers(self.store)
             self.stats.snapshots += 1
             self.stats.last_error = None

@@ -15,7 +15,7 @@ body of more than ``MAX_JSON_OBJECTS`` objects, an export of more spans than
 spans count as requests, and how their attributes map to columns, is
 :mod:`.otlp_spans`; the rows then pass the domain's range rules, with an end time at most
 ``max_future_skew_s`` past the injected clock. Rows are written with
-:meth:`Store.append_batch` under a batch id derived from the decoded body's SHA-256, so an
+:meth:`Store.ingest` under a batch id derived from the decoded body's SHA-256, so an
 exporter's retry of the same export is stored once; the store also keeps each (trace id,
 span id) once, so the same span in another export is not stored twice either (counted as
 ``ignored`` / ``duplicate``).
@@ -44,7 +44,7 @@ from prometheus_client import Counter as PromCounter
 from starlette.concurrency import run_in_threadpool
 
 from sits_observe.errors import InputTooLarge, ParseError, SchemaError, StoreError
-from sits_observe.store import Store, utc_naive
+from sits_observe.store import Batch, Store, utc_naive
 from sits_observe.surfaces.service.http.auth import RoleGuard
 from sits_observe.surfaces.service.http.bodies import check_length, read_limited
 from sits_observe.surfaces.service.http.json_answers import Refusal
@@ -136,7 +136,8 @@ class OtlpEndpoint:
             body = self._gunzip(body)
             if isinstance(body, Refusal):
                 return self._refused(body, answer_media)
-        latest = utc_naive(self._clock()) + self._max_future_skew
+        now = self._clock()
+        latest = utc_naive(now) + self._max_future_skew
         try:
             rows = await run_in_threadpool(
                 lambda: screen_rows(
@@ -156,9 +157,8 @@ class OtlpEndpoint:
             if mismatch is not None:
                 return self._refused(mismatch, answer_media)
             try:
-                receipt = await run_in_threadpool(
-                    lambda: self._store.append_batch({"requests": rows.table}, batch_id=batch_id)
-                )
+                batch = Batch({"requests": rows.table}, now, batch_id=batch_id)
+                receipt = await run_in_threadpool(self._store.ingest, batch)
             except SchemaError as exc:
                 return self._refused(Refusal(400, "schema", str(exc)), answer_media)
             except StoreError as exc:

@@ -11,6 +11,7 @@ builds the collector and the store from the flags.
 from __future__ import annotations
 
 import socket
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,9 +19,8 @@ import typer
 
 from sits_observe.collectors.cgroup.collector import CgroupCollector
 from sits_observe.domain.collect import drops_table
-from sits_observe.domain.ranges import screen_tables
 from sits_observe.domain.tables import COLLECTOR_DROPS, CONTAINER_SAMPLES
-from sits_observe.store import Store, utc_naive
+from sits_observe.store import Batch, Store, prepare, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, print_rejected, print_rows, run_cli
 from sits_observe.surfaces.cli.ingest.outcome import IngestOutcome, finish, require_rows
 
@@ -35,16 +35,10 @@ def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> Ingest
     result = collector.collect(now)
     at = utc_naive(now)
     drops = drops_table(result.dropped, at=at, node=node, collector=collector.name)
-    # Stamped with ``now``: the service's rules pass them, but every ingest path runs them.
-    screened = screen_tables(
-        {
-            CONTAINER_SAMPLES.name: result.tables[CONTAINER_SAMPLES.name],
-            COLLECTOR_DROPS.name: drops,
-        },
-        now=now,
-    )
-    samples = screened.tables[CONTAINER_SAMPLES.name]
-    rejected = result.dropped + screened.dropped
+    tables = {CONTAINER_SAMPLES.name: result.tables[CONTAINER_SAMPLES.name]}
+    ready = prepare(Batch({**tables, COLLECTOR_DROPS.name: drops}, now, node))
+    samples = ready.tables[CONTAINER_SAMPLES.name]
+    rejected = result.dropped + Counter(ready.dropped)
     first = None if collector.first_rejected is None else f"at {collector.first_rejected}"
     outcome = IngestOutcome(samples.num_rows, rejected, "files or entries", first)
     require_rows(
@@ -53,9 +47,9 @@ def ingest_cgroup_once(root: Path, db: Path, node: str, now: datetime) -> Ingest
         "container cgroups",
         "Does a kubelet run pods on this node (or is ROOT the right cgroup v2 mount)?",
     )
-    batch = screened.batch(at=at, node=node)
+    batch = ready.tables
     with Store.open(db) as store:
-        store.append_batch(batch)
+        store.ingest(ready)
     print_rows(
         [{"table": name, "rows": batch[name].num_rows} for name in batch],
         OutputFormat.table,

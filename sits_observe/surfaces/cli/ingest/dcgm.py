@@ -11,6 +11,7 @@ root of that command: it builds the HTTP client, the collector and the store fro
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,9 @@ from sits_observe.collectors.dcgm import RejectedLine
 from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.http import DEFAULT_TIMEOUT_S, new_client
 from sits_observe.domain.collect import drops_table
-from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S, screen_tables
+from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S
 from sits_observe.domain.tables import COLLECTOR_DROPS, GPU_SAMPLES
-from sits_observe.store import Store, utc_naive
+from sits_observe.store import Batch, Store, prepare, utc_naive
 from sits_observe.surfaces.cli.common import OutputFormat, out, print_rejected, print_rows, run_cli
 from sits_observe.surfaces.cli.ingest.outcome import (
     FUTURE_SKEW_HELP,
@@ -82,7 +83,7 @@ def ingest_dcgm_once(
     """Collect ``source`` once into ``db`` and print what was stored and rejected.
 
     Samples keep the body's own timestamps, so they go through the service's range rules
-    (:func:`screen_tables`): one after ``now + max_future_skew_s`` is rejected as
+    (:mod:`sits_observe.store.intake`): one after ``now + max_future_skew_s`` is rejected as
     ``gpu_samples.ts:future``, one before 2000 as ``gpu_samples.ts:too_old``. Raises
     :class:`~sits_observe.errors.ParseError` before ``db`` is opened when the body holds no
     GPU sample.
@@ -94,13 +95,10 @@ def ingest_dcgm_once(
     nodes = sorted({n for n in read.column("node").to_pylist() if n is not None})
     drops_node = node if node is not None else (nodes[0] if len(nodes) == 1 else None)
     drops = drops_table(result.dropped, at=utc_naive(now), node=drops_node, collector=dcgm.name)
-    screened = screen_tables(
-        {GPU_SAMPLES.name: read, COLLECTOR_DROPS.name: drops},
-        now=now,
-        max_future_skew_s=max_future_skew_s,
-    )
-    samples = screened.tables[GPU_SAMPLES.name]
-    rejected = result.dropped + screened.dropped
+    tables = {GPU_SAMPLES.name: read, COLLECTOR_DROPS.name: drops}
+    ready = prepare(Batch(tables, now, drops_node, max_future_skew_s=max_future_skew_s))
+    samples = ready.tables[GPU_SAMPLES.name]
+    rejected = result.dropped + Counter(ready.dropped)
     outcome = IngestOutcome(samples.num_rows, rejected, "samples", _described(first_rejected))
     require_rows(
         outcome,
@@ -109,9 +107,9 @@ def ingest_dcgm_once(
         "Is it a whole dcgm-exporter /metrics body (Prometheus text format), with sample "
         "timestamps (if any) near this host's clock?",
     )
-    batch = screened.batch(at=now, node=drops_node)
+    batch = ready.tables
     with Store.open(db) as store:
-        store.append_batch(batch)
+        store.ingest(ready)
     if 0 < samples.num_rows <= MAX_GPU_LINES:
         print_rows(gpu_lines(samples), OutputFormat.table, title=f"GPUs read from {source}")
     stored = {name: batch[name].num_rows for name in (GPU_SAMPLES.name, COLLECTOR_DROPS.name)}

@@ -9,6 +9,7 @@ from the flags, the collector and the store.
 from __future__ import annotations
 
 import socket
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,10 +20,9 @@ from kubernetes import config as k8s_config
 
 from sits_observe.collectors.kube.inventory import KubeInventoryCollector, KubeInventorySettings
 from sits_observe.domain.collect import drops_table
-from sits_observe.domain.ranges import screen_tables
 from sits_observe.domain.tables import COLLECTOR_DROPS, NODES, PODS
 from sits_observe.errors import ConfigError
-from sits_observe.store import Store, utc_naive
+from sits_observe.store import Batch, Store, prepare, utc_naive
 from sits_observe.store.attribution import attribute_containers
 from sits_observe.surfaces.cli.common import OutputFormat, print_rejected, print_rows, run_cli
 
@@ -73,10 +73,10 @@ def ingest_k8s_once(
     node = socket.gethostname()
     drops = drops_table(result.dropped, at=utc_naive(now), node=node, collector=collector.name)
     # Stamped with ``now``: the service's rules pass them, but every ingest path runs them.
-    screened = screen_tables({**result.tables, COLLECTOR_DROPS.name: drops}, now=now)
-    batch = screened.batch(at=now, node=node)
+    ready = prepare(Batch({**result.tables, COLLECTOR_DROPS.name: drops}, now, node))
+    batch = ready.tables
     with Store.open(db) as store:
-        store.append_batch(batch)
+        store.ingest(ready)
         attributed = attribute_containers(store)
     counts = {
         NODES.name: batch[NODES.name].num_rows,
@@ -89,7 +89,7 @@ def ingest_k8s_once(
         OutputFormat.table,
         title=f"stored in {db} from {api.configuration.host}",
     )
-    print_rejected(result.dropped + screened.dropped)
+    print_rejected(result.dropped + Counter(ready.dropped))
     return counts
 
 

@@ -18,7 +18,8 @@ A script can therefore tell "done", "nothing happened" and "done, but look at th
 apart without parsing any output. The rule lives here once so that the commands cannot drift.
 
 Every command stores what ``serve`` would store from the same rows: its batch goes through
-:func:`sits_observe.domain.ranges.screen_tables` before the store is opened, so a row stamped
+:func:`sits_observe.store.intake.prepare` (the store's own screening) before the store is
+opened, so a row stamped
 more than ``--max-future-skew-s`` (300 s) after this host's clock is rejected as
 ``<table>.ts:future`` and one before 2000 as ``<table>.ts:too_old`` (as are values outside
 the range rules), each reason counted among the rejections above and stored as a

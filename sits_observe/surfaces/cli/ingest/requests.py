@@ -34,10 +34,10 @@ from sits_observe.collectors.inference.request_log import read_request_log
 from sits_observe.collectors.inference.triton import TritonCollector
 from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.domain.collect import drops_table
-from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S, screen_tables
+from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S
 from sits_observe.domain.tables import COLLECTOR_DROPS, REQUESTS, SERVER_WINDOWS
 from sits_observe.errors import CollectorError
-from sits_observe.store import Store
+from sits_observe.store import Batch, Store, prepare
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
     out,
@@ -135,10 +135,10 @@ def ingest_requests_once(
 ) -> IngestOutcome:
     """Import one request log into ``db`` and print what was stored and rejected.
 
-    The rows go through the service's range rules (:func:`screen_tables`): one stamped after
-    ``now + max_future_skew_s`` is rejected as ``requests.ts:future``, one before 2000 as
-    ``requests.ts:too_old``, and each reason is stored as a ``collector_drops`` row of
-    collector ``ingest``, as the service stores them. Raises
+    The rows go through the service's range rules (:mod:`sits_observe.store.intake`): one
+    stamped after ``now + max_future_skew_s`` is rejected as ``requests.ts:future``, one
+    before 2000 as ``requests.ts:too_old``, and each reason is stored as a
+    ``collector_drops`` row of collector ``ingest``, as the service stores them. Raises
     :class:`~sits_observe.errors.ParseError` before ``db`` is opened when no record of the
     file is usable.
     """
@@ -149,14 +149,12 @@ def ingest_requests_once(
     node = socket.gethostname()
     drops = drops_table(result.dropped, at=at, node=node, collector="request_log")
     # The service's rules (ts:future past now + max_future_skew_s, ts:too_old before 2000).
-    screened = screen_tables(
-        {REQUESTS.name: result.tables[REQUESTS.name], COLLECTOR_DROPS.name: drops},
-        now=now,
-        max_future_skew_s=max_future_skew_s,
-    )
-    rows = screened.tables[REQUESTS.name]
+    tables = {REQUESTS.name: result.tables[REQUESTS.name], COLLECTOR_DROPS.name: drops}
+    batch_id = _batch_id(path, options)
+    ready = prepare(Batch(tables, now, node, batch_id, max_future_skew_s=max_future_skew_s))
+    rows = ready.tables[REQUESTS.name]
     first = result.first_rejected
-    rejected = result.dropped + screened.dropped
+    rejected = result.dropped + Counter(ready.dropped)
     outcome = IngestOutcome(
         rows.num_rows,
         rejected,
@@ -170,9 +168,9 @@ def ingest_requests_once(
         "Check --model-column / --latency-column and --latency-unit against the file "
         "(and its timestamps against this host's clock).",
     )
-    batch = screened.batch(at=at, node=node)
+    batch = ready.tables
     with Store.open(db) as store:
-        receipt = store.append_batch(batch, batch_id=_batch_id(path, options))
+        receipt = store.ingest(ready)
     if receipt.duplicate:
         out.print(
             f"{path.name} was already imported into {db} (batch {receipt.batch_id}); nothing added"
@@ -228,10 +226,10 @@ def scrape_windows(
             tables[COLLECTOR_DROPS.name] = drops_table(
                 result.dropped, at=at, node=node, collector=collector.name
             )
-            screened = screen_tables(tables, now=now)  # every ingest path runs the rules
-            dropped.update(result.dropped + screened.dropped)
-            store.append_batch(screened.batch(at=at, node=node))
-            windows = screened.tables.get(SERVER_WINDOWS.name)
+            ready = prepare(Batch(tables, now, node))  # the rules every ingest path runs
+            store.ingest(ready)
+            dropped.update(result.dropped + Counter(ready.dropped))
+            windows = ready.tables.get(SERVER_WINDOWS.name)
             if windows is not None:
                 stored += windows.num_rows
                 _print_windows(windows)
