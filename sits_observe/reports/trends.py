@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import polars as pl
-import pyarrow as pa
 from pydantic import Field
 
 from sits_observe.analytics.source import OCCUPANCY_COLUMNS, occupancy_from_samples
@@ -31,7 +29,7 @@ from sits_observe.analytics.trends.series import (
 from sits_observe.analytics.trends.settings import TrendSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
-from sits_observe.reports.inventory.names import gpu_label, gpu_labels
+from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
@@ -129,7 +127,7 @@ def build_promql(reader: PromQLReader, window: Window, query: TrendsQuery) -> Re
             f"{reader.client.base_url}"
         )
     series = occupancy_from_samples(samples, level=query.level, bucket_s=query.bucket_s)
-    labels = _labels_of(samples) if query.level is TrendLevel.gpu else {}
+    labels = gpu_labels_of(samples) if query.level is TrendLevel.gpu else {}
     return report_of(window, cluster_trends(series, query), labels)
 
 
@@ -142,22 +140,6 @@ def _require_samples(store: Store, window: Window) -> None:
             require_rows(store, window, "gpu_samples_1m", FILLED_BY)
         except NoDataError:
             raise missing from None
-
-
-def _labels_of(samples: pa.Table) -> dict[str, str]:
-    """``{gpu_uuid: label}`` from sample rows (each GPU's latest node, index and model)."""
-    frame = pl.from_arrow(samples.select(["ts", "gpu_uuid", "node", "gpu_index", "model_name"]))
-    assert isinstance(frame, pl.DataFrame)
-    latest = (
-        frame.filter(pl.col("gpu_uuid").is_not_null())
-        .sort("ts")
-        .group_by("gpu_uuid")
-        .agg(pl.col("node", "gpu_index", "model_name").last())
-    )
-    return {
-        r["gpu_uuid"]: gpu_label(r["node"], r["gpu_index"], r["model_name"])
-        for r in latest.iter_rows(named=True)
-    }
 
 
 def report_of(window: Window, result: TrendClusters, labels: Mapping[str, str]) -> Report:

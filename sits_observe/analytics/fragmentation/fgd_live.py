@@ -63,6 +63,7 @@ from sits_observe.analytics.fragmentation.fgd_model import (
 )
 from sits_observe.errors import StoreError
 from sits_observe.store.duck import Store
+from sits_observe.store.gpu_identity import identity_sql
 from sits_observe.store.inventory_reads import latest_rows, rows_at
 
 #: Free CPU given to a node whose allocatable CPU is unknown: never the limiting resource.
@@ -326,12 +327,12 @@ def _bound_pods(
 
 
 def _device_rows(store: Store, bounds: _Bounds) -> list[dict[str, Any]]:
-    """Each GPU UUID's latest whole-GPU sample in ``bounds``: node, uuid, idx, newest first."""
+    """Each GPU's latest identity from whole-GPU samples in ``bounds``
+    (:mod:`sits_observe.store.gpu_identity`): node, uuid, idx, newest first per node."""
     rows: list[dict[str, Any]] = store.query(
-        "SELECT node, gpu_uuid AS uuid, arg_max(gpu_index, ts) AS idx, max(ts) AS seen_at "
-        f"FROM gpu_samples WHERE {bounds.sql} AND mig_instance_id IS NULL AND node IS NOT NULL "
-        "AND gpu_uuid IS NOT NULL AND gpu_index IS NOT NULL "
-        "GROUP BY node, gpu_uuid ORDER BY node, seen_at DESC, uuid",
+        "SELECT node, gpu_uuid AS uuid, gpu_index AS idx, seen_at "
+        f"FROM ({identity_sql(bounds.sql, whole_gpu=True)}) "
+        "WHERE node IS NOT NULL AND gpu_index IS NOT NULL ORDER BY node, seen_at DESC, uuid",
         bounds.params,
     ).to_pylist()
     return rows

@@ -38,6 +38,7 @@ from sits_observe.analytics.fragmentation.fgd_model import (
 from sits_observe.analytics.topology.affinity import AffinityRules, generation_of
 from sits_observe.collectors.kube.gpu_stack import MODEL_KEY, PRECISION_KEY
 from sits_observe.store.duck import Store
+from sits_observe.store.gpu_identity import identity_sql
 from sits_observe.store.inventory_reads import last_seen_params, last_seen_sql
 
 #: The class of a pod that declares no precision.
@@ -73,8 +74,10 @@ def placed_pods(store: Store, since: datetime | None, until: datetime | None) ->
         "n AS (SELECT node, arg_max(gpu_product, ts) AS product FROM nodes "
         "WHERE (? IS NULL OR ts < ?) AND gpu_product IS NOT NULL GROUP BY node), "
         # gpu_samples is the largest table: only the window's rows, as other reports read it.
-        f"s AS (SELECT node, arg_max(model_name, ts) AS product FROM gpu_samples "
-        f"WHERE {window} AND model_name IS NOT NULL AND node IS NOT NULL GROUP BY node) "
+        # A node's product: its most recently sampled GPU's model (each GPU's latest identity).
+        "s AS (SELECT node, arg_max(model_name, seen_at) AS product "
+        f"FROM ({identity_sql(window)}) "
+        "WHERE model_name IS NOT NULL AND node IS NOT NULL GROUP BY node) "
         "SELECT p.namespace, p.pod, coalesce(p.workload, p.pod) AS workload, p.node, p.gpus, "
         "p.model, p.precision, coalesce(n.product, s.product) AS product FROM p "
         "LEFT JOIN n ON n.node = p.node LEFT JOIN s ON s.node = p.node "

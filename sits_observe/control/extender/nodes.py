@@ -3,9 +3,10 @@
 Read with each new inventory snapshot (:func:`sits_observe.control.extender.view.build_view`):
 
 - **GPU UUIDs by index**: the bind verb names the GPU it chose in HAMi's hint annotation
-  ``nvidia.com/use-gpuuuid``, by UUID; the view scores by index. The latest whole-GPU sample
-  of each (node, index) within ``gpu_sample_window_s`` of the snapshot gives the UUID (the
-  same source ``analytics.fgd_live`` uses to turn assigned UUIDs into indices);
+  ``nvidia.com/use-gpuuuid``, by UUID; the view scores by index. Each GPU's latest identity
+  from whole-GPU samples within ``gpu_sample_window_s`` of the snapshot
+  (:mod:`sits_observe.store.gpu_identity`, the read ``analytics.fgd_live`` and every report
+  use) gives the UUID at each (node, index), the most recently sampled one where two claim it;
 - **bound pods**: the ``(namespace, pod)`` the snapshot shows on a node, so an assumed pod
   (:mod:`sits_observe.control.extender.overlay`) is dropped once the snapshot accounts for it;
 - **tie order**: a fixed pseudo-random order of the nodes (CRC-32 of the name) that breaks
@@ -26,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sits_observe.store import Store
+from sits_observe.store.gpu_identity import identity_sql
 
 IntArray = npt.NDArray[np.int64]
 
@@ -40,9 +42,9 @@ def gpu_uuids_by_index(
 ) -> tuple[tuple[str, ...], ...]:
     """Per node (in ``names`` order), the UUID of GPU index 0, 1, ... ("" where unknown)."""
     rows = store.query(
-        "SELECT node, gpu_index AS idx, arg_max(gpu_uuid, ts) AS uuid FROM gpu_samples "
-        "WHERE ts >= ? AND mig_instance_id IS NULL AND node IS NOT NULL "
-        "AND gpu_index IS NOT NULL AND gpu_uuid IS NOT NULL GROUP BY node, gpu_index",
+        "SELECT node, gpu_index AS idx, gpu_uuid AS uuid "
+        f"FROM ({identity_sql('ts >= ?', whole_gpu=True)}) "
+        "WHERE node IS NOT NULL AND gpu_index IS NOT NULL ORDER BY seen_at, uuid",
         [nodes_at - timedelta(seconds=window_s)],
     ).to_pylist()
     return uuids_by_index(names, gpu_count, rows)
@@ -52,7 +54,8 @@ def uuids_by_index(
     names: Sequence[str], gpu_count: IntArray, rows: Iterable[Mapping[str, object]]
 ) -> tuple[tuple[str, ...], ...]:
     """Per node (in ``names`` order), the UUID of each index from ``rows`` (``node``,
-    ``idx``, ``uuid``: each GPU index's latest UUID); "" where no row names one."""
+    ``idx``, ``uuid``, oldest first: a later row's UUID takes the index); "" where no row
+    names one."""
     position = {name: i for i, name in enumerate(names)}
     table = [[""] * int(c) for c in gpu_count.tolist()]
     for r in rows:

@@ -17,10 +17,10 @@ import pyarrow as pa
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.freshness import newest_by_node
+from sits_observe.store.gpu_identity import IN_WINDOW, identity_sql
 from sits_observe.store.inventory_reads import last_seen_params, last_seen_sql
 
-#: ``ts`` inside the window: three parameters (until, since, since).
-_IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
+_IN_WINDOW = IN_WINDOW
 
 _NODES = f"""
 WITH snapshot AS (
@@ -28,13 +28,14 @@ WITH snapshot AS (
         SELECT max(ts) FROM ({last_seen_sql("nodes", ("node",))}) WHERE node IS NOT NULL
     )
 ),
+identity AS ({identity_sql(_IN_WINDOW)}),
 gpu AS (
-    SELECT node, gpu_uuid,
-           avg(gpu_util_ratio) AS util,
-           arg_max(fb_used_bytes, ts) AS fb_used,
-           arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name
-    FROM gpu_samples WHERE {_IN_WINDOW} AND node IS NOT NULL AND gpu_uuid IS NOT NULL
-    GROUP BY node, gpu_uuid
+    SELECT g.node, g.gpu_uuid, g.util, g.fb_used, i.model_name
+    FROM (
+        SELECT node, gpu_uuid, avg(gpu_util_ratio) AS util, arg_max(fb_used_bytes, ts) AS fb_used
+        FROM gpu_samples WHERE {_IN_WINDOW} AND node IS NOT NULL AND gpu_uuid IS NOT NULL
+        GROUP BY node, gpu_uuid
+    ) g JOIN identity i USING (gpu_uuid)
 ),
 per_gpu AS (
     SELECT node, count(*) AS gpus_sampled,
@@ -64,9 +65,9 @@ ORDER BY node
 """
 
 _GPUS = f"""
+WITH identity AS ({identity_sql(_IN_WINDOW)}),
+per_gpu AS (
 SELECT node, gpu_uuid,
-       arg_max(gpu_index, ts) FILTER (WHERE gpu_index IS NOT NULL) AS gpu_index,
-       arg_max(model_name, ts) FILTER (WHERE model_name IS NOT NULL) AS model_name,
        arg_max(mig_profile, ts) AS mig_profile,
        arg_max(namespace, ts) AS namespace,
        arg_max(pod, ts) AS pod,
@@ -78,7 +79,11 @@ SELECT node, gpu_uuid,
        count(*) AS samples,
        max(ts) AS sampled_at
 FROM gpu_samples WHERE {_IN_WINDOW} AND gpu_uuid IS NOT NULL
-GROUP BY node, gpu_uuid ORDER BY node, gpu_index, gpu_uuid
+GROUP BY node, gpu_uuid
+)
+SELECT g.node, g.gpu_uuid, i.gpu_index, i.model_name, g.* EXCLUDE (node, gpu_uuid)
+FROM per_gpu g JOIN identity i USING (gpu_uuid)
+ORDER BY g.node, i.gpu_index, g.gpu_uuid
 """
 
 _DROPS = f"""
@@ -98,13 +103,13 @@ def window_params(window: Window) -> list[object]:
 
 def node_rows(store: Store, window: Window, idle_below_ratio: float) -> pa.Table:
     """One row per node of the latest inventory snapshot or with GPU samples in ``window``."""
-    params = [*last_seen_params(window.since, window.until), *window_params(window)]
+    params = [*last_seen_params(window.since, window.until), *2 * window_params(window)]
     return store.query(_NODES, [*params, idle_below_ratio, *window_params(window)])
 
 
 def gpu_rows(store: Store, window: Window) -> pa.Table:
     """One row per GPU sampled in ``window``: means over it, and its newest sample's values."""
-    return store.query(_GPUS, window_params(window))
+    return store.query(_GPUS, 2 * window_params(window))
 
 
 def drop_rows(store: Store, window: Window) -> pa.Table:
