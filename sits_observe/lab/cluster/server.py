@@ -204,6 +204,10 @@ class InferenceServer:
         self._lock = threading.Lock()
         #: The GPU time slice this server's GPUs run under (None: exclusive, no preemption).
         self.time_slice_s: float | None = None
+        #: How much slower than alone its steps run (1.0: alone on its GPUs): set by the
+        #: cluster each step from what co-located pods do to the GPU's memory bandwidth and
+        #: PCIe (the simulated cluster's interference model).
+        self.slowdown = 1.0
 
     def capacity_rps(self) -> float:
         """Requests per second a full batch sustains (see the module docstring)."""
@@ -211,7 +215,7 @@ class InferenceServer:
 
     def _step_s(self) -> float:
         """One decode step at the running batch, with the time-slicing overhead."""
-        step_s = self.profile.decode_step_s(len(self._running) or 1)
+        step_s = self.profile.decode_step_s(len(self._running) or 1) * self.slowdown
         if self.time_slice_s:
             step_s *= 1.0 + CONTEXT_SWITCH_S / self.time_slice_s
         return step_s
@@ -252,7 +256,7 @@ class InferenceServer:
             return
         while self._waiting and len(self._running) < self.max_batch:
             request = self._waiting.popleft()
-            request.prefill_left_s = self.profile.prefill_s(request.prompt_tokens)
+            request.prefill_left_s = self.profile.prefill_s(request.prompt_tokens) * self.slowdown
             self._running.append(request)
 
     def _decode_step(self, t: float, step_s: float) -> None:
