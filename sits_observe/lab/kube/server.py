@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import re
 import secrets
 import uuid
@@ -24,6 +25,7 @@ from typing import Any
 import aiohttp.web
 import kmock
 from kmock._internal.aiobus import Bus, BusMark
+from kmock._internal.rendering import Response
 
 from sits_observe.lab.kube.admission import (
     BIND_SUCCESS,
@@ -203,11 +205,22 @@ class Emulator(kmock.KubernetesEmulator):
 
     def _live(self, resource: kmock.resource, namespace: str) -> list[JsonObject]:
         """Live objects of ``resource`` in ``namespace``; call with the lock held."""
-        return [
-            obj.raw
-            for (res, ns, _), obj in self._objects.items()
-            if res == resource and ns == namespace and not obj.deleted
-        ]
+        return [obj.raw for obj in self._stored(resource, namespace)]
+
+    def _stored(self, resource: kmock.resource, namespace: str | None) -> Iterator[Any]:
+        """The live stored objects of ``resource`` (in ``namespace``; None: every one). The
+        resource is compared field by field: kmock's ``resource.__eq__`` also matches patterns
+        and strings, and at thousands of stored objects a list spent most of its time there."""
+        group, version, plural = resource.group, resource.version, resource.plural
+        for (res, ns, _), obj in self._objects.items():
+            if (
+                res.plural == plural
+                and res.group == group
+                and res.version == version
+                and (namespace is None or ns == namespace)
+                and not obj.deleted
+            ):
+                yield obj
 
     async def _admit_pod(self, request: kmock.Request) -> None:
         """403 Forbidden when the new pod would exceed a ResourceQuota of its namespace."""
@@ -236,15 +249,16 @@ class Emulator(kmock.KubernetesEmulator):
         if namespace is None:
             return
         async with self._lock:
+            quotas = list(self._stored(_QUOTA, namespace))
+            if not quotas:  # most namespaces have none: no need to add up their pods
+                return
             pods = self._live(_POD, namespace)
-            for (res, ns, _), stored in self._objects.items():
-                if res != _QUOTA or ns != namespace or stored.deleted:
+            for stored in quotas:
+                hard = (stored.raw.get("spec") or {}).get("hard") or {}
+                status = quota_status(hard, namespace_usage(pods, hard_limits(stored.raw)))
+                if stored.raw.get("status") == status:
                     continue
                 quota = copy.deepcopy(stored.raw)
-                hard = (quota.get("spec") or {}).get("hard") or {}
-                status = quota_status(hard, namespace_usage(pods, hard_limits(quota)))
-                if quota.get("status") == status:
-                    continue
                 quota["status"] = status
                 quota.setdefault("metadata", {})["resourceVersion"] = self.next_revision()
                 stored.create(quota)
@@ -376,16 +390,15 @@ class Emulator(kmock.KubernetesEmulator):
         """Live objects of the request's resource in its namespace (all when cluster-wide)."""
         labels = request.params.get("labelSelector")
         fields = request.params.get("fieldSelector")
-        for (resource, namespace, _), obj in self._objects.items():
-            if resource != request.resource or obj.deleted:
-                continue
-            if request.namespace is not None and namespace != request.namespace:
-                continue
+        assert request.resource is not None
+        for obj in self._stored(request.resource, request.namespace):
             raw = obj.raw
             if matches(raw, labels, fields):
                 yield raw
 
     async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
+        """The list, serialised while the lock is held (so no copy of the stored objects is
+        needed: nothing can change them before they are written out)."""
         spec = self._known(request)
         try:
             limit = int(request.params.get("limit") or 0)
@@ -394,9 +407,21 @@ class Emulator(kmock.KubernetesEmulator):
         token = request.params.get("continue")
         after = decode_token(token, self.token_epoch) if token else None
         async with self._lock:
-            items = [copy.deepcopy(raw) for raw in self._visible(request)]
+            items = list(self._visible(request))
             revision = str(self.revision)
+            return Response(
+                payload=json.dumps(self._list_body(spec, items, after, limit, revision)).encode(),
+                headers={"Content-Type": "application/json; charset=utf-8"},
+            )
 
+    def _list_body(
+        self,
+        spec: ResourceSpec,
+        items: list[JsonObject],
+        after: tuple[str, str] | None,
+        limit: int,
+        revision: str,
+    ) -> JsonObject:
         def sort_key(o: JsonObject) -> tuple[str, str]:
             meta = o.get("metadata") or {}
             return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
