@@ -130,6 +130,8 @@ class _Stepper:
             "sample": cadence.every(cadence.sample_every_s),
         }
         steps = max(1, math.ceil(self.duration_s / cadence.step_s - 1e-9))
+        if self.progress is not None:
+            self.progress(parts.arm.name, parts.seed, 0.0, steps * cadence.step_s)
         self._snapshot()
         self._sample()
         for k in range(1, steps + 1):

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sits_observe.errors import ConfigError
 from sits_observe.lab.experiment.settings import ExperimentSettings
 from sits_observe.lab.experiment.table import ablation_rows, headline, measure_rows
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
+from sits_observe.surfaces.cli.experiment_progress import ExperimentProgress
 from sits_observe.surfaces.cli.flags import SettingFlags, with_flags
 
 if TYPE_CHECKING:  # the runner imports the emulator, the service and the agents: lazily
@@ -58,7 +58,7 @@ def experiment(
     **flags: Any,
 ) -> None:
     """Sits on versus off: the same seeded workload under each arm on a simulated clock,
-    through the production path (about 5 minutes per arm and seed at the defaults)."""
+    through the production path; progress with an ETA goes to stderr."""
 
     def go() -> None:
         if fmt is ExperimentFormat.png and out_path is None:
@@ -89,25 +89,13 @@ def _run(settings: ExperimentSettings) -> ExperimentResult:
     from sits_observe.lab.experiment.experiment import run_experiment
 
     runs = len(settings.arms) * settings.seeds
-    with Progress(
-        TextColumn("experiment"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}", markup=False),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("", total=runs)
-
-        def progress(arm: str, seed: int, done_s: float, total_s: float) -> None:
-            bar.update(task, description=f"{arm} seed {seed}: {done_s / total_s:.0%} simulated")
-
-        def done(arm: str, seed: int, wall_s: float) -> None:
-            bar.update(task, advance=1)
-            bar.console.print(f"{arm} seed {seed}: {wall_s:.0f} s wall time")
-
-        return run_experiment(settings, on_run=done, progress=progress)
+    with ExperimentProgress(err, runs=runs, run_s=settings.hours * 3600.0) as bar:
+        bar.start(
+            f"experiment: {runs} run(s) ({', '.join(settings.arms)}; seeds "
+            f"{', '.join(str(x) for x in settings.seed_list)}), {settings.nodes} nodes x "
+            f"{settings.gpus_per_node} GPUs, {settings.hours:g} h simulated each"
+        )
+        return run_experiment(settings, on_run=bar.done, progress=bar.progress)
 
 
 def print_tables(result: ExperimentResult) -> None:
