@@ -9,9 +9,10 @@ service does not export. Names follow docs/metrics.md: ``sits_`` prefix, base un
 ``_total`` suffix (the sample name PromQL sees); the GaugeHistogram carries its three series.
 
 Node and GPU labels are dcgm-exporter's (``Hostname``, ``gpu`` = the index, ``UUID``,
-``modelName``; :mod:`sits_observe.surfaces.service.exporter.labels`), so a panel joins a sits
-series with a ``DCGM_FI_*`` one on them; the unit test checks the two modules agree. The
-``DCGM_FI_*`` fields a panel reads must be in ``collectors/dcgm-counters.csv`` (tested too).
+``modelName``; :mod:`sits_observe.surfaces.service.exporter.signals.labels`), so a panel
+joins a sits series with a ``DCGM_FI_*`` one on them; the unit test checks the two modules
+agree. The ``DCGM_FI_*`` fields a panel reads must be in ``collectors/dcgm-counters.csv``
+(tested too).
 """
 
 from __future__ import annotations

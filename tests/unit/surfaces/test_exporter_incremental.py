@@ -30,7 +30,7 @@ from sits_observe.surfaces.service.exporter.exporter import (
     metrics_text,
 )
 from sits_observe.surfaces.service.exporter.registry import Signal
-from sits_observe.surfaces.service.exporter.signals import PassInputs
+from sits_observe.surfaces.service.exporter.signals.requests import PassInputs
 
 T0 = datetime(2026, 11, 1, 12, 0)
 TS = pa.timestamp("us")

@@ -21,7 +21,7 @@ from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.exposition import Exposition, parse_exposition
 from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
-from sits_observe.surfaces.service.exporter.labels import GPU_LABELS
+from sits_observe.surfaces.service.exporter.signals.labels import GPU_LABELS
 
 NOW = datetime(2026, 11, 1, 12, 0)
 #: Families computed from dcgm-exporter's rows alone (no cgroups, no inventory).

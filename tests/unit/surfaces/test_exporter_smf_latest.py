@@ -26,8 +26,13 @@ from sits_observe.reports.smf import SmfQuery
 from sits_observe.reports.smf import build as smf_report
 from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter.settings import ExporterSettings
-from sits_observe.surfaces.service.exporter.signals import PassInputs, finite, label, labels_of
-from sits_observe.surfaces.service.exporter.signals_cluster import smf
+from sits_observe.surfaces.service.exporter.signals.cluster import smf
+from sits_observe.surfaces.service.exporter.signals.requests import (
+    PassInputs,
+    finite,
+    label,
+    labels_of,
+)
 from tests.unit.analytics.test_smf_latest import T0, fleet
 
 Values = dict[str, dict[tuple[str, ...], float]]

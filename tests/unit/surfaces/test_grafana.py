@@ -30,7 +30,7 @@ from sits_observe.surfaces.grafana import (
 from sits_observe.surfaces.grafana.panels import GRID_COLUMNS
 from sits_observe.surfaces.grafana.promql import MODEL, sel
 from sits_observe.surfaces.service import ServiceSettings, create_app
-from sits_observe.surfaces.service.exporter import labels as exporter_labels
+from sits_observe.surfaces.service.exporter.signals import labels as exporter_labels
 
 REPO = Path(__file__).resolve().parents[3]
 GRAFANA = REPO / "grafana"

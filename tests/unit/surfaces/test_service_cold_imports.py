@@ -43,9 +43,9 @@ LATER = (
     "sits_observe.reports.actions.recommend",
     "sits_observe.surfaces.alerts.notify",
     "sits_observe.collectors.agent.loop",
-    "sits_observe.surfaces.service.exporter.signals_cluster",
-    "sits_observe.surfaces.service.exporter.signals_slow",
-    "sits_observe.surfaces.service.exporter.signals_idle",
+    "sits_observe.surfaces.service.exporter.signals.cluster",
+    "sits_observe.surfaces.service.exporter.signals.slow",
+    "sits_observe.surfaces.service.exporter.signals.idle",
     # The analyses whose settings serve's flags read: the settings live in analytics.settings.
     "sits_observe.analytics.heatmap.grid",
     "sits_observe.analytics.fragmentation.idle_gpus",
@@ -170,7 +170,7 @@ def test_the_reports_and_the_exporter_load_on_their_first_request(tmp_path: Path
     after = found["after"]
     assert isinstance(after, list)
     assert "sits_observe.reports.registry" in after
-    assert "sits_observe.surfaces.service.exporter.signals_cluster" in after
+    assert "sits_observe.surfaces.service.exporter.signals.cluster" in after
 
 
 def test_the_first_extender_answer_builds_its_view_without_pandas(tmp_path: Path) -> None:

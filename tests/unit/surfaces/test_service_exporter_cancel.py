@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter.exporter import DerivedSignals, ExporterSettings
 from sits_observe.surfaces.service.exporter.registry import Signal
-from sits_observe.surfaces.service.exporter.signals import PassInputs
+from sits_observe.surfaces.service.exporter.signals.requests import PassInputs
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

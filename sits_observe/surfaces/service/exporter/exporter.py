@@ -57,7 +57,7 @@ from sits_observe.store import Store
 from sits_observe.surfaces.service.exporter.cache import PassFingerprints, SignalCache, render
 from sits_observe.surfaces.service.exporter.registry import REGISTRY, SIGNALS, Signal
 from sits_observe.surfaces.service.exporter.settings import ExporterSettings
-from sits_observe.surfaces.service.exporter.signals import QUANTILES, UNKNOWN, PassInputs
+from sits_observe.surfaces.service.exporter.signals.requests import QUANTILES, UNKNOWN, PassInputs
 from sits_observe.tracing import traced
 
 __all__ = [

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 from sits_observe.analytics.inventory_spans import live_cluster_reads, pod_start_reads
 from sits_observe.analytics.row_changes import Read, RowSpan
-from sits_observe.surfaces.service.exporter.signals import PassInputs
+from sits_observe.surfaces.service.exporter.signals.requests import PassInputs
 
 
 def requests(p: PassInputs) -> tuple[RowSpan, ...]:

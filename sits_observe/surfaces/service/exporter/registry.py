@@ -16,8 +16,8 @@ from prometheus_client.core import (
 
 from sits_observe.analytics.row_changes import Read
 from sits_observe.surfaces.service.exporter import reads
-from sits_observe.surfaces.service.exporter import signals as fast
-from sits_observe.surfaces.service.exporter.signals import PassInputs
+from sits_observe.surfaces.service.exporter.signals import requests as fast
+from sits_observe.surfaces.service.exporter.signals.requests import PassInputs
 
 _G, _C, _H = GaugeMetricFamily, CounterMetricFamily, GaugeHistogramMetricFamily
 
@@ -40,10 +40,10 @@ class Signal:
 
 
 def _later(module: str, builder: str) -> Builder:
-    """``exporter_signals_<module>.<builder>``, imported when a pass first calls it."""
+    """``signals.<module>.<builder>``, imported when a pass first calls it."""
 
     def build(inputs: PassInputs) -> list[Metric]:
-        found = importlib.import_module(f"sits_observe.surfaces.service.exporter.signals_{module}")
+        found = importlib.import_module(f"sits_observe.surfaces.service.exporter.signals.{module}")
         built: list[Metric] = getattr(found, builder)(inputs)
         return built
 

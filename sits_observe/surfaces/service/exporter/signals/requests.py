@@ -1,4 +1,4 @@
-"""Per-signal builders of the exporter, part 1: requests, collectors and the controller.
+"""Per-signal builders of the exporter: requests, collectors and the controller.
 
 A builder takes the :class:`PassInputs` of one pass and returns metric families. It holds no
 SQL and calls no analysis: it reads what the reports layer answers for the pass's window (the
@@ -42,8 +42,8 @@ from sits_observe.reports.serving import request_latency
 from sits_observe.reports.window import Window, to_utc_naive
 from sits_observe.store import Store
 from sits_observe.surfaces.durations import prom_duration
-from sits_observe.surfaces.service.exporter.labels import NODE, GpuNames
 from sits_observe.surfaces.service.exporter.settings import ExporterSettings
+from sits_observe.surfaces.service.exporter.signals.labels import NODE, GpuNames
 
 #: The latency quantiles exported (label ``quantile``): the ``latency`` report's.
 QUANTILES: tuple[float, ...] = request_latency.QUANTILES

@@ -1,4 +1,4 @@
-"""Per-signal builders of the exporter, part 3: the slow signals.
+"""Per-signal builders of the exporter: the slow signals.
 
 These analyses take from a fraction of a second to seconds on a large fleet (the heatmap's
 three scans of an hour of requests, the workload classes' joins over a day of GPU memory
@@ -30,8 +30,8 @@ from sits_observe.reports.inventory.collector_health import has_inventory
 from sits_observe.reports.serving.heatmap import request_heatmaps, safe_max_at
 from sits_observe.reports.trends import trend_clusters
 from sits_observe.reports.window import Window
-from sits_observe.surfaces.service.exporter.labels import GPU_LABELS
-from sits_observe.surfaces.service.exporter.signals import PassInputs, capped, label
+from sits_observe.surfaces.service.exporter.signals.labels import GPU_LABELS
+from sits_observe.surfaces.service.exporter.signals.requests import PassInputs, capped, label
 
 #: Values of ``sits_memory_class_workloads{class}``: the SPEC's three classes and the GPU
 #: workloads whose GPU memory was not measured in the window.

@@ -1,4 +1,4 @@
-"""Per-signal builders of the exporter, part 4: idle, oversized and stranded GPUs.
+"""Per-signal builders of the exporter: idle, oversized and stranded GPUs.
 
 One slow signal (its window reads an hour of GPU samples by default, so it runs in the
 background pass): the ``recommend`` report's idle findings
@@ -28,8 +28,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from sits_observe.reports.actions.recommend_findings import WASTE_KINDS, idle_gpus
 from sits_observe.reports.fragmentation import live_inventory
 from sits_observe.reports.window import Window
-from sits_observe.surfaces.service.exporter.labels import GPU_LABELS
-from sits_observe.surfaces.service.exporter.signals import PassInputs, capped, label
+from sits_observe.surfaces.service.exporter.signals.labels import GPU_LABELS
+from sits_observe.surfaces.service.exporter.signals.requests import PassInputs, capped, label
 
 
 def gpu_idle(p: PassInputs) -> list[Metric]:

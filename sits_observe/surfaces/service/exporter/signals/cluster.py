@@ -1,4 +1,4 @@
-"""Per-signal builders of the exporter, part 2: fragmentation, GPUs, quotas and pod start.
+"""Per-signal builders of the exporter: fragmentation, GPUs, quotas and pod start.
 
 Each builder reads what a report answers for the pass's window and only groups and caps the
 result for labels: FGD over the live inventory
@@ -36,8 +36,8 @@ from sits_observe.reports.timeline import ready_starts
 from sits_observe.reports.trends import newest_occupancy
 from sits_observe.reports.window import Window
 from sits_observe.surfaces.service.exporter.cache import GaugeRows
-from sits_observe.surfaces.service.exporter.labels import GPU_LABELS, NODE
-from sits_observe.surfaces.service.exporter.signals import (
+from sits_observe.surfaces.service.exporter.signals.labels import GPU_LABELS, NODE
+from sits_observe.surfaces.service.exporter.signals.requests import (
     PassInputs,
     capped,
     finite,
