@@ -52,6 +52,7 @@ from sits_observe.lab.scheduler.model import Decision, KubeScheduler
 from sits_observe.lab.scheduler.nodes import (
     DEFAULT_SCHEDULER,
     ClusterState,
+    ParsedPods,
     cluster_state,
     predicted_gpus,
 )
@@ -163,6 +164,7 @@ class LiveScheduler:
         #: Pods left Pending after the last pass.
         self.pending = 0
         self._backoff: dict[str, _Backoff] = {}
+        self._parsed: ParsedPods = {}
         self._reported: dict[str, _Reported] = {}
 
     # -- loop -------------------------------------------------------------------------
@@ -203,7 +205,9 @@ class LiveScheduler:
         page = self.settings.page_size
         nodes = self.kube.list_all("/api/v1/nodes", page_size=page)
         pods = self.kube.list_all("/api/v1/pods", page_size=page)
-        return cluster_state(nodes, pods, scheduler_name=self.settings.scheduler_name)
+        return cluster_state(
+            nodes, pods, scheduler_name=self.settings.scheduler_name, parsed=self._parsed
+        )
 
     # -- one pod ----------------------------------------------------------------------
 

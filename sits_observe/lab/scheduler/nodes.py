@@ -166,14 +166,24 @@ def predicted_gpus(
     )
 
 
+#: Pods already read, by (uid, resourceVersion): :func:`cluster_state`'s ``parsed``.
+ParsedPods = dict[tuple[str, str], tuple[SchedPod, GpuRequest]]
+
+
 def cluster_state(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     *,
     scheduler_name: str = DEFAULT_SCHEDULER,
     split_count: int = DEFAULT_SPLIT_COUNT,
+    parsed: ParsedPods | None = None,
 ) -> ClusterState:
-    """The cache of one pass (see the module docstring)."""
+    """The cache of one pass (see the module docstring).
+
+    ``parsed`` carries the pods read in the previous pass, by uid and resourceVersion: a pod
+    whose version is unchanged is not read again (most pods, from one pass to the next). On
+    return it holds this pass's pods only."""
+    seen: ParsedPods = {}
     skipped: Counter[str] = Counter()
     rows = []
     for node in sorted(nodes, key=lambda n: str(_meta(n).get("name"))):
@@ -198,11 +208,16 @@ def cluster_state(
         if phase in _TERMINAL:
             continue
         node_name = _spec(pod).get("nodeName")
+        meta = _meta(pod)
+        version = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        known = parsed.get(version) if parsed is not None and all(version) else None
         try:
-            sched, gpu = sched_pod(pod)
+            sched, gpu = known or sched_pod(pod)
         except ParseError:
             skipped["pod"] += 1
             continue
+        if all(version):
+            seen[version] = (sched, gpu)
         if node_name:
             _assume_bound(
                 infos, str(node_name), sched, gpu, skipped=skipped, split_count=split_count
@@ -214,6 +229,9 @@ def cluster_state(
             created = str(_meta(pod).get("creationTimestamp") or "")
             pending.append((-int(priority) if isinstance(priority, int) else 0, created, sched))
     pending.sort(key=lambda p: (p[0], p[1]))
+    if parsed is not None:
+        parsed.clear()
+        parsed.update(seen)
     return ClusterState(infos, [p[2] for p in pending], skipped)
 
 
