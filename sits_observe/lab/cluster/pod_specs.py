@@ -179,6 +179,7 @@ class WorkloadGenerator:
         gpus_per_node: int,
         seed: int,
         idle_notebooks: int = 0,
+        tenants: bool = True,
     ) -> None:
         if not products or gpus_per_node < 1:
             raise ValueError("workloads need at least one node and one GPU per node")
@@ -201,6 +202,9 @@ class WorkloadGenerator:
         self._idle_peaks = tuple(
             int(self.rng.uniform(2, 14) * GIB) for _ in self.idle_notebook_owners
         )
+        #: The tenants with a quota of their own (:class:`TenantScenario`; its own generator,
+        #: so the draws above and the arrivals below are the same with or without it).
+        self.tenants = TenantScenario(nodes=self.nodes, seed=seed) if tenants else None
 
     def _deployment(self, product: str, replicas: int) -> InferenceDeployment:
         short = product.split("-")[1].lower() if "-" in product else product.lower()
@@ -287,11 +291,17 @@ class WorkloadGenerator:
     def arrivals(self, start_s: float, end_s: float) -> list[PodSpec]:
         """Jobs and notebooks arriving in ``[start_s, end_s)``, in arrival order."""
         span = end_s - start_s
+        # The tenants' pods too (none where the servers leave no GPU).
+        scheduled = (
+            self.tenants.arrivals(start_s, end_s)
+            if self.tenants is not None and self.spare_gpus
+            else []
+        )
         if span <= 0 or self.spare_gpus == 0:
-            return []
+            return scheduled
         rate = self.spare_gpus * ARRIVALS_PER_SPARE_GPU_PER_S / (1 - CPU_ONLY_SHARE)
         count = int(self.rng.poisson(rate * span))
-        return [self.next_pod() for _ in range(count)]
+        return [self.next_pod() for _ in range(count)] + scheduled
 
     def next_pod(self) -> PodSpec:
         """One Job or notebook pod, drawn by the module's mix."""
@@ -390,6 +400,94 @@ class WorkloadGenerator:
         )
 
     # -- identity helpers -------------------------------------------------------------
+
+    def _uuid(self) -> str:
+        return str(uuid.UUID(bytes=self.rng.bytes(16), version=4))
+
+    def _safe(self, length: int) -> str:
+        picks = self.rng.integers(len(SAFE_ALPHABET), size=length)
+        return "".join(SAFE_ALPHABET[int(i)] for i in picks)
+
+
+# -- tenants with quotas of their own ---------------------------------------------------------
+
+#: A tenant that holds GPU quota it does not use, and one whose sweeps queue behind its quota.
+TENANT_IDLE = "team-a"
+TENANT_BURST = "team-b"
+#: The tenants' ResourceQuota: the controller's opt-in name (``quota.quota_name``).
+TENANT_QUOTA_NAME = "sits-quota"
+#: When team-b's sweeps arrive, simulated seconds from the start (one every 20 minutes).
+TENANT_SWEEPS_AT_S = (120.0, 1320.0, 2520.0)
+#: How long a sweep's training runs and team-a's long run last, seconds.
+TENANT_SWEEP_RUN_S = (600.0, 900.0)
+TENANT_IDLE_RUN_S = 48 * 3600.0
+#: When team-a's long run arrives (after the first pass of the workload controllers).
+TENANT_IDLE_AT_S = 10.0
+
+
+@dataclass(frozen=True)
+class TenantQuota:
+    """The ``requests.nvidia.com/gpu`` a tenant's ResourceQuota starts at."""
+
+    namespace: str
+    gpus: int
+
+
+class TenantScenario:
+    """Two tenants, each with a ResourceQuota ``sits-quota`` on GPUs: the situation KAI's and
+    Kueue's users ask idle-quota reclaim for.
+
+    - ``team-a`` is granted a GPU per node and runs one long single-GPU Job (two days): most
+      of its quota stays idle;
+    - ``team-b`` is granted a GPU per four nodes (at least one) and submits a hyperparameter
+      sweep of one single-GPU Job per node at each of :data:`TENANT_SWEEPS_AT_S`, each
+      running 10-15 minutes: beyond its quota its Jobs are refused at creation and retried,
+      whatever room the cluster has.
+
+    The namespace quota rule of the controller sizes both from their measured daily peaks
+    (docs/controller.md): it lends team-b quota and takes back team-a's. The pods come out of
+    their own generator (``seed + 11``), at fixed times, in ``arrivals``' order.
+    """
+
+    def __init__(self, *, nodes: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed + 11)
+        self.quotas = (
+            TenantQuota(TENANT_IDLE, max(2, nodes)),
+            TenantQuota(TENANT_BURST, max(1, nodes // 4)),
+        )
+        schedule = [(TENANT_IDLE_AT_S, self._job(TENANT_IDLE, "finetune-1", TENANT_IDLE_RUN_S))]
+        for sweep, at_s in enumerate(TENANT_SWEEPS_AT_S):
+            for trial in range(nodes):
+                run_s = float(self.rng.uniform(*TENANT_SWEEP_RUN_S))
+                name = f"sweep-{sweep + 1}-trial-{trial + 1}"
+                schedule.append((at_s, self._job(TENANT_BURST, name, run_s)))
+        self.schedule = tuple(schedule)
+
+    def arrivals(self, start_s: float, end_s: float) -> list[PodSpec]:
+        """The tenants' pods due in ``[start_s, end_s)``."""
+        return [spec for at_s, spec in self.schedule if start_s <= at_s < end_s]
+
+    def _job(self, namespace: str, name: str, run_s: float) -> PodSpec:
+        memory = 16 * GIB
+        return PodSpec(
+            kind="batch",
+            namespace=namespace,
+            name=f"{name}-{self._safe(5)}",
+            uid=self._uuid(),
+            owner=Owner("batch/v1", "Job", name, self._uuid()),
+            workload=name,
+            container="main",
+            num_gpu=1,
+            gpu_percent=WHOLE_GPU_PERCENT,
+            cpu_request_milli=2000,
+            memory_request_bytes=memory,
+            memory_limit_bytes=memory,
+            cpu_limit_cores=2.0,
+            qos_class="Guaranteed",
+            priority_class="batch-low",
+            gpu_peak_bytes=int(self.rng.uniform(12, 30) * GIB),
+            duration_s=run_s,
+        )
 
     def _uuid(self) -> str:
         return str(uuid.UUID(bytes=self.rng.bytes(16), version=4))

@@ -14,6 +14,10 @@ What the ReplicaSet, Job and StatefulSet controllers would do for the workloads 
   creations wait, beyond that the newest arrival is dropped and counted;
 - finished pods (``Succeeded`` / ``Failed``) of Jobs and notebooks are deleted with their
   owner, as a Job with ``ttlSecondsAfterFinished: 0`` is.
+- the tenants of the generator's :class:`~sits_observe.lab.cluster.pod_specs.TenantScenario`
+  (when it has them and arrivals are on) get their namespace and a ResourceQuota
+  ``sits-quota`` holding ``requests.nvidia.com/gpu`` at their starting quota, created once:
+  the controller's opt-in, which its namespace quota rule then sizes from measured use.
 
 Placement is not this module's business: the pods stay Pending until a scheduler binds them,
 and the simulated kubelet (:mod:`.kubelet`) starts them. Outcomes count in
@@ -37,7 +41,12 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.lab.cluster.pod_specs import PodSpec, WorkloadGenerator
+from sits_observe.lab.cluster.pod_specs import (
+    TENANT_QUOTA_NAME,
+    PodSpec,
+    TenantQuota,
+    WorkloadGenerator,
+)
 from sits_observe.lab.kube.publish import owner_bodies, pending_pod_body
 
 log = logging.getLogger(__name__)
@@ -181,12 +190,35 @@ class WorkloadDriver:
                 if exc.status != 409:
                     self._errors.labels("create").inc()
                     log.warning("creating namespace %s failed: %s", namespace, exc.status)
+        tenants = self.generator.tenants if self.settings.arrivals else None
+        for quota in tenants.quotas if tenants is not None else ():
+            self._create_tenant(quota)
         # The Deployments and their ReplicaSets; the replicas come from _keep_replicas.
         for deployment in self.generator.deployments if self.settings.inference else ():
             template = self.generator.llm_replica(deployment)
             for plural, body in owner_bodies(template, deployment.deployment):
                 self._create_object(plural, template.namespace, body)
         self._bootstrapped = True
+
+    def _create_tenant(self, quota: TenantQuota) -> None:
+        """The tenant's namespace and its GPU quota (an existing one is left as it is)."""
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": quota.namespace}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": TENANT_QUOTA_NAME, "namespace": quota.namespace},
+            "spec": {"hard": {"requests.nvidia.com/gpu": str(quota.gpus)}},
+        }
+        for path, document in (
+            ("/api/v1/namespaces", namespace),
+            (f"/api/v1/namespaces/{quota.namespace}/resourcequotas", body),
+        ):
+            try:
+                self._call("POST", path, document)
+            except ApiException as exc:
+                if exc.status != 409:
+                    self._errors.labels("create").inc()
+                    log.warning("creating %s failed: %s", path, exc.status)
 
     def _list_pods(self) -> list[JsonObject]:
         response: Any = self.core.list_pod_for_all_namespaces(_preload_content=False)
