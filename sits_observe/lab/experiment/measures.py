@@ -27,6 +27,11 @@ controller's applied decisions). :func:`run_measures` turns it into :class:`RunM
 - **latency** P50 / P95 / P99 of the inference servers' completed requests, and **pod start**
   P95: creation to running (``metadata.creationTimestamp`` to the ``Initialized`` condition, as
   the inventory stored them; Kubernetes' pod start-up SLI);
+- **queued GPU-hours** per tenant (namespace) and over all: each GPU pod's GPUs (a share
+  counts its part: 0.25 for a quarter) times the time from its arrival to its binding (the end
+  of the run when never bound), summed, in GPU-hours. Quota refusals count: a Job refused at
+  creation has arrived and waits, as a workload Kueue or KAI holds for quota is queued. The
+  tenants reported are :data:`TENANTS`;
 - quota rejections (refused creation attempts, each retry counted) and the controller's applied
   decisions by action.
 
@@ -47,6 +52,11 @@ from sits_observe.analytics.fragmentation.fgd import fragmentation
 from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
 from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload, typical_pods
+from sits_observe.lab.cluster.pod_specs import TENANT_BURST, TENANT_IDLE
+
+#: The namespaces whose queued GPU-hours are measures of their own (the workload's GPU
+#: tenants; inference replicas are kept by their Deployment, not arrivals, so never queue here).
+TENANTS = ("training", "research", TENANT_IDLE, TENANT_BURST)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -118,6 +128,12 @@ class RunMeasures:
     quota_rejections: int
     pod_start_p95_s: float
     controller_applied: int
+    #: GPU-hours GPU pods spent queued (see the module docstring): all, then per tenant.
+    queued_gpu_hours: float = 0.0
+    queued_gpu_hours_training: float = 0.0
+    queued_gpu_hours_research: float = 0.0
+    queued_gpu_hours_team_a: float = 0.0
+    queued_gpu_hours_team_b: float = 0.0
 
     def values(self) -> dict[str, float]:
         """Every measure by name, as floats."""
@@ -203,6 +219,21 @@ def wait_stats(pods: Iterable[PodTimes], end_s: float) -> WaitStats:
     return WaitStats(len(gpu), waited, unscheduled, quantile(waits, 0.95))
 
 
+def queued_gpu_hours(pods: Iterable[PodTimes], end_s: float) -> dict[str, float]:
+    """GPU-hours queued per namespace (the part of ``name`` before ``/``): GPUs x (bound, or
+    ``end_s`` when never bound, minus arrival), summed; CPU-only pods are left out."""
+    out: dict[str, float] = {}
+    for p in pods:
+        if p.shape.cpu_only:
+            continue
+        bound = p.bound_s if p.bound_s is not None else end_s
+        gpus = p.shape.num_gpu * p.shape.gpu_milli / MILLI_PER_GPU
+        namespace = p.name.split("/", 1)[0]
+        waited_h = max(bound - p.arrived_s, 0.0) / 3600.0
+        out[namespace] = out.get(namespace, 0.0) + gpus * waited_h
+    return out
+
+
 def target_workload(pods: Iterable[PodTimes]) -> TargetWorkload | None:
     """The FGD target workload M of the arrived pods (None when none arrived)."""
     shapes = [p.shape for p in pods]
@@ -252,7 +283,13 @@ def run_measures(timeline: RunTimeline, workload: TargetWorkload | None = None) 
     end = timeline.end_s
     waits = wait_stats(timeline.pods, end)
     lat = timeline.latencies_s
+    queued = queued_gpu_hours(timeline.pods, end)
     return RunMeasures(
+        queued_gpu_hours=sum(queued.values()),
+        queued_gpu_hours_training=queued.get("training", 0.0),
+        queued_gpu_hours_research=queued.get("research", 0.0),
+        queued_gpu_hours_team_a=queued.get(TENANT_IDLE, 0.0),
+        queued_gpu_hours_team_b=queued.get(TENANT_BURST, 0.0),
         gpu_allocation_ratio=time_weighted_mean(s.t_s, s.allocation_ratio, end),
         gpu_utilisation_ratio=time_weighted_mean(timeline.util_t_s, timeline.util_ratio, end),
         frag_ratio=time_weighted_mean(s.t_s, s.frag_ratio, end),

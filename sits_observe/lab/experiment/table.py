@@ -30,6 +30,11 @@ MEASURE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("quota_rejections", "quota rejections (creation attempts)", "int"),
     ("pod_start_p95_s", "pod start P95 (created to running), s", "num"),
     ("controller_applied", "controller decisions applied", "int"),
+    ("queued_gpu_hours", "queued GPU-hours, all GPU pods", "num"),
+    ("queued_gpu_hours_training", "queued GPU-hours, training", "num"),
+    ("queued_gpu_hours_research", "queued GPU-hours, research", "num"),
+    ("queued_gpu_hours_team_a", "queued GPU-hours, team-a (idle quota)", "num"),
+    ("queued_gpu_hours_team_b", "queued GPU-hours, team-b (sweeps)", "num"),
 )
 
 
@@ -81,6 +86,8 @@ ABLATION_MEASURES = {
     "gpu_pods_waited": "pods that waited",
     "wait_p95_s": "wait P95, s",
     "latency_p95_s": "latency P95, s",
+    "queued_gpu_hours_team_b": "queued GPU-h, team-b",
+    "queued_gpu_hours": "queued GPU-h, all",
     "controller_applied": "decisions applied",
 }
 
