@@ -4,7 +4,8 @@ The simulated cluster and the tests lay out what a node's ``/sys/fs/cgroup`` loo
 the kubelet: a pod cgroup per pod (named after the systemd or cgroupfs driver and the pod's
 QoS class) and a container cgroup per container (named after the runtime), each holding
 ``memory.current``, ``memory.max``, ``memory.stat``, ``memory.events``, ``memory.pressure``,
-``cpu.pressure``, ``cpu.stat`` and ``cpu.max`` as Linux writes them
+``cpu.pressure``, ``cpu.stat`` and ``cpu.max`` as Linux writes them, and ``memory.numa_stat``
+when the values say how the memory splits over NUMA nodes
 (``Documentation/admin-guide/cgroup-v2.rst``). Values are held in domain units
 (:class:`CgroupValues`: bytes, seconds, ratios, cores) and converted to the kernel's (bytes,
 microseconds, percentages with two decimals) only when written.
@@ -71,6 +72,9 @@ class CgroupValues:
     cpu_throttled_periods_total: int = 0
     cpu_limit_cores: float | None = None
     cpu_period_s: float = 0.1
+    #: Share of the memory on each NUMA node (node 0 first); None writes no
+    #: ``memory.numa_stat`` (a kernel without NUMA).
+    memory_numa_ratios: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,11 @@ def container_files(values: CgroupValues, *, kernel_stat: bool = True) -> dict[s
             values.cpu_throttled_periods_total,
         ),
         "cpu.max": f"{quota} {period_us}\n",
-    }
+    } | (
+        {"memory.numa_stat": _memory_numa_stat(values)}
+        if values.memory_numa_ratios is not None
+        else {}
+    )
 
 
 def _usec(seconds: float) -> int:
@@ -210,6 +218,40 @@ def _memory_stat(v: CgroupValues, kernel_stat: bool) -> str:
         ("thp_collapse_alloc", 0),
     ]
     return "".join(f"{key} {value}\n" for key, value in lines)
+
+
+def _memory_numa_stat(v: CgroupValues) -> str:
+    """memory.numa_stat: per memory type, its bytes on each NUMA node (``anon N0=.. N1=..``),
+    the keys of a 6.x kernel in its order, split by ``memory_numa_ratios``."""
+    ratios = v.memory_numa_ratios or (1.0,)
+    kernel = v.memory_kernel_bytes
+    types = (
+        ("anon", v.memory_anon_bytes),
+        ("file", v.memory_file_bytes),
+        ("kernel_stack", kernel // 8),
+        ("pagetables", kernel // 8),
+        ("shmem", 0),
+        ("file_mapped", v.memory_file_bytes // 4),
+        ("file_dirty", 0),
+        ("file_writeback", 0),
+        ("swapcached", 0),
+        ("anon_thp", 0),
+        ("file_thp", 0),
+        ("shmem_thp", 0),
+        ("inactive_anon", v.memory_anon_bytes // 2),
+        ("active_anon", v.memory_anon_bytes - v.memory_anon_bytes // 2),
+        ("inactive_file", v.memory_file_bytes // 2),
+        ("active_file", v.memory_file_bytes - v.memory_file_bytes // 2),
+        ("unevictable", 0),
+        ("slab_reclaimable", kernel // 4),
+        ("slab_unreclaimable", kernel // 2 - kernel // 4),
+    )
+    lines = []
+    for key, total in types:
+        split = [int(total * r) for r in ratios]
+        split[0] += total - sum(split)  # rounding lands on node 0
+        lines.append(f"{key} " + " ".join(f"N{n}={b}" for n, b in enumerate(split)))
+    return "".join(line + "\n" for line in lines)
 
 
 def _psi(some_ratio: float, some_s: float, full_ratio: float, full_s: float) -> str:

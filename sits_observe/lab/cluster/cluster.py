@@ -30,6 +30,7 @@ import uuid
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +49,27 @@ from sits_observe.analytics.serving.step_profiles import (
     PROFILES,
     WEIGHT_BYTES,
 )
+from sits_observe.lab.cluster.activity import (
+    GpuActivity,
+    PodDemand,
+    gpu_activity,
+    idle_activity,
+    idle_demand,
+    open_loop_demand,
+    server_demand,
+    training_demand,
+)
+from sits_observe.lab.cluster.gpu_models import GpuEnvelope, envelope
+from sits_observe.lab.cluster.interference import server_slowdown
+from sits_observe.lab.cluster.node_topology import (
+    ALLOC_BYTES_PER_S,
+    PAGE_BYTES,
+    NumaCounters,
+    SimNvml,
+    node_placement,
+    numa_miss_share,
+    write_sysfs,
+)
 from sits_observe.lab.cluster.pod_specs import LLM_MODEL, PodSpec, WorkloadGenerator
 from sits_observe.lab.cluster.server import InferenceServer, RequestRecord
 from sits_observe.lab.cluster.workload import ArrivalGenerator, LoadProfile
@@ -65,6 +87,13 @@ class SimGpu:
     used_bytes: dict[str, int] = field(default_factory=dict)  # pod uid -> bytes
     share_milli: dict[str, int] = field(default_factory=dict)  # pod uid -> milli-GPU
     util_ratio: float = 0.0
+    #: The step's activity counters, clocks, power and temperature (:mod:`.activity`).
+    activity: GpuActivity | None = None
+
+    @property
+    def envelope(self) -> GpuEnvelope:
+        """The card's physical limits (:mod:`.gpu_models`)."""
+        return envelope(self.kind)
 
     @property
     def total_bytes(self) -> int:
@@ -125,6 +154,13 @@ class SimPod:
     workload: str = ""
     #: The main container's arguments (an inference server's vLLM command line).
     args: tuple[str, ...] = ()
+    #: What the pod asked of each GPU it holds in the last step (:mod:`.activity`).
+    demand: dict[int, PodDemand] = field(default_factory=dict)
+    #: Prompt tokens submitted to its server in the current step.
+    prompt_tokens_step: int = 0
+    #: The server's busy seconds and steps at the end of the last step.
+    busy_s_seen: float = 0.0
+    steps_seen: int = 0
 
     @property
     def workload_key(self) -> str:
@@ -142,6 +178,8 @@ class SimNode:
     cpu_milli: int = 128_000
     memory_bytes: int = 1024 * GIB
     pods: dict[str, SimPod] = field(default_factory=dict)
+    #: The node's ``numastat`` counters (:mod:`.node_topology`).
+    numa: NumaCounters = field(default_factory=NumaCounters)
 
     def device_state(self) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
         """Free milli-GPU and pods per GPU, and the GPUs' UUIDs (the device plugin's view)."""
@@ -359,6 +397,7 @@ class SimulatedCluster:
                 capacity = server.capacity_rps()
                 for arrival in self._requests(pod).between(start, self.now_s, capacity):
                     server.submit(arrival.at_s, arrival.prompt_tokens, arrival.output_tokens)
+                    pod.prompt_tokens_step += arrival.prompt_tokens
             for node in self.nodes.values():
                 self._step_node(node, dt_s)
             if self.standalone:
@@ -379,28 +418,89 @@ class SimulatedCluster:
         return stream
 
     def _step_node(self, node: SimNode, dt_s: float) -> None:
-        busy_by_gpu = [0.0] * len(node.gpus)
         for pod in list(node.pods.values()):
             if pod.ends_s is not None and self.now_s >= pod.ends_s:
                 self._remove(node, pod, completed=True)
-                continue
-            busy = 0.0
+        self._set_slowdowns(node)
+        env = node.gpus[0].envelope
+        for pod in node.pods.values():
             if pod.server is not None:
                 pod.server.advance(self.now_s, dt_s)
-                busy = min(1.0, 0.15 + pod.server.running / 48) if pod.server.running else 0.0
             elif pod.ends_s is not None:
                 life = (self.now_s - pod.created_s) / (pod.ends_s - pod.created_s)
                 grown = int(pod.gpu_peak_bytes * min(1.0, 0.1 + 0.9 * life))
                 for i in pod.gpu_indices:
                     node.gpus[i].used_bytes[pod.uid] = grown
-                busy = 0.9 if pod.kind == "batch" else 0.05
+            demand = self._demand(env, pod, dt_s)
+            pod.demand = {i: demand for i in pod.gpu_indices}
+        for gpu in node.gpus:
+            on_gpu = [p.demand[gpu.index] for p in node.pods.values() if gpu.index in p.demand]
+            previous = gpu.activity.temp_c if gpu.activity is not None else None
+            gpu.activity = gpu_activity(env, on_gpu, previous_temp_c=previous, dt_s=dt_s)
+            gpu.util_ratio = gpu.activity.util_ratio
+        placement = node_placement(len(node.gpus))
+        for pod in node.pods.values():
+            busy = max((d.busy_ratio for d in pod.demand.values()), default=0.0)
             for c in pod.containers:
                 self._step_container(pod, c, busy, dt_s)
-            # A share's kernels get at most its part of the SMs (HAMi's core limit).
-            for i in pod.gpu_indices:
-                busy_by_gpu[i] += busy * pod.gpu_milli / MILLI_PER_GPU
-        for gpu, busy in zip(node.gpus, busy_by_gpu, strict=True):
-            gpu.util_ratio = min(1.0, busy)
+            intended = placement[pod.gpu_indices[0]].numa_node if pod.gpu_indices else 0
+            pages = int(ALLOC_BYTES_PER_S[pod.kind] * dt_s) // PAGE_BYTES
+            miss = numa_miss_share(pod.qos_class, pod.containers[0].cpu_limit_cores)
+            node.numa.allocate(intended, pages, miss)
+
+    def _demand(self, env: GpuEnvelope, pod: SimPod, dt_s: float) -> PodDemand:
+        """What ``pod`` asked of each of its GPUs in the step just run (:mod:`.activity`)."""
+        share = pod.gpu_milli / MILLI_PER_GPU
+        server = pod.server
+        if server is not None:
+            busy_s = server.busy_s_total - pod.busy_s_seen
+            steps = server.steps_total - pod.steps_seen
+            pod.busy_s_seen, pod.steps_seen = server.busy_s_total, server.steps_total
+            prompt, pod.prompt_tokens_step = pod.prompt_tokens_step, 0
+            return server_demand(
+                env,
+                tensor_parallel=server.tensor_parallel,
+                dt_s=dt_s,
+                busy_s=busy_s,
+                steps=steps,
+                batch=server.running,
+                kv_bytes=server.kv_cache_bytes(),
+                prompt_tokens=prompt,
+            )
+        if pod.ends_s is None or not pod.gpu_indices:
+            return idle_demand()
+        if pod.kind == "batch" and share >= 1.0:
+            return training_demand(env, gpus=len(pod.gpu_indices))
+        if pod.kind == "batch":
+            # An evaluation run: batched inference over a data set (assumed work rate).
+            work = (120e12, 0.5e12, 5e8)
+        else:
+            # A notebook's interactive cells: light, bursty kernels (assumed work rate).
+            work = (15e12, 0.08e12, 5e7)
+        return open_loop_demand(
+            env,
+            flops_per_s=work[0],
+            dram_bytes_per_s=work[1],
+            pcie_bytes_per_s=work[2],
+            core_share=share,
+        )
+
+    def _set_slowdowns(self, node: SimNode) -> None:
+        """Each server's slowdown from what its neighbours did last step
+        (:mod:`.interference`)."""
+        placement = node_placement(len(node.gpus))
+        env = node.gpus[0].envelope
+        for pod in node.pods.values():
+            if pod.server is None:
+                continue
+            others = [p.demand for p in node.pods.values() if p.uid != pod.uid and p.demand]
+            pod.server.slowdown = server_slowdown(
+                pod.gpu_indices,
+                others,
+                placement,
+                pcie_bytes_per_s=env.pcie_bytes_per_s,
+                nvlink_bytes_per_s=env.nvlink_bytes_per_s,
+            )
 
     def _step_container(self, pod: SimPod, c: SimContainer, busy: float, dt_s: float) -> None:
         cores = c.cpu_limit_cores or 2.0
@@ -418,6 +518,35 @@ class SimulatedCluster:
             c.oom_kills += 1
 
     # -- observation ------------------------------------------------------------------
+
+    def gpu_activity(self, node: str, index: int) -> GpuActivity:
+        """The latest activity of GPU ``index`` on ``node`` (idle before the first step)."""
+        with self._lock:
+            gpu = self.nodes[node].gpus[index]
+            return gpu.activity if gpu.activity is not None else idle_activity(gpu.envelope)
+
+    def write_sysfs(self, node: str, sys_root: Path) -> None:
+        """Lay out ``node``'s NUMA counters and GPU PCI files under ``sys_root`` (the host's
+        ``/sys`` for :class:`~sits_observe.collectors.cgroup.numa.NumaCollector` and the
+        topology collector's sysfs fallback)."""
+        with self._lock:
+            n = self.nodes[node]
+            write_sysfs(sys_root, n.numa, [g.pci_bus_id for g in n.gpus], n.cpu_milli // 1000)
+
+    def nvml(self, node: str) -> SimNvml:
+        """An NVML stand-in for ``node``'s GPUs (for the topology collector)."""
+        n = self.nodes[node]
+        return SimNvml([(g.uuid, g.pci_bus_id, g.kind) for g in n.gpus], cpus=n.cpu_milli // 1000)
+
+    def numa_split(self, pod: SimPod) -> tuple[float, ...]:
+        """The share of ``pod``'s memory on each NUMA node (for ``memory.numa_stat``)."""
+        node = self.nodes[pod.node]
+        placement = node_placement(len(node.gpus))
+        intended = placement[pod.gpu_indices[0]].numa_node if pod.gpu_indices else 0
+        miss = numa_miss_share(pod.qos_class, pod.containers[0].cpu_limit_cores)
+        split = [miss, miss]
+        split[intended] = 1.0 - miss
+        return tuple(split)
 
     def take_events(self) -> list[PodEvent]:
         """Pod events since the last call."""

@@ -3,7 +3,9 @@
 - :func:`dcgm_text`: dcgm-exporter ``/metrics`` (default counters, 3.x label set with
   ``Hostname``, pod / namespace / container labels on GPUs that a pod holds; framebuffer in
   MiB, utilisation in percent, PROF fields as ratios, PCIe in bytes/s), as in the real
-  exports under shared/data/dcgm.
+  exports under shared/data/dcgm. Activity, clocks, power and temperature are each GPU's
+  latest step of the activity model (:mod:`.activity`), inside its model's envelope
+  (:mod:`.gpu_models`).
 - :func:`vllm_text`: a vLLM server's ``/metrics`` (``vllm:`` histograms with cumulative
   ``le`` buckets, ``_sum`` / ``_count``, running / waiting gauges, KV-cache usage as a 0-1
   fraction), labelled with ``model_name``.
@@ -82,26 +84,27 @@ def dcgm_text(cluster: SimulatedCluster, node_name: str) -> str:
                     f',container="{pod.containers[0].name}",namespace="{pod.namespace}",'
                     f'pod="{pod.name}",pod_uid=""'
                 )
-            u = gpu.util_ratio
-            pcie = 2.0e9 * u + 1.1e5
-            nvlink = (40.0e9 * u) if pod is not None and pod.kind == "llm" else 0.0
+            a = cluster.gpu_activity(node_name, gpu.index)
             values = {
-                "DCGM_FI_DEV_SM_CLOCK": 1980 if u > 0 else 345,
-                "DCGM_FI_DEV_MEM_CLOCK": 2619,
-                "DCGM_FI_DEV_GPU_TEMP": round(30 + 40 * u),
-                "DCGM_FI_DEV_POWER_USAGE": round(70 + 550 * u, 3),
-                "DCGM_FI_DEV_GPU_UTIL": round(100 * u),
-                "DCGM_FI_DEV_MEM_COPY_UTIL": round(60 * u),
-                "DCGM_FI_DEV_FB_FREE": gpu.fb_free_bytes // MIB,
+                "DCGM_FI_DEV_SM_CLOCK": a.sm_clock_mhz,
+                "DCGM_FI_DEV_MEM_CLOCK": a.mem_clock_mhz,
+                "DCGM_FI_DEV_GPU_TEMP": round(a.temp_c),
+                "DCGM_FI_DEV_POWER_USAGE": round(a.power_w, 3),
+                "DCGM_FI_DEV_GPU_UTIL": round(100 * a.util_ratio),
+                "DCGM_FI_DEV_MEM_COPY_UTIL": round(100 * a.dram_active_ratio),
+                # Used rounds down to MiB and free is the rest, so used + free + reserved is
+                # the card's total in MiB, as in every real capture.
+                "DCGM_FI_DEV_FB_FREE": (gpu.total_bytes - gpu.reserved_bytes) // MIB
+                - gpu.fb_used_bytes // MIB,
                 "DCGM_FI_DEV_FB_USED": gpu.fb_used_bytes // MIB,
                 "DCGM_FI_DEV_FB_RESERVED": gpu.reserved_bytes // MIB,
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(u * 0.97, 6),
-                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": round(u * 0.6, 6),
-                "DCGM_FI_PROF_DRAM_ACTIVE": round(u * 0.7, 6),
-                "DCGM_FI_PROF_PCIE_TX_BYTES": round(pcie),
-                "DCGM_FI_PROF_PCIE_RX_BYTES": round(pcie * 1.5),
-                "DCGM_FI_PROF_NVLINK_TX_BYTES": round(nvlink),
-                "DCGM_FI_PROF_NVLINK_RX_BYTES": round(nvlink),
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(a.sm_active_ratio, 6),
+                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": round(a.tensor_active_ratio, 6),
+                "DCGM_FI_PROF_DRAM_ACTIVE": round(a.dram_active_ratio, 6),
+                "DCGM_FI_PROF_PCIE_TX_BYTES": round(a.pcie_tx_bytes_per_s),
+                "DCGM_FI_PROF_PCIE_RX_BYTES": round(a.pcie_rx_bytes_per_s),
+                "DCGM_FI_PROF_NVLINK_TX_BYTES": round(a.nvlink_tx_bytes_per_s),
+                "DCGM_FI_PROF_NVLINK_RX_BYTES": round(a.nvlink_rx_bytes_per_s),
             }
             rows.append((labels, values))
     out: list[str] = []
