@@ -19,6 +19,13 @@ memory and free shares scattered over GPUs, which the fragmentation analytics me
 pushes container memory towards its cgroup limits, which the memory-pressure signals show.
 Each GPU also records the share (milli-GPU) and the pods the device plugin assigned to it.
 
+Each step also turns what the pods on each GPU did into its DCGM activity, clocks, power and
+temperature (:mod:`.activity`, inside the model's envelope, :mod:`.gpu_models`), sets every
+server's slowdown from its neighbours' use of the GPU, NVLink and PCIe in the previous step
+(:mod:`.interference`), and counts the node's NUMA page allocations (:mod:`.node_topology`,
+which also lays out its sysfs NUMA files and answers NVML's topology calls). The state records
+(GPU, container, pod, node) are in :mod:`.sim_state`.
+
 The model is deterministic for a seed and advances in explicit steps (:meth:`step`); the
 runtime (:mod:`.runtime`) maps it to wall time and serves it in the real formats.
 """
@@ -29,7 +36,6 @@ import threading
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +47,6 @@ from sits_observe.analytics.placement.device_plugin import (
 )
 from sits_observe.analytics.serving.step_profiles import (
     GIB,
-    GPU_FB_RESERVED_MIB,
-    GPU_FB_TOTAL_MIB,
     GPU_PRODUCTS,
     KV_BYTES_PER_TOKEN,
     MIB,
@@ -59,12 +63,11 @@ from sits_observe.lab.cluster.activity import (
     server_demand,
     training_demand,
 )
-from sits_observe.lab.cluster.gpu_models import GpuEnvelope, envelope
+from sits_observe.lab.cluster.gpu_models import GpuEnvelope
 from sits_observe.lab.cluster.interference import server_slowdown
 from sits_observe.lab.cluster.node_topology import (
     ALLOC_BYTES_PER_S,
     PAGE_BYTES,
-    NumaCounters,
     SimNvml,
     node_placement,
     numa_miss_share,
@@ -72,131 +75,11 @@ from sits_observe.lab.cluster.node_topology import (
 )
 from sits_observe.lab.cluster.pod_specs import LLM_MODEL, PodSpec, WorkloadGenerator
 from sits_observe.lab.cluster.server import InferenceServer, RequestRecord
+from sits_observe.lab.cluster.sim_state import PodEvent, SimContainer, SimGpu, SimNode, SimPod
 from sits_observe.lab.cluster.workload import ArrivalGenerator, LoadProfile
 
-
-@dataclass
-class SimGpu:
-    """One physical GPU: memory in use and the shares the device plugin assigned."""
-
-    node: str
-    index: int
-    uuid: str
-    kind: str
-    pci_bus_id: str
-    used_bytes: dict[str, int] = field(default_factory=dict)  # pod uid -> bytes
-    share_milli: dict[str, int] = field(default_factory=dict)  # pod uid -> milli-GPU
-    util_ratio: float = 0.0
-    #: The step's activity counters, clocks, power and temperature (:mod:`.activity`).
-    activity: GpuActivity | None = None
-
-    @property
-    def envelope(self) -> GpuEnvelope:
-        """The card's physical limits (:mod:`.gpu_models`)."""
-        return envelope(self.kind)
-
-    @property
-    def total_bytes(self) -> int:
-        return GPU_FB_TOTAL_MIB[self.kind] * MIB
-
-    @property
-    def reserved_bytes(self) -> int:
-        return GPU_FB_RESERVED_MIB[self.kind] * MIB
-
-    @property
-    def fb_used_bytes(self) -> int:
-        return min(sum(self.used_bytes.values()), self.total_bytes - self.reserved_bytes)
-
-    @property
-    def fb_free_bytes(self) -> int:
-        return self.total_bytes - self.reserved_bytes - self.fb_used_bytes
-
-    @property
-    def free_milli(self) -> int:
-        """Share of the GPU no pod holds, milli-GPU."""
-        return MILLI_PER_GPU - sum(self.share_milli.values())
-
-
-@dataclass
-class SimContainer:
-    """One container of a pod: its cgroup values."""
-
-    name: str
-    container_id: str
-    memory_bytes: int
-    memory_limit_bytes: int | None
-    cpu_limit_cores: float | None
-    cpu_usage_s: float = 0.0
-    oom_kills: int = 0
-
-
-@dataclass
-class SimPod:
-    """One pod, on one node."""
-
-    uid: str
-    name: str
-    namespace: str
-    kind: str  # llm | batch | notebook
-    node: str
-    qos_class: str
-    gpu_indices: list[int]
-    containers: list[SimContainer]
-    created_s: float
-    ends_s: float | None
-    gpu_peak_bytes: int = 0
-    gpu_request: int = 0
-    cpu_request_milli: int = 0
-    memory_request_bytes: int = 0
-    owner: str = ""
-    server: InferenceServer | None = None
-    gpu_milli: int = MILLI_PER_GPU
-    workload: str = ""
-    #: The main container's arguments (an inference server's vLLM command line).
-    args: tuple[str, ...] = ()
-    #: What the pod asked of each GPU it holds in the last step (:mod:`.activity`).
-    demand: dict[int, PodDemand] = field(default_factory=dict)
-    #: Prompt tokens submitted to its server in the current step.
-    prompt_tokens_step: int = 0
-    #: The server's busy seconds and steps at the end of the last step.
-    busy_s_seen: float = 0.0
-    steps_seen: int = 0
-
-    @property
-    def workload_key(self) -> str:
-        """``namespace/workload``, the key of the controller's per-workload time slices."""
-        return f"{self.namespace}/{self.workload}"
-
-
-@dataclass
-class SimNode:
-    """One GPU node."""
-
-    name: str
-    kind: str
-    gpus: list[SimGpu]
-    cpu_milli: int = 128_000
-    memory_bytes: int = 1024 * GIB
-    pods: dict[str, SimPod] = field(default_factory=dict)
-    #: The node's ``numastat`` counters (:mod:`.node_topology`).
-    numa: NumaCounters = field(default_factory=NumaCounters)
-
-    def device_state(self) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-        """Free milli-GPU and pods per GPU, and the GPUs' UUIDs (the device plugin's view)."""
-        free = np.array([g.free_milli for g in self.gpus], dtype=np.int64)
-        pods = np.array([len(g.share_milli) for g in self.gpus], dtype=np.int64)
-        return free, pods, tuple(g.uuid for g in self.gpus)
-
-
-@dataclass(frozen=True)
-class PodEvent:
-    """A pod started (``added``) or went away (``deleted``; ``completed`` when it ended by
-    itself, as a Job's pod does, rather than being stopped)."""
-
-    kind: str
-    pod: SimPod
-    at_s: float
-    completed: bool = False
+# The state records live in .sim_state; importers of the cluster get them from here too.
+__all__ = ["PodEvent", "SimContainer", "SimGpu", "SimNode", "SimPod", "SimulatedCluster"]
 
 
 class SimulatedCluster:
