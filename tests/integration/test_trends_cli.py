@@ -225,9 +225,9 @@ def test_trends_groups_steady_and_leaking_gpus(fleet_db: Path) -> None:
     groups = {
         tuple(c["words"]): sorted(int(key[4:]) % 2 for key in c["member_keys"]) for c in doc["rows"]
     }
-    assert groups == {("steady",): [0] * 8, ("leaking",): [1] * 8}
+    assert groups == {("flat",): [0] * 8, ("leaking",): [1] * 8}
     # Members are named as people know GPUs; the UUIDs are the keys.
-    steady = next(c for c in doc["rows"] if c["words"] == ["steady"])
+    steady = next(c for c in doc["rows"] if c["words"] == ["flat"])
     assert "n0/0 (H100 80GB)" in steady["members"]
     assert steady["member_keys"][steady["members"].index("n0/0 (H100 80GB)")] == "GPU-00"
     assert {f["key"] for f in steady["member_features"]} == set(steady["member_keys"])

@@ -17,8 +17,12 @@ Pipeline (each step a pure function):
    is never below the resolution (:func:`resolution_eps`), one floor of the most spread
    feature;
 5. DBSCAN (scikit-learn) on the scaled features;
-6. words: each cluster's centroid, in the features' own units, is described with fixed
-   thresholds (:class:`~.settings.TrendSettings`), e.g. "leaking", "saw-tooth", "daily cycle".
+6. words: each series is described with fixed thresholds (:class:`~.settings.TrendSettings`),
+   e.g. "leaking", "saw-tooth", "daily cycle", "flat"; a cluster carries the words that at
+   least :data:`WORD_QUORUM` of its members earn on their own ("mixed" when none does), so a
+   group of flat series with a few leaking ones is never called leaking because its mean
+   rises. When the k-distance curve has no knee and DBSCAN puts every series in one group,
+   the answer says there is no structure to find rather than naming a pattern.
 """
 
 from __future__ import annotations
@@ -34,6 +38,21 @@ from sits_observe.analytics.trends.series import OccupancySeries, TrendLevel
 from sits_observe.analytics.trends.settings import TrendSettings
 
 FloatArray = npt.NDArray[np.float64]
+
+#: Share of a cluster's members that must earn a word (on their own features) for the cluster
+#: to carry it.
+WORD_QUORUM = 2 / 3
+#: Every word :func:`describe` gives, strongest pattern first (the order clusters list them).
+WORD_ORDER = (
+    "idle/empty",
+    "saw-tooth",
+    "leaking",
+    "draining",
+    "daily cycle",
+    "flat",
+    "erratic",
+    "full",
+)
 
 #: eps used when every k-distance is 0 (identical series): groups exact duplicates only.
 MIN_EPS = 1e-6
@@ -211,11 +230,20 @@ def describe(centroid: dict[str, float], settings: TrendSettings) -> tuple[str, 
     if centroid["daily_amplitude"] >= settings.daily_amplitude_ratio:
         words.append("daily cycle")
     if not words:
-        steady = centroid["resid_std"] < settings.steady_std_ratio
-        words.append("steady" if steady else "erratic")
+        flat = centroid["resid_std"] < settings.steady_std_ratio
+        words.append("flat" if flat else "erratic")
     if centroid["level"] >= settings.full_level_ratio:
         words.append("full")
     return tuple(words)
+
+
+def cluster_words(member_words: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The words at least :data:`WORD_QUORUM` of a cluster's members earn, in
+    :data:`WORD_ORDER`; ``("mixed",)`` when no word is shared that widely."""
+    counts = Counter(w for words in member_words for w in set(words))
+    need = WORD_QUORUM * len(member_words)
+    shared = tuple(w for w in WORD_ORDER if counts[w] >= need)
+    return shared or ("mixed",)
 
 
 def _sentence(words: tuple[str, ...], c: dict[str, float]) -> str:
@@ -321,18 +349,30 @@ def cluster_features(
         centroid = {
             f: float(v) for f, v in zip(FEATURES, features.matrix[rows].mean(axis=0), strict=True)
         }
-        words = describe(centroid, settings)
+        members = tuple(point(int(i)) for i in rows)
+        words = cluster_words([describe(m.features, settings) for m in members])
         return TrendCluster(
             label=label,
             words=words,
             description=_sentence(words, centroid),
             centroid=centroid,
-            members=tuple(point(int(i)) for i in rows),
+            members=members,
         )
 
     found = sorted(set(labels.tolist()) - {-1})
     clusters = [cluster(lab, np.flatnonzero(labels == lab)) for lab in found]
     clusters.sort(key=lambda c: (-len(c.members), c.label))
+    if (
+        eps.source == "no_knee"
+        and len(clusters) == 1
+        and len(clusters[0].members) == n
+        and n >= MIN_SERIES_FOR_KNEE
+    ):
+        notes.append(
+            f"no structure: the {n} series do not separate into groups (the k-distance curve "
+            "rises evenly, no knee), so they form one cluster; its words are those most of "
+            "its members earn on their own"
+        )
     noise = tuple(cluster(-1, np.array([i])) for i in np.flatnonzero(labels == -1))
     return TrendClusters(
         level=level,

@@ -54,5 +54,5 @@ class TrendSettings(BaseModel):
         0.05, gt=0, le=1, description="'daily cycle': 24 h harmonic amplitude at least this"
     )
     steady_std_ratio: float = Field(
-        0.02, gt=0, le=1, description="'steady': residual standard deviation below this"
+        0.02, gt=0, le=1, description="'flat': residual standard deviation below this"
     )

@@ -16,6 +16,7 @@ from sits_observe.analytics.trends.clusters import (
     choose_eps,
     cluster_features,
     cluster_sizes,
+    cluster_words,
     default_min_samples,
     describe,
     knee,
@@ -66,7 +67,7 @@ def oddball(rng: np.random.Generator, t: np.ndarray) -> np.ndarray:
 
 
 SHAPES: dict[str, Series] = {
-    "steady": steady,
+    "flat": steady,
     "leaking": leaking,
     "saw-tooth": saw_tooth,
     "daily cycle": daily,
@@ -332,9 +333,9 @@ def test_given_eps_and_min_samples_are_used() -> None:
     ("centroid", "words"),
     [
         ({"level": 0.005}, ("idle/empty",)),
-        ({"level": 0.5}, ("steady",)),
+        ({"level": 0.5}, ("flat",)),
         ({"level": 0.5, "resid_std": 0.1}, ("erratic",)),
-        ({"level": 0.95}, ("steady", "full")),
+        ({"level": 0.95}, ("flat", "full")),
         ({"level": 0.3, "slope_per_h": 0.02}, ("leaking",)),
         ({"level": 0.3, "slope_per_h": -0.02}, ("draining",)),
         ({"level": 0.3, "drops_per_h": 1.0, "resid_std": 0.1}, ("saw-tooth",)),
@@ -358,7 +359,7 @@ def test_a_homogeneous_fleet_stays_one_group() -> None:
     result = cluster_features(
         series_features(codes, np.tile(t, 40), np.concatenate(values)), keys, keys
     )
-    assert [c.words for c in result.clusters] == [("steady",)]
+    assert [c.words for c in result.clusters] == [("flat",)]
     assert len(result.clusters[0].members) == 40 and result.noise == ()
 
 
@@ -372,3 +373,44 @@ def test_resolution_eps_is_one_floor_of_the_most_spread_feature() -> None:
     rng = np.random.default_rng(0)
     choice = choose_eps(rng.normal(0, 0.01, (30, 2)), min_samples=3, min_eps=0.5)
     assert (choice.eps, choice.source) == (0.5, "resolution")
+
+
+def test_a_cluster_carries_only_the_words_most_of_its_members_earn() -> None:
+    assert cluster_words([("flat", "full")] * 12 + [("leaking",)] * 4) == ("flat", "full")
+    assert cluster_words([("saw-tooth", "leaking")] * 2 + [("saw-tooth",)] * 2) == ("saw-tooth",)
+    assert cluster_words([("flat",), ("leaking",), ("erratic",)]) == ("mixed",)
+
+
+def test_flat_servers_are_not_called_leaking_beside_a_few_leaking_gpus() -> None:
+    """The demo's shape: 12 vLLM GPUs flat at 90 % and 4 batch GPUs filling up, 6 h, one
+    group forced (eps given large): the centroid rises, but the group is flat and full."""
+    rng = np.random.default_rng(7)
+    t = DAY0 + np.arange(0.0, 6 * 3600, MINUTE)
+    flat = [0.92 + rng.normal(0, 0.002, t.size) for _ in range(12)]
+    filling = [0.1 + 0.12 * hours(t) + rng.normal(0, 0.002, t.size) for _ in range(4)]
+    x = np.concatenate(flat + filling)
+    codes = np.repeat(np.arange(16), t.size)
+    keys = tuple(f"g{i}" for i in range(16))
+    forced = cluster_features(
+        series_features(codes, np.tile(t, 16), x), keys, keys, settings=TrendSettings(eps=1e3)
+    )
+    (group,) = forced.clusters
+    assert describe(group.centroid, TrendSettings())[0] == "leaking"  # the mean would say so
+    assert group.words == ("flat", "full")
+    found = cluster_features(series_features(codes, np.tile(t, 16), x), keys, keys)
+    words = sorted(c.words for c in found.clusters)
+    assert words == [("flat", "full"), ("leaking",)]
+
+
+def test_a_fleet_without_structure_says_so() -> None:
+    """Series that differ only by evenly spread levels: no knee, one group, and a note."""
+    t = DAY0 + np.arange(0.0, 3 * 3600, MINUTE)
+    rng = np.random.default_rng(3)
+    levels = np.linspace(0.2, 0.8, 20)
+    x = np.concatenate([lv + rng.normal(0, 0.002, t.size) for lv in levels])
+    codes = np.repeat(np.arange(20), t.size)
+    keys = tuple(f"g{i}" for i in range(20))
+    result = cluster_features(series_features(codes, np.tile(t, 20), x), keys, keys)
+    assert result.eps.source == "no_knee"
+    assert len(result.clusters) == 1
+    assert any(n.startswith("no structure") for n in result.notes)
