@@ -14,7 +14,14 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.analytics.serving.settings import TenantSettings
@@ -31,6 +38,13 @@ QUOTA_GPU = "requests.nvidia.com/gpu"
 QUOTA_CPU = "requests.cpu"
 QUOTA_MEMORY = "requests.memory"
 QUOTA_RESOURCES = (QUOTA_GPU, QUOTA_CPU, QUOTA_MEMORY)
+
+#: Rules that are off in the writing modes (annotate, act) unless ``rules_on`` names them. The
+#: memory-class label is read by nothing that places or runs pods (the extender sizes a pod from
+#: its workload's measured peak itself), and with many short Jobs its writes, one per Job, took
+#: the write rate limit's tokens before the quota and time-slice rules had any
+#: (docs/controller.md, "Rules off by default"; docs/evidence/controller-ablation.md).
+RULES_OFF_BY_DEFAULT: tuple[str, ...] = (str(Action.MEMORY_CLASS),)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -300,10 +314,17 @@ class ControllerSettings(BaseModel):
         le=7 * 86_400,
         description="seconds an object's value is left alone after the controller changed it",
     )
+    rules_on: tuple[str, ...] = Field(
+        (),
+        description="rules that are off by default in annotate and act mode switched on "
+        "(memory-class; repeat or comma-separate)",
+    )
     rules_off: tuple[str, ...] = Field(
         (),
+        validate_default=True,
         description="actions switched off: neither recommended nor applied (ablation; "
-        "repeat or comma-separate, e.g. time-slice,quota-gpu)",
+        "repeat or comma-separate, e.g. time-slice,quota-gpu); in annotate and act mode the "
+        "rules off by default are added unless rules_on names them",
     )
     writes_per_minute: float = Field(
         60.0,
@@ -375,16 +396,34 @@ class ControllerSettings(BaseModel):
             raise ValueError(f"{value!r} is not a valid label or annotation key")
         return value
 
-    _split_rules_off = field_validator("rules_off", mode="before")(comma_separated)
+    _split_rules = field_validator("rules_on", "rules_off", mode="before")(comma_separated)
+
+    @field_validator("rules_on")
+    @classmethod
+    def _off_by_default(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if name not in RULES_OFF_BY_DEFAULT:
+                raise ValueError(
+                    f"{name!r} is not off by default; rules_on takes "
+                    f"{', '.join(RULES_OFF_BY_DEFAULT)} (every other rule is on unless "
+                    "rules_off names it)"
+                )
+        return value
 
     @field_validator("rules_off")
     @classmethod
-    def _known_actions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _known_actions(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         known = [str(a) for a in Action]
         for name in value:
             if name not in known:
                 raise ValueError(f"unknown action {name!r}; valid actions: {', '.join(known)}")
-        return value
+        # Off by default where the controller writes; dry-run (and so ``recommend``) still
+        # lists what they advise, which costs no API request.
+        if info.data.get("mode", Mode.DRY_RUN) is Mode.DRY_RUN:
+            return value
+        switched_on = info.data.get("rules_on", ())
+        defaults = tuple(a for a in RULES_OFF_BY_DEFAULT if a not in switched_on)
+        return tuple(dict.fromkeys((*value, *defaults)))
 
     @field_validator(
         "lease_name", "lease_namespace", "event_namespace", "tenant_throttle_quota_name"

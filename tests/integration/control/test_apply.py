@@ -24,6 +24,9 @@ from sits_observe.store import Store
 from tests.integration.control.conftest import FakeClock, seed
 from tests.integration.control.signals import cluster_signals
 
+#: The memory-class rule is off by default in annotate and act mode; these tests apply it.
+MEMORY_CLASS_ON = ("memory-class",)
+
 pytestmark = pytest.mark.k8s
 
 
@@ -83,7 +86,12 @@ def test_annotate_writes_annotations_and_events_only(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock
 ) -> None:
     seed(kube)
-    outcomes = one_pass(kube, ControllerSettings(mode="annotate"), recorder, clock)
+    outcomes = one_pass(
+        kube,
+        ControllerSettings(mode="annotate", rules_on=MEMORY_CLASS_ON),
+        recorder,
+        clock,
+    )
     assert {o.outcome for o in outcomes} == {"recommended"}
     n1 = next(n for n in emu.objects("nodes") if n["metadata"]["name"] == "n1")
     assert n1["metadata"]["labels"] == {"zone": "a"}  # no sits.io label
@@ -104,7 +112,9 @@ def test_act_writes_labels_quotas_qos_and_is_idempotent(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock, store: Store
 ) -> None:
     seed(kube)
-    settings = ControllerSettings(mode="act", time_slicing_configmap="gpu-operator/time-slicing")
+    settings = ControllerSettings(
+        mode="act", rules_on=MEMORY_CLASS_ON, time_slicing_configmap="gpu-operator/time-slicing"
+    )
     outcomes = by_action(one_pass(kube, settings, recorder, clock))
     assert outcomes[("n1", "fragmentation")].outcome == "applied"
     assert outcomes[("n1", "topology-policy")].outcome == "recommended"  # annotation only
@@ -153,7 +163,14 @@ def test_opt_out_is_respected(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock, store: Store
 ) -> None:
     seed(kube, opt_out_node=True)
-    outcomes = by_action(one_pass(kube, ControllerSettings(mode="act"), recorder, clock))
+    outcomes = by_action(
+        one_pass(
+            kube,
+            ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+            recorder,
+            clock,
+        )
+    )
     assert outcomes[("n2", "fragmentation")].outcome == "skipped:opt-out"
     n2 = next(n for n in emu.objects("nodes") if n["metadata"]["name"] == "n2")
     assert "labels" not in n2["metadata"] or not n2["metadata"]["labels"]
@@ -174,7 +191,7 @@ def test_noisy_signals_do_not_cause_oscillating_writes(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock, store: Store
 ) -> None:
     seed(kube)
-    settings = ControllerSettings(mode="act", min_change_interval_s=0)
+    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON, min_change_interval_s=0)
     noise = [0.74, 0.66, 0.72, 0.68, 0.71, 0.65, 0.73, 0.69, 0.70, 0.67]
     versions = []
     for i, frag in enumerate(noise):
@@ -215,7 +232,9 @@ def test_rate_limit_defers_writes_to_later_passes(
 ) -> None:
     seed(kube)
     # Every decision here is one PATCH and one Event: two API requests, two tokens.
-    settings = ControllerSettings(mode="act", writes_per_minute=1, write_burst=4)
+    settings = ControllerSettings(
+        mode="act", rules_on=MEMORY_CLASS_ON, writes_per_minute=1, write_burst=4
+    )
     bucket = TokenBucket(
         settings.writes_per_minute / 60, settings.write_burst, clock=clock.monotonic
     )
@@ -265,6 +284,7 @@ def test_the_rate_limit_counts_every_api_request_retries_included(
     clock = Sleeper()
     settings = ControllerSettings(
         mode="act",
+        rules_on=MEMORY_CLASS_ON,
         writes_per_minute=12,
         write_burst=5,
         time_slicing_configmap="gpu-operator/time-slicing",
@@ -304,7 +324,7 @@ def test_a_deleted_object_is_gone_and_not_retried(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock
 ) -> None:
     seed(kube)
-    settings = ControllerSettings(mode="act")
+    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON)
     state = read_state(kube, settings)
     kube.request("DELETE", "/api/v1/namespaces/team/pods/p1")
     p = plan(cluster_signals(clock()), state, settings, at=clock())
@@ -324,9 +344,14 @@ def test_transient_errors_are_retried_with_backoff(
 ) -> None:
     seed(kube)
     emu.inject_error(r"PATCH /api/v1/nodes/n1", status, reason="Injected", times=2)
-    outcome = by_action(one_pass(kube, ControllerSettings(mode="act"), recorder, clock))[
-        ("n1", "fragmentation")
-    ]
+    outcome = by_action(
+        one_pass(
+            kube,
+            ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+            recorder,
+            clock,
+        )
+    )[("n1", "fragmentation")]
     assert (outcome.outcome, outcome.attempts) == ("applied", 3)
     assert clock.slept[:2] == [0.5, 1.0]
     n1 = next(n for n in emu.objects("nodes") if n["metadata"]["name"] == "n1")
@@ -342,7 +367,7 @@ def test_persistent_errors_fail_one_object_and_spare_the_others(
 ) -> None:
     seed(kube)
     emu.inject_error(r"PATCH /api/v1/nodes/n1", 500, reason="Injected")
-    settings = ControllerSettings(mode="act", max_attempts=4)
+    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON, max_attempts=4)
     outcomes = by_action(one_pass(kube, settings, recorder, clock))
     failed = outcomes[("n1", "fragmentation")]
     assert (failed.outcome, failed.attempts) == ("failed:http-500", 4)
@@ -368,7 +393,14 @@ def test_a_failed_event_is_counted_but_keeps_the_change(
 ) -> None:
     seed(kube)
     emu.inject_error(r"POST /api/v1/namespaces/default/events", 500, reason="Injected")
-    outcomes = by_action(one_pass(kube, ControllerSettings(mode="act"), recorder, clock))
+    outcomes = by_action(
+        one_pass(
+            kube,
+            ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+            recorder,
+            clock,
+        )
+    )
     assert outcomes[("n1", "fragmentation")].outcome == "applied"
     assert metric(registry, "sits_controller_errors_total", where="event") >= 1
 
@@ -380,7 +412,9 @@ def test_configmap_conflict_rereads_and_retries(
     emu.inject_error(
         r"PUT /api/v1/namespaces/gpu-operator/configmaps", 409, reason="Conflict", times=1
     )
-    settings = ControllerSettings(mode="act", time_slicing_configmap="gpu-operator/time-slicing")
+    settings = ControllerSettings(
+        mode="act", rules_on=MEMORY_CLASS_ON, time_slicing_configmap="gpu-operator/time-slicing"
+    )
     outcomes = by_action(one_pass(kube, settings, recorder, clock))
     first = outcomes[("p1", "time-slice")]
     assert first.outcome == "applied" and first.attempts >= 3  # GET+PUT retried, then the pod
@@ -392,7 +426,12 @@ def test_the_decisions_table_holds_the_outcomes(
     kube: KubeJson, recorder: StoreRecorder, clock: FakeClock, store: Store
 ) -> None:
     seed(kube)
-    outcomes = one_pass(kube, ControllerSettings(mode="act"), recorder, clock)
+    outcomes = one_pass(
+        kube,
+        ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+        recorder,
+        clock,
+    )
     rows = store.query(
         "SELECT replica, kind, namespace, name, action, current, proposed, reason, evidence, "
         "outcome, attempts, dry_run FROM decisions WHERE action = 'quota-gpu'"

@@ -1,0 +1,36 @@
+"""Rules off by default where the controller writes: the memory-class rule is neither
+recommended nor applied in annotate and act mode unless ``rules_on`` names it; dry-run (and so
+``recommend``) still plans it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, ControllerSettings
+
+
+def test_memory_class_is_off_in_the_writing_modes_only() -> None:
+    assert RULES_OFF_BY_DEFAULT == ("memory-class",)
+    assert ControllerSettings().rules_off == ()
+    for mode in ("annotate", "act"):
+        assert ControllerSettings(mode=mode).rules_off == ("memory-class",)
+
+
+def test_rules_on_switches_it_back_on_and_rules_off_still_wins() -> None:
+    on = ControllerSettings(mode="act", rules_on="memory-class")
+    assert on.rules_off == ()
+    both = ControllerSettings(
+        mode="act",
+        rules_on=("memory-class",),
+        rules_off=("memory-class", "time-slice"),
+    )
+    assert set(both.rules_off) == {"memory-class", "time-slice"}
+    ablation = ControllerSettings(mode="act", rules_off="time-slice")
+    assert ablation.rules_off == ("time-slice", "memory-class")
+    # A round trip keeps the effective set.
+    assert ControllerSettings(**ablation.model_dump()).rules_off == ablation.rules_off
+
+
+def test_rules_on_takes_only_rules_that_are_off_by_default() -> None:
+    with pytest.raises(ValueError, match="'time-slice' is not off by default"):
+        ControllerSettings(rules_on="time-slice")
