@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
 import re
 import secrets
@@ -106,6 +107,9 @@ class Emulator(kmock.KubernetesEmulator):
         self.specs: dict[kmock.resource, ResourceSpec] = {}
         # Held from a pod's quota check to its creation, so two creations cannot both pass.
         self._admission = asyncio.Lock()
+        self._index: dict[tuple[str | None, str | None, str | None], list[tuple[str | None, Any]]]
+        self._index = {}
+        self._indexed = 0
         for spec in RESOURCES:
             res = kmock.resource(spec.group, spec.version, spec.plural)
             self.specs[res] = spec
@@ -208,19 +212,43 @@ class Emulator(kmock.KubernetesEmulator):
         return [obj.raw for obj in self._stored(resource, namespace)]
 
     def _stored(self, resource: kmock.resource, namespace: str | None) -> Iterator[Any]:
-        """The live stored objects of ``resource`` (in ``namespace``; None: every one). The
-        resource is compared field by field: kmock's ``resource.__eq__`` also matches patterns
-        and strings, and at thousands of stored objects a list spent most of its time there."""
-        group, version, plural = resource.group, resource.version, resource.plural
-        for (res, ns, _), obj in self._objects.items():
-            if (
-                res.plural == plural
-                and res.group == group
-                and res.version == version
-                and (namespace is None or ns == namespace)
-                and not obj.deleted
-            ):
+        """The live stored objects of ``resource`` (in ``namespace``; None: every one), in
+        kmock's order, from :meth:`_by_resource`."""
+        for ns, obj in self._by_resource(resource):
+            if (namespace is None or ns == namespace) and not obj.deleted:
                 yield obj
+
+    def _by_resource(self, resource: kmock.resource) -> list[tuple[str | None, Any]]:
+        """Every stored object of ``resource`` (deleted ones too) with its namespace.
+
+        kmock keeps every object it ever stored (a deletion only marks it) in one dict in
+        insertion order, and scans all of it for each request. An hour of an experiment run
+        stores thousands of pods, Jobs and events, so the scans grew with the run. This index
+        takes in the dict's new entries on each call; it starts again if the dict shrank (a
+        test removing objects through kmock)."""
+        objects = self._objects._objects
+        if len(objects) < self._indexed:
+            self._index.clear()
+            self._indexed = 0
+        if len(objects) > self._indexed:
+            for (res, ns, _), obj in itertools.islice(objects.items(), self._indexed, None):
+                self._index.setdefault((res.group, res.version, res.plural), []).append((ns, obj))
+            self._indexed = len(objects)
+        return self._index.get((resource.group, resource.version, resource.plural), [])
+
+    def _KubernetesEmulator__get_objs(  # noqa: N802  # kmock's private name, mangled
+        self, request: kmock.Request, strict: bool
+    ) -> list[Any]:
+        """kmock's lookup of the objects a request names, without its scan of every stored
+        object when the request names one (a GET, PATCH or DELETE of one object): the same
+        match (resource, exact namespace and name) as one dict lookup."""
+        if strict and request.resource is not None and request.name is not None:
+            key = (request.resource, request.namespace, request.name)
+            return [self._objects[key]] if key in self._objects else []
+        found: list[Any] = kmock.KubernetesEmulator._KubernetesEmulator__get_objs(  # type: ignore[attr-defined]
+            self, request, strict
+        )
+        return found
 
     async def _admit_pod(self, request: kmock.Request) -> None:
         """403 Forbidden when the new pod would exceed a ResourceQuota of its namespace."""
