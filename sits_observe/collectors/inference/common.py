@@ -1,10 +1,11 @@
-"""Shared parts of the inference-server collectors (:mod:`.vllm`, :mod:`.triton`).
+"""Shared parts of the inference-server collectors (:mod:`.engine`, :mod:`.triton`).
 
-Both servers expose cumulative counters and histograms in the Prometheus text format. The
+All servers expose cumulative counters and histograms in the Prometheus text format. The
 collectors keep the previous scrape per model and turn the difference into one
-``server_windows`` row per model and window. This module holds what both need: grouping
+``server_windows`` row per model and window. This module holds what all need: grouping
 exposition samples per model (summing over every other label, e.g. vLLM's ``engine`` or
-Triton's ``version``), the scrape/lifecycle base class, and the row builder.
+Triton's ``version``; converting units to seconds), the scrape/lifecycle base class, and
+the row builder.
 
 Invariants: nothing here raises for bad exposition input; a non-finite or unlabelled sample is
 dropped and counted under a reason. Only an unreachable endpoint raises
@@ -32,9 +33,14 @@ from sits_observe.domain.tables import SERVER_WINDOWS
 
 
 def values_by(
-    samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
+    samples: Iterable[Sample],
+    name: str,
+    key_label: str,
+    dropped: Counter[str],
+    *,
+    scale: float = 1.0,
 ) -> dict[str, list[float]]:
-    """The values of metric ``name`` grouped by the value of ``key_label``.
+    """The values of metric ``name`` grouped by the value of ``key_label``, times ``scale``.
 
     Samples without the label, or with a non-finite value, are dropped and counted in
     ``dropped``; a key whose every sample was dropped is absent from the result.
@@ -50,32 +56,50 @@ def values_by(
         if not math.isfinite(sample.value):
             dropped[f"{name}: non-finite value"] += 1
             continue
-        values[key].append(sample.value)
+        values[key].append(sample.value * scale)
     return values
 
 
 def sum_by(
-    samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
+    samples: Iterable[Sample],
+    name: str,
+    key_label: str,
+    dropped: Counter[str],
+    *,
+    scale: float = 1.0,
 ) -> dict[str, float]:
     """Sum of the values of metric ``name`` per value of ``key_label`` (see :func:`values_by`)."""
-    return {k: sum(v) for k, v in values_by(samples, name, key_label, dropped).items()}
+    by_key = values_by(samples, name, key_label, dropped, scale=scale)
+    return {k: sum(v) for k, v in by_key.items()}
 
 
 def mean_by(
-    samples: Iterable[Sample], name: str, key_label: str, dropped: Counter[str]
+    samples: Iterable[Sample],
+    name: str,
+    key_label: str,
+    dropped: Counter[str],
+    *,
+    scale: float = 1.0,
 ) -> dict[str, float]:
     """Mean of the values of gauge ``name`` per value of ``key_label`` (see :func:`values_by`)."""
-    return {k: sum(v) / len(v) for k, v in values_by(samples, name, key_label, dropped).items()}
+    by_key = values_by(samples, name, key_label, dropped, scale=scale)
+    return {k: sum(v) / len(v) for k, v in by_key.items()}
 
 
 def histograms_by(
-    samples: Iterable[Sample], base: str, key_label: str, dropped: Counter[str]
+    samples: Iterable[Sample],
+    base: str,
+    key_label: str,
+    dropped: Counter[str],
+    *,
+    scale: float = 1.0,
 ) -> dict[str, hist.Histogram]:
     """The histogram ``base`` per value of ``key_label``, summed over every other label.
 
     Reads ``<base>_bucket{le=...}``, ``<base>_sum`` and ``<base>_count``. A key with any
     non-finite part, a bucket without a readable ``le``, or no ``_count`` is dropped whole and
-    counted: a partial histogram would give wrong quantiles.
+    counted: a partial histogram would give wrong quantiles. ``scale`` converts the observed
+    unit (bucket bounds and the sum) to seconds, e.g. 1e-3 for a histogram in milliseconds.
     """
     bucket_name, sum_name, count_name = f"{base}_bucket", f"{base}_sum", f"{base}_count"
     buckets: dict[str, dict[float, float]] = defaultdict(dict)
@@ -98,9 +122,10 @@ def histograms_by(
                 bad.add(key)
                 continue
             per_le = buckets[key]
+            le *= scale
             per_le[le] = per_le.get(le, 0.0) + sample.value
         elif sample.name == sum_name:
-            sums[key] += sample.value
+            sums[key] += sample.value * scale
         else:
             counts[key] += sample.value
     result: dict[str, hist.Histogram] = {}

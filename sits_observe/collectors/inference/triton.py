@@ -2,7 +2,8 @@
 
 Triton serves Prometheus metrics (default ``:8002/metrics``) with labels ``model`` and
 ``version``; versions are summed into one row per model. Names and meanings are those of
-Triton's ``docs/user_guide/metrics.md``:
+Triton's ``docs/user_guide/metrics.md``; the ones that fill ``server_windows`` columns come
+from Triton's row of the mapping table (:data:`.engines.ENGINES`):
 
 - counters ``nv_inference_request_success`` / ``_failure`` (requests, a batch counts once),
   ``nv_inference_count`` (inferences: a batch of n counts n), ``nv_inference_exec_count``
@@ -40,19 +41,23 @@ from sits_observe.collectors.inference.common import (
     sum_by,
     window_seconds,
 )
+from sits_observe.collectors.inference.engines import ENGINES
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.times import utc_naive
 
-MODEL_LABEL = "model"
-SUCCESS = "nv_inference_request_success"
+_TABLE = ENGINES["triton"]
+MODEL_LABEL = _TABLE.model_label
+#: the names the mapping table gives for Triton's server_windows columns
+SUCCESS = _TABLE.columns["completed"].families[0]
+REQUEST_US = _TABLE.columns["latency_s"].families[0]
+PENDING = _TABLE.columns["requests_waiting"].families[0]
+SUMMARY = _TABLE.columns["latency_p50_s"].families[0]
+#: the counters only TritonDetail keeps (server_windows has no column for them)
 FAILURE = "nv_inference_request_failure"
 INFERENCES = "nv_inference_count"
 EXECUTIONS = "nv_inference_exec_count"
-REQUEST_US = "nv_inference_request_duration_us"
 QUEUE_US = "nv_inference_queue_duration_us"
 COMPUTE_US = "nv_inference_compute_infer_duration_us"
-PENDING = "nv_inference_pending_request_count"
-SUMMARY = "nv_inference_request_summary_us"
 COUNTERS = (SUCCESS, FAILURE, INFERENCES, EXECUTIONS, REQUEST_US, QUEUE_US, COMPUTE_US)
 US_PER_S = 1e6
 #: server_windows column -> summary quantile it takes
