@@ -76,3 +76,16 @@ def test_a_neighbour_nearer_on_the_node_slows_more() -> None:
     other_socket = server_slowdown([0], [{6: loader}], placement, **kwargs)
     assert same_switch > same_numa > other_socket > 1.0
     assert same_switch == pytest.approx(1.05)
+
+
+def test_two_servers_packed_on_the_same_gpus_slow_each_other() -> None:
+    c = SimulatedCluster(nodes=1, gpus_per_node=8, seed=21, standalone=False)
+    a = c.start_pod(c.workloads.llm_replica(), NODE, [0, 1, 2, 3])
+    b = c.start_pod(c.workloads.llm_replica(), NODE, [0, 1, 2, 3])
+    spread = c.start_pod(c.workloads.llm_replica(), NODE, [4, 5, 6, 7])
+    for _ in range(60):
+        c.step(1.0)
+    assert a.server is not None and b.server is not None and spread.server is not None
+    assert a.server.slowdown > 1.1 and b.server.slowdown > 1.1
+    # The third server shares no GPU: only the node's PCIe traffic touches it.
+    assert spread.server.slowdown < 1.01
