@@ -37,7 +37,7 @@ selectors, and object counts other than pods.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -113,14 +113,19 @@ def counts_against_quota(pod: Mapping[str, Any]) -> bool:
     return _mapping(pod.get("status")).get("phase") not in TERMINAL_PHASES
 
 
-def namespace_usage(pods: Iterable[Mapping[str, Any]], keys: Iterable[str]) -> dict[str, Decimal]:
-    """Usage of ``keys`` by the non-terminal ``pods`` (of one namespace)."""
+def namespace_usage(
+    pods: Iterable[Mapping[str, Any]],
+    keys: Iterable[str],
+    usage_of: Callable[[Mapping[str, Any]], dict[str, Decimal]] = pod_usage,
+) -> dict[str, Decimal]:
+    """Usage of ``keys`` by the non-terminal ``pods`` (of one namespace); ``usage_of`` is
+    :func:`pod_usage` or a cache of it."""
     wanted = list(keys)
     used = dict.fromkeys(wanted, Decimal(0))
     for pod in pods:
         if not counts_against_quota(pod):
             continue
-        usage = pod_usage(pod)
+        usage = usage_of(pod)
         for key in wanted:
             used[key] += usage.get(key, Decimal(0))
     return used

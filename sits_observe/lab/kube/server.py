@@ -18,9 +18,10 @@ import json
 import re
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import aiohttp.web
@@ -55,6 +56,8 @@ from sits_observe.lab.kube.resources import (
 JsonObject = dict[str, Any]
 
 _POD = kmock.resource("", "v1", "pods")
+#: Pod versions whose quota usage :meth:`Emulator._pod_usage` keeps (then it starts again).
+_USAGE_KEPT = 10_000
 _QUOTA = kmock.resource("", "v1", "resourcequotas")
 
 
@@ -110,6 +113,9 @@ class Emulator(kmock.KubernetesEmulator):
         self._index: dict[tuple[str | None, str | None, str | None], list[tuple[str | None, Any]]]
         self._index = {}
         self._indexed = 0
+        # Quota usage of each pod version, by (uid, resourceVersion): a quota's status is
+        # recomputed over its namespace's pods after every pod write.
+        self._usage: dict[tuple[str, str], dict[str, Decimal]] = {}
         for spec in RESOURCES:
             res = kmock.resource(spec.group, spec.version, spec.plural)
             self.specs[res] = spec
@@ -265,12 +271,25 @@ class Emulator(kmock.KubernetesEmulator):
         requested = pod_usage(body)
         for quota in quotas:
             hard = hard_limits(quota)
-            used = namespace_usage(pods, hard)
+            used = namespace_usage(pods, hard, self._pod_usage)
             message = exceeded_message(
                 str(meta.get("name")), str(quota["metadata"].get("name")), requested, used, hard
             )
             if message is not None:
                 raise status_error(403, "Forbidden", message)
+
+    def _pod_usage(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
+        """:func:`pod_usage` of a stored pod, read once per version of it."""
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        if not all(key):
+            return pod_usage(pod)
+        usage = self._usage.get(key)
+        if usage is None:
+            if len(self._usage) > _USAGE_KEPT:
+                self._usage.clear()
+            usage = self._usage[key] = pod_usage(pod)
+        return usage
 
     async def _refresh_quotas(self, namespace: str | None) -> None:
         """Keep ``status.hard`` / ``status.used`` of the namespace's quotas current."""
@@ -283,7 +302,8 @@ class Emulator(kmock.KubernetesEmulator):
             pods = self._live(_POD, namespace)
             for stored in quotas:
                 hard = (stored.raw.get("spec") or {}).get("hard") or {}
-                status = quota_status(hard, namespace_usage(pods, hard_limits(stored.raw)))
+                used = namespace_usage(pods, hard_limits(stored.raw), self._pod_usage)
+                status = quota_status(hard, used)
                 if stored.raw.get("status") == status:
                     continue
                 quota = copy.deepcopy(stored.raw)
