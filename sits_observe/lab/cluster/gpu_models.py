@@ -40,6 +40,14 @@ Temperature: ``inlet_c`` + ``thermal_c_per_w`` x power at steady state. The inle
 the idle captures (27.6 C mean at 67.6 W); the slope gives 61 C at 410 W for the A100 (the MIG
 capture) and 75 C at 700 W for the H100 (an assumption: NVIDIA's SXM5 thermal design, no
 capture of a loaded H100 is at hand).
+
+Compared (tests/unit/lab/test_lab_gpu_telemetry.py, which skips without shared/data): an
+H100 with no process renders 68 W / 27 C / 345 MHz against the capture's 65.7-69.5 W and
+26-30 C; one holding a context at 0 % utilisation 114 W against 113.6 W; an A100 under the
+capture's load (busy 0.996, tensor 0.93, DRAM 0.69) 391 W / 1,231 MHz / 59 C against
+409.7 W / 1,215 MHz / 61 C. The capture's 409.7 W is above the 400 W limit (the board's power
+controller overshoots briefly); the model holds every sample strictly below TDP, as the
+brief for the simulated telemetry asks, so it reads 5 % low there.
 """
 
 from __future__ import annotations
