@@ -46,8 +46,8 @@ H100 with no process renders 68 W / 27 C / 345 MHz against the capture's 65.7-69
 26-30 C; one holding a context at 0 % utilisation 114 W against 113.6 W; an A100 under the
 capture's load (busy 0.996, tensor 0.93, DRAM 0.69) 391 W / 1,231 MHz / 59 C against
 409.7 W / 1,215 MHz / 61 C. The capture's 409.7 W is above the 400 W limit (the board's power
-controller overshoots briefly); the model holds every sample strictly below TDP, as the
-brief for the simulated telemetry asks, so it reads 5 % low there.
+controller overshoots briefly); the model keeps every sample strictly below TDP, so that a
+rendered sample never leaves the rated envelope, and reads 5 % low there.
 """
 
 from __future__ import annotations
