@@ -143,7 +143,7 @@ SERVER_WINDOWS = TableSpec(
         ("node", pa.string(), "node of the scraped server, if known"),
         ("namespace", pa.string(), "namespace of the scraped server, if known"),
         ("pod", pa.string(), "pod of the scraped server, if known"),
-        ("server", pa.string(), "vllm | triton"),
+        ("server", pa.string(), "serving engine (collectors/inference/engines.py)"),
         ("model", pa.string(), "model name"),
         ("completed", pa.float64(), "requests completed in the window (counter delta)"),
         ("throughput_rps", pa.float64(), "completed / window_s"),

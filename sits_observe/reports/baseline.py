@@ -59,7 +59,7 @@ FILLED_BY = {
     BaselineTable.gpu_samples: "`sits-observe ingest dcgm`, the node agent or `sits-observe demo`",
     BaselineTable.container_samples: "`sits-observe ingest cgroup` or the node agent",
     BaselineTable.requests: "`sits-observe ingest requests` or `sits-observe demo`",
-    BaselineTable.server_windows: "`sits-observe ingest vllm` / `ingest triton`",
+    BaselineTable.server_windows: "`sits-observe ingest <engine>` (vllm, triton, sglang, ...)",
 }
 
 

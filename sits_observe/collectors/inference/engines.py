@@ -211,7 +211,9 @@ _ENGINES = (
                 "inference_model_request_total",
                 kind=Kind.counter,
             ),
-            "requests_running": _sum("llm_d_epp_request_running"),
+            "requests_running": _sum(
+                "llm_d_epp_request_running", "inference_objective_running_requests"
+            ),
         },
     ),
     EngineMetrics(

@@ -45,7 +45,7 @@ from sits_observe.reports.spec import ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 
-FILLED_BY = "`sits-observe ingest vllm` / `ingest triton`, the node agent or `sits-observe demo`"
+FILLED_BY = "`sits-observe ingest <engine>`, the node agent or `sits-observe demo`"
 NOT_ENOUGH = "not enough data"
 
 

@@ -42,7 +42,7 @@ from sits_observe.store.promql.source import PromQLServerSource
 FILLED_BY = {
     "requests": "`sits-observe ingest requests`, the node agent following a request log "
     "or `sits-observe demo`",
-    "server_windows": "`sits-observe ingest vllm` / `ingest triton` or the node agent",
+    "server_windows": "`sits-observe ingest <engine>` (vllm, sglang, ...) or the node agent",
 }
 
 

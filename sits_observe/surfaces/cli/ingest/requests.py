@@ -1,12 +1,14 @@
-"""CLI: ``sits-observe ingest requests FILE`` and ``ingest vllm|triton URL``.
+"""CLI: ``sits-observe ingest requests FILE`` and ``ingest <engine> URL``.
 
 ``ingest requests`` imports a per-request log (CSV, JSONL, Parquet) into the ``requests``
 table with exact latencies, plus one ``collector_drops`` row per rejection reason, in one
 batch whose id is derived from the file's bytes and the column mapping, so importing the same
 file twice stores it once. The file is read before the store is opened: no usable record
 means exit 2 and no database, rejected records or NULLed values exit 3 (the rule of
-:mod:`.ingest_outcome`). ``ingest vllm`` / ``ingest triton`` scrape a server N+1 times and
-store the N ``server_windows`` rows (estimates) between them.
+:mod:`.ingest_outcome`). ``ingest vllm`` / ``ingest triton`` / ``ingest sglang`` ... (one
+command per engine of the mapping table, :data:`~sits_observe.collectors.inference.engines.
+ENGINES`) scrape a server N+1 times and store the N ``server_windows`` rows (estimates)
+between them.
 
 This module is the composition root of those commands: it builds the collectors and the
 store from the flags. Results go to stdout, diagnostics to stderr.
@@ -30,9 +32,9 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.collectors.inference.common import ScrapingCollector
+from sits_observe.collectors.inference.engine import new_collector
+from sits_observe.collectors.inference.engines import ENGINES
 from sits_observe.collectors.inference.request_log import read_request_log
-from sits_observe.collectors.inference.triton import TritonCollector
-from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.domain.collect import drops_table
 from sits_observe.domain.ranges import MAX_FUTURE_SKEW_S
 from sits_observe.domain.tables import COLLECTOR_DROPS, REQUESTS, SERVER_WINDOWS
@@ -87,7 +89,7 @@ class TimestampMarks(StrEnum):
 
 
 class ScrapeSettings(BaseModel):
-    """How ``ingest vllm|triton`` scrapes a server."""
+    """How ``ingest <engine>`` scrapes a server."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -279,7 +281,7 @@ def _settings(interval_s: float, windows: int, timeout_s: float) -> ScrapeSettin
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``requests``, ``vllm`` and ``triton`` to the ``ingest`` group ``app``."""
+    """Add ``requests`` and one command per serving engine to the ``ingest`` group ``app``."""
 
     @app.command("requests")
     def ingest_requests(
@@ -339,7 +341,9 @@ def register(app: typer.Typer) -> None:
         )
 
     def server_command(kind: str) -> None:
-        @app.command(kind, help=f"Scrape a {kind} /metrics URL N+1 times; store N windows.")
+        @app.command(
+            kind, help=f"Scrape one {kind} server's /metrics URL N+1 times; store N windows."
+        )
         def ingest_server(
             url: str = typer.Argument(..., help=f"{kind} metrics URL, e.g. http://host/metrics"),
             *,
@@ -357,12 +361,13 @@ def register(app: typer.Typer) -> None:
                 from sits_observe.collectors.http import new_client
 
                 settings = _settings(interval_s, windows, timeout_s)
-                factory = VllmCollector if kind == "vllm" else TritonCollector
                 with new_client(settings.timeout_s) as client:
-                    collector = factory(url, node=node, namespace=namespace, pod=pod, client=client)
+                    collector = new_collector(
+                        kind, url, node=node, namespace=namespace, pod=pod, client=client
+                    )
                     scrape_windows(collector, db, settings, threading.Event())
 
             run_cli(go)
 
-    server_command("vllm")
-    server_command("triton")
+    for engine in ENGINES:
+        server_command(engine)
