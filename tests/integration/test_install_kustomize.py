@@ -1,4 +1,6 @@
-"""The kustomize install: every overlay renders with ``kubectl kustomize``, every object
+"""The kustomize install: every overlay renders with plain ``kubectl kustomize`` (no
+``--load-restrictor``, as ``kubectl apply -k``, Argo CD and Flux build it), the images are set
+in one place, every object
 validates against the Kubernetes OpenAPI schemas of 1.29 to 1.32 (``kubernetes-validate``;
 the Prometheus Operator's kinds against their CRD schema, :mod:`.install_crd_schemas`), each
 mode carries the RBAC it needs and nothing more, the controller runs inside ``serve`` (the
@@ -34,16 +36,12 @@ SERVICE_ACCOUNT = {"kind": "ServiceAccount", "name": "sits-observe", "namespace"
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed (Debian: kubectl)")
 
 
-@functools.cache
-def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
-    """The objects ``kubectl kustomize`` renders for ``overlay``."""
+def build(overlay_dir: Path) -> tuple[dict[str, Any], ...]:
+    """The objects ``kubectl kustomize`` renders for a folder, with kustomize's default load
+    restrictor (files only from inside each kustomization's folder), as ``kubectl apply -k``,
+    Argo CD and Flux build it: no ``--load-restrictor`` flag."""
     result = subprocess.run(
-        [
-            str(KUBECTL),
-            "kustomize",
-            "--load-restrictor=LoadRestrictionsNone",
-            str(DEPLOY / "overlays" / overlay),
-        ],
+        [str(KUBECTL), "kustomize", str(overlay_dir)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -51,6 +49,12 @@ def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
     )
     assert result.returncode == 0, result.stderr
     return tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+
+
+@functools.cache
+def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
+    """The objects ``kubectl kustomize`` renders for ``overlay`` (see :func:`build`)."""
+    return build(DEPLOY / "overlays" / overlay)
 
 
 def objects(overlay: str, kind: str) -> dict[str, dict[str, Any]]:
@@ -298,3 +302,77 @@ def test_dcgm_exporter_values_mount_the_counters_and_serve_each_agent_its_node()
     url = f"http://{chart['fullnameOverride']}.{namespace}.svc:{chart['service']['port']}/metrics"
     assert url == "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics"
     assert f"--dcgm-url={url}" in agent["args"]
+
+
+#: The one kustomization that sets the images (docs/install.md, "Images").
+IMAGES_FILE = DEPLOY / "base" / "kustomization.yaml"
+
+
+def kustomizations() -> list[Path]:
+    """Every kustomization the overlays can reach: deploy/'s, collectors/ and grafana/.
+
+    (collectors/dcgm-exporter is a separate install into the GPU Operator's namespace.)
+    """
+    extra = [ROOT / "collectors" / "kustomization.yaml", ROOT / "grafana" / "kustomization.yaml"]
+    return sorted([*DEPLOY.rglob("kustomization.yaml"), *extra])
+
+
+def containers(objects_: tuple[dict[str, Any], ...]) -> dict[str, str]:
+    """``kind/name/container`` -> image, for the workloads of a render."""
+    return {
+        f"{d['kind']}/{d['metadata']['name']}/{c['name']}": c["image"]
+        for d in objects_
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+
+
+def test_the_images_are_set_in_one_place() -> None:
+    with_images = [p for p in kustomizations() if "images" in yaml.safe_load(p.read_text())]
+    assert with_images == [IMAGES_FILE]
+    images = {i["name"]: i for i in yaml.safe_load(IMAGES_FILE.read_text())["images"]}
+    assert set(images) == {"sits-observe", "sits-observe-agent"}
+    for overlay in OVERLAYS:
+        used = containers(rendered(overlay))
+        assert set(used.values()) == {f"{i['newName']}:{i['newTag']}" for i in images.values()}
+        assert not any("ghcr.io/example" in image for image in used.values())
+    # The manifests carry a bare name and no tag: the tag is written down in that file only.
+    for manifest in ("deploy/base/deployment.yaml", "collectors/daemonset.yaml"):
+        for doc in yaml.safe_load_all((ROOT / manifest).read_text()):
+            if doc and doc["kind"] in ("Deployment", "DaemonSet"):
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    assert c["image"] in images, (manifest, c["image"])
+
+
+def test_an_image_set_in_that_place_reaches_every_overlay(tmp_path: Path) -> None:
+    """Edit the one ``images:`` entry in a copy of the tree, as a user does, and render."""
+    for folder in ("deploy", "collectors", "grafana"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, symlinks=True)
+    copy = tmp_path / IMAGES_FILE.relative_to(ROOT)
+    kustomization = yaml.safe_load(copy.read_text())
+    for image in kustomization["images"]:
+        image["newName"] = f"registry.test/team/{image['name']}"
+        image["newTag"] = "9.9.9"
+    copy.write_text(yaml.safe_dump(kustomization))
+    for overlay in OVERLAYS:
+        used = set(containers(build(tmp_path / "deploy" / "overlays" / overlay)).values())
+        assert used == {
+            "registry.test/team/sits-observe:9.9.9",
+            "registry.test/team/sits-observe-agent:9.9.9",
+        }, overlay
+
+
+def test_no_kustomization_loads_a_file_outside_its_folder() -> None:
+    """What kustomize's default load restrictor enforces, said per file: a kustomization
+    includes other folders (kustomizations) anywhere, but files only from inside its own."""
+    for path in kustomizations():
+        doc = yaml.safe_load(path.read_text())
+        entries = list(doc.get("resources", []))
+        for generator in doc.get("configMapGenerator", []):
+            entries += [f.split("=", 1)[-1] for f in generator.get("files", [])]
+        entries += [p["path"] for p in doc.get("patches", []) if "path" in p]
+        for entry in entries:
+            target = (path.parent / entry).resolve()
+            if target.is_dir():
+                continue
+            assert target.is_relative_to(path.parent.resolve()), (path, entry)
