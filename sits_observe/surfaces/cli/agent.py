@@ -98,6 +98,12 @@ def agent(
         None, "--nvml/--no-nvml", help="read GPUs through NVML (default: on without --dcgm-url)"
     ),
     vllm_url: list[str] = typer.Option([], "--vllm-url", help="vLLM /metrics URL; repeatable"),
+    server_url: list[str] = typer.Option(
+        [],
+        "--server-url",
+        help="serving engine /metrics URL as ENGINE=URL, ENGINE one of vllm, triton, sglang, "
+        "trtllm, dynamo, llm-d-epp, otel-genai; repeatable",
+    ),
     spool_dir: Path = typer.Option(
         DEFAULT_SPOOL_DIR, "--spool-dir", help="directory for batches the service did not take"
     ),
@@ -123,6 +129,7 @@ def agent(
                 cgroup_root,
                 nvml,
                 vllm_url,
+                server_urls=server_url,
                 cgroup_slow_every=settings.cgroup_slow_every,
                 topology=TOPOLOGY.validate(flags, what="agent"),
             ),
@@ -264,6 +271,7 @@ def collector_factories(
     nvml: bool | None,
     vllm_urls: list[str],
     *,
+    server_urls: list[str] | tuple[str, ...] = (),
     cgroup_slow_every: int = 1,
     topology: TopologyFlags | None = None,
 ) -> list[Callable[[Any], Collector]]:
@@ -293,12 +301,14 @@ def collector_factories(
     for url in vllm_urls:
         vllm = _collector_class("sits_observe.collectors.inference.vllm", "VllmCollector")
         factories.append(_factory(vllm, url, node=node, with_client=True))
+    for spec in server_urls:
+        factories.append(_server_factory(spec, node))
     if topology is not None:
         factories += _topology_factories(node, cgroup_root, topology)
     if not factories:
         raise ConfigError(
-            "no collectors: give --dcgm-url, --cgroup-root, --nvml, --vllm-url, --sys-root, "
-            "--topology or --sync-delay-url at least once"
+            "no collectors: give --dcgm-url, --cgroup-root, --nvml, --vllm-url, --server-url, "
+            "--sys-root, --topology or --sync-delay-url at least once"
         )
     return factories
 
@@ -331,6 +341,23 @@ def _topology_factories(
             )
         )
     return factories
+
+
+def _server_factory(spec: str, node: str) -> Callable[[Any], Collector]:
+    """A factory for ``--server-url ENGINE=URL`` (the engine's collector, from the table)."""
+    engine, sep, url = spec.partition("=")
+    if not sep or not engine or not url:
+        raise ConfigError(
+            f"--server-url {spec!r}: expected ENGINE=URL, e.g. sglang=http://h/metrics"
+        )
+    find = _collector_class("sits_observe.collectors.inference.engines", "find")
+    find(engine)  # an unknown engine fails here, at start, with the known names
+    new_collector = _collector_class("sits_observe.collectors.inference.engine", "new_collector")
+
+    def make(client: Any) -> Collector:
+        return cast(Collector, new_collector(engine, url, node=node, client=client))
+
+    return make
 
 
 def _factory(
