@@ -1,9 +1,10 @@
 """The demo's load ramp crosses its servers' knee: ``heatmap`` finds a knee and a safe maximum.
 
 The default demo's two inference servers (one H100, one A100, tensor parallel 4) are run on the
-simulated clock for one cycle of the load wave (6 minutes, far faster than real time); their
-exact request records go into a DuckDB file and the ``heatmap`` report reads them with the
-settings the demo prints (10 s time bins, 1 rps bins, the 60 s SLO).
+simulated clock for one cycle of the load wave (10 % to 110 % of capacity over 6 minutes, far
+faster than real time); their exact request records go into a DuckDB file and the ``heatmap``
+report reads them with the settings the demo prints (20 s time bins, 1 rps bins, 20 requests a
+bin, the 40 s SLO).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     """``recommend`` with the flags the demo prints (DEMO_RECOMMEND_ARGS: its SLO and its
     heatmap bins for the replica rule), over one load cycle of its servers: the replicas row
     has a proposal, max(1, ceil(peak / safe maximum)), with its evidence. With the default
-    bins (1 s windows, 10 rps) the lowest bin already breaks the 60 s SLO here (no proposal)."""
+    bins (1 s windows, 10 rps) every window falls in the lowest bin: the rule can only read
+    that bin's upper edge as the safe maximum, an upper bound."""
     requests, pods = one_cycle(7)
     db = tmp_path / "sits.duckdb"
     with Store.open(db) as store:
@@ -114,10 +116,11 @@ def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     assert row["proposed_value"] == max(1, math.ceil(peak / safe - 1e-9))
     assert evidence["proposed_gpus"] == 4 * row["proposed_value"]
     assert row["confidence"] in ("high", "medium")
-    # The same without the heatmap flags: the default bins find no safe maximum.
+    # The same without the heatmap flags: one 10 rps bin holds every window.
     heatmap_flags = [i for i, a in enumerate(args) if a.startswith("--heatmap-")]
     plain = [a for i, a in enumerate(args) if i not in heatmap_flags and i - 1 not in heatmap_flags]
     outcome = CliRunner().invoke(app, [*plain, "-o", "json"])
     assert outcome.exit_code == 0, outcome.output
     (row,) = json.loads(outcome.stdout)["rows"]
-    assert row["proposed"] is None and row["reason"].startswith("not enough data"), row
+    coarse = json.loads(row["evidence"])
+    assert coarse["upper_bound"] and coarse["safe_max_rps"] == 10 > safe, row

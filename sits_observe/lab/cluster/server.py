@@ -1,10 +1,18 @@
 """A simulated LLM inference server with continuous batching.
 
 Each server runs one model on one GPU type. Requests join the running batch when a slot is
-free (at most ``max_batch``), otherwise they wait in FIFO order. A joining request first
-pays its prefill time; then every running request emits one token per decode step, whose
-length depends on the batch size (:mod:`.calibration`). Latency therefore grows with load,
-slowly while the batch has room and sharply once requests queue: the knee the heatmap shows.
+free (at most ``max_batch``), otherwise they wait in FIFO order. Every step decodes one token
+for each running request and prefills up to :data:`PREFILL_CHUNK_TOKENS` prompt tokens of the
+requests that joined (vLLM's chunked prefill, which mixes prefill chunks into decode steps; a
+request emits its first token at the end of the step that holds the last chunk of its prompt).
+A step takes the measured decode step at the running batch plus what the measured prefill of
+its chunk costs beyond one forward pass
+(:mod:`sits_observe.analytics.serving.step_profiles`: ``prefill(chunk) - decode(1)``), so a
+request alone on the server sees exactly the measured prefill as its TTFT and the measured
+decode step as its time per output token. Prefill therefore takes GPU time from every
+running request, as it does on a real server: with the Azure trace's prompts (mean 1,250
+tokens) it is half the GPU time a request costs. Latency grows with load, slowly while the
+batch has room and sharply once requests queue: the knee the heatmap shows.
 
 The server keeps what a real vLLM process exports (cumulative histograms, counters, running
 and waiting gauges, KV-cache usage) and the exact per-request records a request log holds.
@@ -22,30 +30,39 @@ assumption of this model, not a measurement: it makes a longer slice (fewer pree
 measurably faster, which is what the controller's rule "P95 > 10 ms -> 25 ms" is for.
 
 Capacity. :meth:`InferenceServer.capacity_rps` is the request rate a full batch sustains:
-``max_batch / (decode step at max_batch x mean output tokens)`` with the Azure trace's mean
-output length (log-normal mean ``exp(mu + sigma^2 / 2)``, about 229 tokens). The demo's load
-profile is relative to it (:mod:`.workload`).
+one over the GPU seconds a request costs, ``decode step at max_batch x mean output tokens /
+max_batch`` plus its mean prefill cost, for the requests' token shape (the Azure trace by
+default: 221 output tokens on average). At tensor parallel 4 that is about 3.4 requests/s on
+H100 and 1.9 on A100. The demo's load profile is relative to it (:mod:`.workload`).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sits_observe.analytics.serving.step_profiles import (
+    AZURE_CONV,
     KV_BYTES_PER_TOKEN,
-    OUTPUT_TOKENS_LOG_MEAN,
-    OUTPUT_TOKENS_LOG_SD,
     GpuLatencyProfile,
+    TokenShape,
 )
 
 #: Cost of one time-slice preemption (context save and restore), seconds: an assumption of the
 #: model (see the module docstring), not a measured figure.
 CONTEXT_SWITCH_S = 0.002
-#: Mean output tokens of the Azure conversation trace's log-normal fit.
-MEAN_OUTPUT_TOKENS = math.exp(OUTPUT_TOKENS_LOG_MEAN + OUTPUT_TOKENS_LOG_SD**2 / 2)
+#: Mean output tokens of the Azure conversation trace.
+MEAN_OUTPUT_TOKENS = AZURE_CONV.mean_output_tokens()
+#: Prompt tokens one step may prefill (vLLM's ``max_num_batched_tokens`` under chunked
+#: prefill): 8,192, vLLM's default for its OpenAI server on 80 GB H100s (vllm/engine/
+#: arg_utils.py). Its A100 default, 2,048, is not modelled: the measured prefill costs about
+#: the same per token past 1,024 tokens, so the budget moves how a prompt is cut into steps,
+#: not the GPU time it takes.
+PREFILL_CHUNK_TOKENS = 8192
 
 #: vLLM's bucket boundaries (seconds) for request latency, TTFT and time per output token,
 #: as its Prometheus metrics module declares them (vllm/engine/metrics.py, 0.7 and later).
@@ -159,8 +176,36 @@ class _Active:
     prompt_tokens: int
     output_tokens: int
     emitted: int = 0
-    prefill_left_s: float = 0.0
+    prefill_left_tokens: int = 0
+    #: Whether the step in progress was planned with it (False: it joined mid-step).
+    scheduled: bool = True
     first_token_s: float | None = None
+
+
+def chunk_cost_s(profile: GpuLatencyProfile, tokens: int) -> float:
+    """What a step carrying ``tokens`` prompt tokens takes beyond its decode: the measured
+    prefill of those tokens less the one forward pass a decode step pays anyway."""
+    if tokens <= 0:
+        return 0.0
+    return max(profile.prefill_s(tokens) - profile.decode_step_s(1), 0.0)
+
+
+def prefill_cost_s(profile: GpuLatencyProfile, prompt_tokens: int) -> float:
+    """GPU seconds prefilling ``prompt_tokens`` adds to the steps that carry its chunks."""
+    full, rest = divmod(prompt_tokens, PREFILL_CHUNK_TOKENS)
+    return full * chunk_cost_s(profile, PREFILL_CHUNK_TOKENS) + chunk_cost_s(profile, rest)
+
+
+@functools.cache
+def full_batch_capacity_rps(
+    profile: GpuLatencyProfile, tokens: TokenShape, max_batch: int
+) -> float:
+    """Requests per second a server sustains at a full batch: one over the GPU seconds a
+    ``tokens``-shaped request costs (its share of full-batch decode steps and its prefill)."""
+    decode_s = profile.decode_step_s(max_batch) * tokens.mean_output_tokens() / max_batch
+    prompts = np.unique(tokens.prompt_grid(), return_counts=True)
+    prefill_s = sum(prefill_cost_s(profile, int(p)) * n for p, n in zip(*prompts, strict=True))
+    return float(1.0 / (decode_s + prefill_s / prompts[1].sum()))
 
 
 class InferenceServer:
@@ -176,9 +221,12 @@ class InferenceServer:
         max_batch: int = 64,
         batch_window_s: float = 0.0,
         join_mid_step: bool = True,
+        tokens: TokenShape = AZURE_CONV,
     ) -> None:
         self.model = model
         self.profile = profile
+        #: The shape of the requests it serves (for :meth:`capacity_rps`).
+        self.tokens = tokens
         self.tensor_parallel = tensor_parallel
         self.kv_capacity_bytes = kv_capacity_bytes
         self.max_batch = max_batch
@@ -188,6 +236,8 @@ class InferenceServer:
         #: Seconds the GPU spent running steps (the busy time of docs/analytics/batching.md).
         self.busy_s_total = 0.0
         self.steps_total = 0
+        #: Tokens decoded (first tokens included): over ``steps_total``, the mean batch.
+        self.decoded_tokens_total = 0
         #: Whether a request may join the step in progress (a one-step error, negligible for
         #: decode; False for one-step requests, which then wait for the next step boundary).
         self.join_mid_step = join_mid_step
@@ -211,11 +261,31 @@ class InferenceServer:
 
     def capacity_rps(self) -> float:
         """Requests per second a full batch sustains (see the module docstring)."""
-        return self.max_batch / (self.profile.decode_step_s(self.max_batch) * MEAN_OUTPUT_TOKENS)
+        return full_batch_capacity_rps(self.profile, self.tokens, self.max_batch)
+
+    def _chunk_cost_s(self, tokens: int) -> float:
+        """What a step carrying ``tokens`` prompt tokens takes beyond its decode (alone)."""
+        return chunk_cost_s(self.profile, tokens)
+
+    def _chunks(self) -> list[tuple[_Active, int]]:
+        """The prompt tokens the next step prefills, per request, first come first served."""
+        budget = PREFILL_CHUNK_TOKENS
+        plan: list[tuple[_Active, int]] = []
+        for request in self._running:
+            if budget <= 0:
+                break
+            if request.prefill_left_tokens > 0 and request.scheduled:
+                take = min(request.prefill_left_tokens, budget)
+                plan.append((request, take))
+                budget -= take
+        return plan
 
     def _step_s(self) -> float:
-        """One decode step at the running batch, with the time-slicing overhead."""
+        """One step: the decode at the running batch and the prefill chunk it carries, with
+        the interference slowdown and the time-slicing overhead."""
+        chunk = sum(tokens for _, tokens in self._chunks())
         step_s = self.profile.decode_step_s(len(self._running) or 1) * self.slowdown
+        step_s += self._chunk_cost_s(chunk) * self.slowdown
         if self.time_slice_s:
             step_s *= 1.0 + CONTEXT_SWITCH_S / self.time_slice_s
         return step_s
@@ -231,7 +301,8 @@ class InferenceServer:
         """Run the server from ``now_s - dt_s`` to ``now_s``."""
         with self._lock:
             if self.join_mid_step or not self._running:
-                self._admit(now_s)
+                # A request that joins a step in progress prefills from the next one.
+                self._admit(now_s, in_step=bool(self._running))
             step_s = self._step_s()
             self._step_carry_s += dt_s
             t = now_s - self._step_carry_s
@@ -246,7 +317,7 @@ class InferenceServer:
             if not self._running:
                 self._step_carry_s = 0.0
 
-    def _admit(self, now_s: float) -> None:
+    def _admit(self, now_s: float, *, in_step: bool = False) -> None:
         free = self.max_batch - len(self._running)
         if (
             self.batch_window_s > 0
@@ -256,18 +327,21 @@ class InferenceServer:
             return
         while self._waiting and len(self._running) < self.max_batch:
             request = self._waiting.popleft()
-            request.prefill_left_s = self.profile.prefill_s(request.prompt_tokens) * self.slowdown
+            request.prefill_left_tokens = max(request.prompt_tokens, 1)
+            request.scheduled = not in_step
             self._running.append(request)
 
     def _decode_step(self, t: float, step_s: float) -> None:
+        for request, tokens in self._chunks():
+            request.prefill_left_tokens -= tokens
         still: list[_Active] = []
         for request in self._running:
-            if request.prefill_left_s > 0:
-                request.prefill_left_s -= step_s
-                if request.prefill_left_s > 0:
-                    still.append(request)
-                    continue
+            request.scheduled = True
+            if request.prefill_left_tokens > 0:
+                still.append(request)
+                continue
             request.emitted += 1
+            self.decoded_tokens_total += 1
             if request.first_token_s is None:
                 request.first_token_s = max(t, request.arrived_s)
             if request.emitted >= request.output_tokens:

@@ -1,21 +1,24 @@
 """Request arrivals shaped like the Azure LLM conversation trace, under a load profile.
 
 Arrivals are a non-homogeneous Poisson process (the Azure trace's inter-arrival coefficient
-of variation is 1.07, close to Poisson's 1.0). Prompt and output lengths are log-normal with
-the trace's fitted parameters (:mod:`.calibration`), truncated at the trace's maxima. The rate
-follows a triangle wave between ``low`` and ``high`` times the base rate, so that one demo run
-sweeps a model server from idle past its knee and back.
+of variation is 1.07, close to Poisson's 1.0). Prompt and output lengths are drawn from the
+trace's quantile tables (:data:`~sits_observe.analytics.serving.step_profiles.AZURE_CONV`, or
+the long-context :data:`~sits_observe.analytics.serving.step_profiles.MOONCAKE_CONV`) by
+inverse-CDF interpolation. The rate follows a triangle wave between ``low`` and ``high`` times
+the base rate.
 
 By default the base rate is each server's own capacity
 (:meth:`~sits_observe.lab.cluster.server.InferenceServer.capacity_rps`, what a full batch
-sustains), as a gateway that balances by outstanding requests loads each replica in proportion
-to its speed: the H100 and A100 servers then cross their knees at the same moment. The default
-wave goes from 10 % to 180 % of capacity and back every 6 minutes: it reaches capacity after
-95 s, peaks at 3 minutes (queues build) and falls below capacity again after 4.4 minutes
-(queues drain); its mean (95 %) stays under capacity, so the queues empty every cycle. Measured
-on the default demo's two servers alone over one cycle (10 s windows, 1 rps bins, seeds 1-10,
-tests/integration/test_demo_heatmap.py): ``heatmap`` finds a knee at 2-7 rps and, at a P95
-SLO of 60 s, a safe maximum of 5-7 rps (docs/demo.md).
+sustains, prefill included), as a gateway that balances by outstanding requests loads each
+replica in proportion to its speed: the H100 and A100 servers then cross their knees at the
+same moment. The default wave (:data:`DEMO_LOAD`) goes from 10 % to 110 % of capacity and back
+every 6 minutes: a server runs under capacity most of the cycle, where a request takes seconds
+(the measured step times), crosses it once, for 40 s around the peak at 3 minutes, and drains
+the short queue that builds there. The wave it replaced (10 % to 180 %) sat past capacity a
+third of the time and its queues made latencies minutes long (docs/evidence/
+inference-calibration.md). Measured on the default demo's two servers alone over one cycle
+(tests/integration/test_demo_heatmap.py): ``heatmap`` finds a knee and a safe maximum at the
+demo's SLO (docs/demo.md).
 """
 
 from __future__ import annotations
@@ -24,27 +27,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sits_observe.analytics.serving.step_profiles import (
-    MAX_OUTPUT_TOKENS,
-    MAX_PROMPT_TOKENS,
-    OUTPUT_TOKENS_LOG_MEAN,
-    OUTPUT_TOKENS_LOG_SD,
-    PROMPT_TOKENS_LOG_MEAN,
-    PROMPT_TOKENS_LOG_SD,
-)
+from sits_observe.analytics.serving.step_profiles import AZURE_CONV, TokenShape
 
 
 @dataclass(frozen=True)
 class LoadProfile:
     """Request rate per model server over time: a triangle wave between ``low`` and ``high``
-    times the base rate, ``base_rps`` or (None, the default) the server's own capacity. A
-    Llama2-70B server sustains about 5.3 (H100) / 3.8 (A100) requests/s at a full batch of 64
-    with Azure-shaped requests."""
+    times the base rate, ``base_rps`` or (None, the default) the server's own capacity, with
+    requests of the ``tokens`` shape. A Llama2-70B server at tensor parallel 4 sustains about
+    3.4 (H100) / 1.9 (A100) Azure-shaped requests/s at a full batch of 64, prefill included."""
 
     base_rps: float | None = None
     low: float = 0.1
-    high: float = 1.8
+    high: float = 1.1
     period_s: float = 360.0
+    tokens: TokenShape = AZURE_CONV
 
     def rate_rps(self, t_s: float, capacity_rps: float | None = None) -> float:
         """Arrival rate at simulated time ``t_s`` for a server of ``capacity_rps``."""
@@ -89,11 +86,14 @@ class ArrivalGenerator:
         if n == 0:
             return []
         times = np.sort(self.rng.uniform(start_s, end_s, n))
-        prompts = self.rng.lognormal(PROMPT_TOKENS_LOG_MEAN, PROMPT_TOKENS_LOG_SD, n)
-        outputs = self.rng.lognormal(OUTPUT_TOKENS_LOG_MEAN, OUTPUT_TOKENS_LOG_SD, n)
-        prompts = np.clip(np.rint(prompts), 1, MAX_PROMPT_TOKENS).astype(int)
-        outputs = np.clip(np.rint(outputs), 1, MAX_OUTPUT_TOKENS).astype(int)
+        # Prompt and output drawn apart: the trace's rank correlation between them is 0.03.
+        prompts = np.maximum(self.profile.tokens.prompt_at(self.rng.random(n)), 1)
+        outputs = np.maximum(self.profile.tokens.output_at(self.rng.random(n)), 1)
         return [
             Arrival(float(t), int(p), int(o))
             for t, p, o in zip(times, prompts, outputs, strict=True)
         ]
+
+
+#: The demo's and the experiment's load: the defaults of :class:`LoadProfile` (module docstring).
+DEMO_LOAD = LoadProfile()
