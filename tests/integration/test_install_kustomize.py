@@ -313,7 +313,7 @@ def kustomizations() -> list[Path]:
 
     (collectors/dcgm-exporter is a separate install into the GPU Operator's namespace.)
     """
-    extra = [ROOT / "collectors" / "kustomization.yaml", ROOT / "grafana" / "kustomization.yaml"]
+    extra = [ROOT / "collectors" / "kustomization.yml", ROOT / "grafana" / "kustomization.yaml"]
     return sorted([*DEPLOY.rglob("kustomization.yaml"), *extra])
 
 
