@@ -11,8 +11,9 @@ its chunk costs beyond one forward pass
 request alone on the server sees exactly the measured prefill as its TTFT and the measured
 decode step as its time per output token. Prefill therefore takes GPU time from every
 running request, as it does on a real server: with the Azure trace's prompts (mean 1,250
-tokens) it is half the GPU time a request costs. Latency grows with load, slowly while the
-batch has room and sharply once requests queue: the knee the heatmap shows.
+tokens) it is 40 % (H100) to 50 % (A100) of the GPU time a request costs. Latency grows with
+load, slowly while the batch has room and sharply once requests queue: the knee the heatmap
+shows.
 
 The server keeps what a real vLLM process exports (cumulative histograms, counters, running
 and waiting gauges, KV-cache usage) and the exact per-request records a request log holds.
@@ -55,8 +56,6 @@ from sits_observe.analytics.serving.step_profiles import (
 #: Cost of one time-slice preemption (context save and restore), seconds: an assumption of the
 #: model (see the module docstring), not a measured figure.
 CONTEXT_SWITCH_S = 0.002
-#: Mean output tokens of the Azure conversation trace.
-MEAN_OUTPUT_TOKENS = AZURE_CONV.mean_output_tokens()
 #: Prompt tokens one step may prefill (vLLM's ``max_num_batched_tokens`` under chunked
 #: prefill): 8,192, vLLM's default for its OpenAI server on 80 GB H100s (vllm/engine/
 #: arg_utils.py). Its A100 default, 2,048, is not modelled: the measured prefill costs about

@@ -14,11 +14,10 @@ replica in proportion to its speed: the H100 and A100 servers then cross their k
 same moment. The default wave (:data:`DEMO_LOAD`) goes from 10 % to 110 % of capacity and back
 every 6 minutes: a server runs under capacity most of the cycle, where a request takes seconds
 (the measured step times), crosses it once, for 40 s around the peak at 3 minutes, and drains
-the short queue that builds there. The wave it replaced (10 % to 180 %) sat past capacity a
-third of the time and its queues made latencies minutes long (docs/evidence/
-inference-calibration.md). Measured on the default demo's two servers alone over one cycle
-(tests/integration/test_demo_heatmap.py): ``heatmap`` finds a knee and a safe maximum at the
-demo's SLO (docs/demo.md).
+the short queue that builds there; a wave that stays past capacity longer builds queues that
+make latencies minutes long (docs/evidence/inference-calibration.md). Measured on the default
+demo's two servers alone over one cycle (tests/integration/test_demo_heatmap.py):
+``heatmap`` finds a knee and a safe maximum at the demo's SLO (docs/demo.md).
 """
 
 from __future__ import annotations
