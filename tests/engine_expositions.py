@@ -42,9 +42,27 @@ OTEL_DURATION = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.
 OTEL_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
              7.5, 10.0]  # fmt: skip
 OTEL_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
-#: prometheus client default buckets: Dynamo's frontend declares its own lists in Rust; the
-#: collector reads whatever ``le`` bounds are served, so any fixed list tests it
-PROM_DEFAULT = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+
+
+def dynamo_log_buckets(low: float, high: float, count: int) -> list[float]:
+    """ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs ``generate_log_buckets``: 0.0, then
+    ``count - 1`` log-spaced bounds from ``low`` to ``high`` rounded to 2 significant figures,
+    duplicates dropped."""
+    bounds = [0.0]
+    for i in range(1, count):
+        value = math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (count - 1))
+        scale = 10 ** (1 - math.floor(math.log10(value)))
+        rounded = round(value * scale) / scale
+        if rounded != bounds[-1]:
+            bounds.append(rounded)
+    return bounds
+
+
+#: Dynamo frontend defaults (same file): request duration (1, 512, 10), TTFT (0.001, 480, 18),
+#: ITL (0.001, 2, 13); configurable through DYN_METRICS_{REQUEST_DURATION,TTFT,ITL}_*
+DYN_DURATION = dynamo_log_buckets(1.0, 512.0, 10)
+DYN_TTFT = dynamo_log_buckets(0.001, 480.0, 18)
+DYN_ITL = dynamo_log_buckets(0.001, 2.0, 13)
 
 
 @dataclass(frozen=True)
@@ -95,9 +113,9 @@ LAYOUTS = {
         "dynamo",
         "model",
         ('dynamo_namespace="dynamo",dynamo_component="frontend"',),
-        ("dynamo_frontend_request_duration_seconds", PROM_DEFAULT),
-        ("dynamo_frontend_time_to_first_token_seconds", PROM_DEFAULT),
-        ("dynamo_frontend_inter_token_latency_seconds", PROM_DEFAULT),
+        ("dynamo_frontend_request_duration_seconds", DYN_DURATION),
+        ("dynamo_frontend_time_to_first_token_seconds", DYN_TTFT),
+        ("dynamo_frontend_inter_token_latency_seconds", DYN_ITL),
         counter="dynamo_frontend_requests_total",
         running="dynamo_frontend_inflight_requests",
         waiting="dynamo_frontend_queued_requests",

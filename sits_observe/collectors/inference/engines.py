@@ -31,8 +31,11 @@ Sources, checked for each engine (names, kinds, units, labels, default buckets):
   vLLM's (e2e 0.3 ... 7680 s, TTFT 0.001 ... 2560 s, TPOT 0.01 ... 80 s).
   ``trtllm_kv_cache_utilization`` is a 0-1 fraction (the KV manager's used / max blocks).
 - NVIDIA Dynamo frontend: ``lib/runtime/src/metrics/prometheus_names.rs``
-  (ai-dynamo/dynamo, ``frontend_service``: prefix ``dynamo_frontend_``), label ``model``.
-  The frontend has no KV-cache gauge of its own (the workers' KV stats are per worker).
+  (ai-dynamo/dynamo, ``frontend_service``: prefix ``dynamo_frontend_``), label ``model``;
+  buckets in ``lib/llm/src/http/service/metrics.rs``: a 0 bucket, then log-spaced bounds
+  rounded to 2 significant figures (duration 2 ... 510 s, TTFT 0.0022 ... 480 s, ITL
+  0.0019 ... 2 s). The frontend has no KV-cache gauge of its own (the workers' KV stats are
+  per worker).
 - llm-d endpoint picker: ``docs/metrics.md`` (llm-d/llm-d-router, prefix ``llm_d_epp_``),
   label ``model_name`` (the requested model; ``target_model_name``, ``fairness_id`` and
   ``priority`` are summed). Before the move to llm-d the EPP lived in
