@@ -18,13 +18,15 @@ Settings and their defaults: :mod:`.experiment_settings`.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import numpy as np
@@ -111,7 +113,9 @@ def run_experiment(
     on_run: RunDone | None = None,
     progress: Progress | None = None,
 ) -> ExperimentResult:
-    """Run every arm on every seed and measure them (``progress`` only when ``jobs`` is 1)."""
+    """Run every arm on every seed and measure them. ``on_run`` is told of each run as it
+    ends; ``progress`` of each run's simulated time as it goes (from worker processes through
+    a queue when ``jobs`` is above 1)."""
     jobs = [(arm, seed) for seed in settings.seed_list for arm in settings.arms]
     results: dict[tuple[str, int], RunResult] = {}
     if settings.jobs == 1:
@@ -121,13 +125,44 @@ def run_experiment(
                 on_run(arm, seed, results[(arm, seed)].wall_s)
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=settings.jobs, mp_context=context) as pool:
-            futures = {job: pool.submit(run_job, settings, *job) for job in jobs}
-            for job, future in futures.items():
-                results[job] = future.result()
-                if on_run is not None:
-                    on_run(job[0], job[1], results[job].wall_s)
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(
+                ProcessPoolExecutor(max_workers=settings.jobs, mp_context=context)
+            )
+            queue = None
+            if progress is not None:
+                queue = stack.enter_context(context.Manager()).Queue()
+            futures = {pool.submit(_run_reporting, settings, *job, queue): job for job in jobs}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                _relay(queue, progress)
+                for future in done:
+                    job = futures[future]
+                    results[job] = future.result()
+                    if on_run is not None:
+                        on_run(job[0], job[1], results[job].wall_s)
     return assemble(settings, results)
+
+
+def _run_reporting(
+    settings: ExperimentSettings, arm: str, seed: int, queue: Any | None
+) -> RunResult:
+    """:func:`run_job` in a worker process, its progress put on ``queue`` (a manager's)."""
+    report = None if queue is None else lambda *done: queue.put(done)
+    return run_job(settings, arm, seed, report)
+
+
+def _relay(queue: Any | None, progress: Progress | None) -> None:
+    """Hand the workers' progress reports waiting on ``queue`` to ``progress``."""
+    if queue is None or progress is None:
+        return
+    while True:
+        try:
+            arm, seed, done_s, total_s = queue.get_nowait()
+        except Empty:
+            return
+        progress(arm, seed, done_s, total_s)
 
 
 def run_job(

@@ -13,14 +13,14 @@ Two renderings of the same numbers:
 
 The ETA is the wall time so far scaled by the simulated time left over the simulated time done
 (runs of one experiment simulate the same hours on the same cluster, so their costs are alike).
-Worker processes (``--jobs`` above 1) cannot report simulated time: there the display moves
-per finished run.
+With ``--jobs`` above 1 the runs in worker processes report through a queue, in turn.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from rich.console import Console
@@ -68,14 +68,13 @@ class ExperimentProgress:
         self.monotonic = monotonic
         self.started = monotonic()
         self.finished = 0
-        self._run_started = self.started
-        self._current: tuple[str, int] | None = None
-        self._reported_pct = 0
+        #: Runs under way: simulated seconds done, wall start, per cent last printed.
+        self._runs: dict[tuple[str, int], _Run] = {}
         self._bar: Progress | None = None
         self._task = TaskID(0)
 
     def __enter__(self) -> ExperimentProgress:
-        self.started = self._run_started = self.monotonic()
+        self.started = self.monotonic()
         if self.live:
             self._bar = Progress(
                 TextColumn("{task.description}", markup=False),
@@ -105,42 +104,49 @@ class ExperimentProgress:
         self.console.print(text)
 
     def progress(self, arm: str, seed: int, done_s: float, total_s: float) -> None:
-        """A run of ``arm`` and ``seed`` has simulated ``done_s`` of its ``total_s``."""
-        if self._current != (arm, seed):
-            self._current = (arm, seed)
-            self._reported_pct = 0
+        """A run of ``arm`` and ``seed`` has simulated ``done_s`` of its ``total_s`` (runs in
+        worker processes report in turn)."""
+        now = self.monotonic()
+        run = self._runs.setdefault((arm, seed), _Run(now))
         share = min(1.0, done_s / total_s) if total_s > 0 else 1.0
-        overall = (self.finished + share) * self.run_s
+        run.share = share
+        overall = (self.finished + sum(r.share for r in self._runs.values())) * self.run_s
         if self._bar is not None:
             self._bar.update(
-                self._task,
-                completed=overall,
-                description=f"{arm} seed {seed} {share:.0%}",
+                self._task, completed=overall, description=f"{arm} seed {seed} {share:.0%}"
             )
             return
         pct = int(share * 100) // self.every_pct * self.every_pct
-        if pct <= self._reported_pct or pct >= 100:
+        if pct <= run.reported_pct or pct >= 100:
             return
-        self._reported_pct = pct
-        now = self.monotonic()
-        run_left = (now - self._run_started) * (1 - share) / share
+        run.reported_pct = pct
+        run_left = (now - run.started) * (1 - share) / share
         all_left = (now - self.started) * (self.runs * self.run_s - overall) / overall
         self.console.print(
             f"{arm} seed {seed}: {pct}% simulated ({done_s:.0f} of {total_s:.0f} s), "
-            f"{_duration(now - self._run_started)} so far, about {_duration(run_left)} left "
+            f"{_duration(now - run.started)} so far, about {_duration(run_left)} left "
             f"in this run, {_duration(all_left)} in all"
         )
 
     def done(self, arm: str, seed: int, wall_s: float) -> None:
         """A run ended after ``wall_s`` wall seconds."""
         self.finished += 1
-        self._run_started = self.monotonic()
-        self._current = None
+        self._runs.pop((arm, seed), None)
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.finished * self.run_s)
+            overall = (self.finished + sum(r.share for r in self._runs.values())) * self.run_s
+            self._bar.update(self._task, completed=overall)
             self._bar.console.print(f"{arm} seed {seed}: {wall_s:.0f} s wall time")
         else:
             self.console.print(
                 f"{arm} seed {seed}: {wall_s:.0f} s wall time "
                 f"({self.finished} of {self.runs} runs done)"
             )
+
+
+@dataclass
+class _Run:
+    """A run under way: when it first reported, its share done, the per cent last printed."""
+
+    started: float
+    share: float = 0.0
+    reported_pct: int = 0

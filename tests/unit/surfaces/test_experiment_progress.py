@@ -39,10 +39,10 @@ def test_off_a_terminal_a_line_every_ten_per_cent_with_an_eta() -> None:
     ]
     assert "left in this run" in run[0] and "in all" in run[0]
     assert run[-1] == "kube-default seed 0: 120 s wall time (1 of 2 runs done)"
-    # The second run's first half took 61 clock seconds (one a report, the first at 0 s): it
-    # expects as long again for its second half, which is all the experiment has left.
+    # The second run's first half took 60 clock seconds since its first report: it expects as
+    # long again for its second half, which is about all the experiment has left.
     half = next(line for line in lines if line.startswith("kube-sits seed 0: 50%"))
-    assert "1m01s so far, about 1m01s left in this run, 1m01s in all" in half
+    assert "1m00s so far, about 1m00s left in this run, 1m01s in all" in half
 
 
 def test_on_a_terminal_a_bar_and_the_runs_wall_times() -> None:
@@ -52,3 +52,22 @@ def test_on_a_terminal_a_bar_and_the_runs_wall_times() -> None:
     out = text.getvalue()
     assert "kube-default seed 0: 120 s wall time" in out
     assert "% simulated" not in out  # no plain progress lines next to the bar
+
+
+def test_runs_in_worker_processes_report_in_turn() -> None:
+    text, clock = io.StringIO(), _Clock()
+    console = Console(file=text, force_terminal=False, soft_wrap=True, highlight=False)
+    with ExperimentProgress(console, runs=2, run_s=100.0, monotonic=clock) as bar:
+        for done_s in range(0, 101, 5):
+            clock.now += 1.0
+            bar.progress("kube-default", 0, float(done_s), 100.0)
+            bar.progress("kube-sits", 0, float(done_s), 100.0)
+        bar.done("kube-default", 0, 21.0)
+        bar.done("kube-sits", 0, 21.0)
+    lines = text.getvalue().splitlines()
+    for arm in ("kube-default", "kube-sits"):
+        steps = [line for line in lines if line.startswith(f"{arm} seed 0: ") and "%" in line]
+        assert len(steps) == 9  # 10 % to 90 %, each once
+    # Both runs halfway 10 s after their first reports (11 s into the experiment): half done.
+    half = next(line for line in lines if line.startswith("kube-sits seed 0: 50%"))
+    assert half.endswith("about 10s left in this run, 11s in all")
