@@ -34,7 +34,7 @@ from sits_observe.control.controller.leader import LeaderElector
 from sits_observe.control.controller.plan import plan
 from sits_observe.control.controller.record import StoreRecorder
 from sits_observe.control.controller.safety import TokenBucket
-from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, ControllerSettings
 from sits_observe.control.controller.state import read_state
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.controller import build_loop
@@ -226,8 +226,11 @@ def test_the_write_files_cover_an_act_pass_and_nothing_else(
     seed_workloads(kube, "apps")
     install_queues(kube)
     recording = Recording(kube)
+    # Every rule on, those off by default too: the files cover what any flags can write.
     settings = ControllerSettings(
-        mode="act", time_slicing_configmap="gpu-operator/time-slicing-config"
+        mode="act",
+        time_slicing_configmap="gpu-operator/time-slicing-config",
+        rules_on=RULES_OFF_BY_DEFAULT,
     )
     kube.request(
         "POST", "/api/v1/namespaces/gpu-operator/configmaps",
