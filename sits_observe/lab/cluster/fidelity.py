@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from sits_observe.analytics.serving.step_profiles import GpuLatencyProfile, TokenShape
+from sits_observe.analytics.serving.step_profiles import AZURE_CONV, GpuLatencyProfile, TokenShape
 from sits_observe.lab.cluster.server import InferenceServer, RequestRecord
 
 #: A server with room for every token: KV-cache capacity plays no part in these runs.
@@ -56,12 +56,9 @@ class SteadyRun:
     throughput_rps: float
 
 
-def server(profile: GpuLatencyProfile, tokens: TokenShape | None = None) -> InferenceServer:
-    """A Llama2-70B-like server of ``profile`` at tensor parallel 4, max batch 64."""
-    if tokens is None:
-        return InferenceServer(
-            "llama2-70b", profile, tensor_parallel=4, kv_capacity_bytes=_KV_BYTES
-        )
+def server(profile: GpuLatencyProfile, tokens: TokenShape = AZURE_CONV) -> InferenceServer:
+    """A Llama2-70B-like server of ``profile`` at tensor parallel 4, max batch 64, serving
+    ``tokens``-shaped requests."""
     return InferenceServer(
         "llama2-70b", profile, tensor_parallel=4, kv_capacity_bytes=_KV_BYTES, tokens=tokens
     )
