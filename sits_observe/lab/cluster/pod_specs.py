@@ -203,8 +203,13 @@ class WorkloadGenerator:
             int(self.rng.uniform(2, 14) * GIB) for _ in self.idle_notebook_owners
         )
         #: The tenants with a quota of their own (:class:`TenantScenario`; its own generator,
-        #: so the draws above and the arrivals below are the same with or without it).
-        self.tenants = TenantScenario(nodes=self.nodes, seed=seed) if tenants else None
+        #: so the draws above and the arrivals below are the same with or without it; none
+        #: in a cluster with fewer than :data:`TENANT_MIN_SPARE_GPUS` spare GPUs).
+        self.tenants = (
+            TenantScenario(nodes=self.nodes, seed=seed)
+            if tenants and self.spare_gpus >= TENANT_MIN_SPARE_GPUS
+            else None
+        )
 
     def _deployment(self, product: str, replicas: int) -> InferenceDeployment:
         short = product.split("-")[1].lower() if "-" in product else product.lower()
@@ -423,6 +428,9 @@ TENANT_SWEEP_RUN_S = (600.0, 900.0)
 TENANT_IDLE_RUN_S = 48 * 3600.0
 #: When team-a's long run arrives (after the first pass of the workload controllers).
 TENANT_IDLE_AT_S = 10.0
+#: The tenants come only where the servers leave at least this many GPUs: below it team-a's
+#: one GPU and team-b's quota are too large a part of what the Jobs and notebooks share.
+TENANT_MIN_SPARE_GPUS = 8
 
 
 @dataclass(frozen=True)

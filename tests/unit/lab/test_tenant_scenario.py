@@ -42,3 +42,9 @@ def test_the_tenants_leave_the_seeded_arrivals_as_they_were() -> None:
     assert {p.namespace for p in mixed} >= tenants
     # The same seed gives the same tenants' pods.
     assert [p.uid for p in generator().arrivals(0.0, 600.0)] == [p.uid for p in mixed]
+
+
+def test_a_cluster_with_few_spare_gpus_has_no_tenants() -> None:
+    small = WorkloadGenerator(products=PRODUCTS[:2], gpus_per_node=4, seed=3)
+    assert small.spare_gpus == 4 and small.tenants is None
+    assert {p.namespace for p in small.arrivals(0.0, 600.0)} <= {"training", "research"}
