@@ -154,16 +154,13 @@ def test_the_controller_acts_on_the_emulator_and_its_time_slice_reaches_the_serv
 
         wait(servers_at_25ms, 15, "the simulated kubelet to read the new slice")
         labels = [p["metadata"].get("labels") or {} for p in demo.emulator.objects("pods")]
-        node_labels = [n["metadata"].get("labels") or {} for n in demo.emulator.objects("nodes")]
         applied = demo.applied_decisions()
         modes = demo.store.query("SELECT DISTINCT mode FROM decisions").column("mode").to_pylist()
     assert "25ms" in written
     assert modes == ["act"]
-    # Labels the controller wrote are on the nodes in the emulator; the memory-class rule is
-    # off by default in act mode, so no pod carries one.
-    assert any("sits.io/fragmentation" in labels_of_node for labels_of_node in node_labels)
+    # The label rules (fragmentation, memory class) are off by default in act mode.
     assert not any("sits.io/memory-class" in pod_labels for pod_labels in labels)
-    assert applied.get("memory-class", 0) == 0
+    assert applied.get("memory-class", 0) == 0 and applied.get("fragmentation", 0) == 0
 
 
 def test_the_closing_summary_says_what_the_loop_did(tmp_path: Path) -> None:

@@ -39,12 +39,13 @@ QUOTA_CPU = "requests.cpu"
 QUOTA_MEMORY = "requests.memory"
 QUOTA_RESOURCES = (QUOTA_GPU, QUOTA_CPU, QUOTA_MEMORY)
 
-#: Rules that are off in the writing modes (annotate, act) unless ``rules_on`` names them. The
-#: memory-class label is read by nothing that places or runs pods (the extender sizes a pod from
-#: its workload's measured peak itself), and with many short Jobs its writes, one per Job, took
-#: the write rate limit's tokens before the quota and time-slice rules had any
-#: (docs/controller.md, "Rules off by default"; docs/evidence/controller-ablation.md).
-RULES_OFF_BY_DEFAULT: tuple[str, ...] = (str(Action.MEMORY_CLASS),)
+#: Rules that are off in the writing modes (annotate, act) unless ``rules_on`` names them: their
+#: labels are read by nothing that places or runs pods (the extender measures a pod's memory
+#: and FGD fragmentation itself), so they move no measure, and their writes come first in the
+#: write rate limit's order: the memory-class rule's, one per Job, took every token before the
+#: quota and time-slice rules had any (docs/controller.md, "Rules off by default";
+#: docs/evidence/controller-ablation.md).
+RULES_OFF_BY_DEFAULT: tuple[str, ...] = (str(Action.FRAGMENTATION), str(Action.MEMORY_CLASS))
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -317,7 +318,7 @@ class ControllerSettings(BaseModel):
     rules_on: tuple[str, ...] = Field(
         (),
         description="rules that are off by default in annotate and act mode switched on "
-        "(memory-class; repeat or comma-separate)",
+        "(fragmentation, memory-class; repeat or comma-separate)",
     )
     rules_off: tuple[str, ...] = Field(
         (),

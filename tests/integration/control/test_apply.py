@@ -24,8 +24,8 @@ from sits_observe.store import Store
 from tests.integration.control.conftest import FakeClock, seed
 from tests.integration.control.signals import cluster_signals
 
-#: The memory-class rule is off by default in annotate and act mode; these tests apply it.
-MEMORY_CLASS_ON = ("memory-class",)
+#: The fragmentation and memory-class rules are off by default in annotate and act mode.
+RULES_ON = ("fragmentation", "memory-class")
 
 pytestmark = pytest.mark.k8s
 
@@ -88,7 +88,7 @@ def test_annotate_writes_annotations_and_events_only(
     seed(kube)
     outcomes = one_pass(
         kube,
-        ControllerSettings(mode="annotate", rules_on=MEMORY_CLASS_ON),
+        ControllerSettings(mode="annotate", rules_on=RULES_ON),
         recorder,
         clock,
     )
@@ -113,7 +113,7 @@ def test_act_writes_labels_quotas_qos_and_is_idempotent(
 ) -> None:
     seed(kube)
     settings = ControllerSettings(
-        mode="act", rules_on=MEMORY_CLASS_ON, time_slicing_configmap="gpu-operator/time-slicing"
+        mode="act", rules_on=RULES_ON, time_slicing_configmap="gpu-operator/time-slicing"
     )
     outcomes = by_action(one_pass(kube, settings, recorder, clock))
     assert outcomes[("n1", "fragmentation")].outcome == "applied"
@@ -166,7 +166,7 @@ def test_opt_out_is_respected(
     outcomes = by_action(
         one_pass(
             kube,
-            ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+            ControllerSettings(mode="act", rules_on=RULES_ON),
             recorder,
             clock,
         )
@@ -191,7 +191,7 @@ def test_noisy_signals_do_not_cause_oscillating_writes(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock, store: Store
 ) -> None:
     seed(kube)
-    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON, min_change_interval_s=0)
+    settings = ControllerSettings(mode="act", rules_on=RULES_ON, min_change_interval_s=0)
     noise = [0.74, 0.66, 0.72, 0.68, 0.71, 0.65, 0.73, 0.69, 0.70, 0.67]
     versions = []
     for i, frag in enumerate(noise):
@@ -232,9 +232,7 @@ def test_rate_limit_defers_writes_to_later_passes(
 ) -> None:
     seed(kube)
     # Every decision here is one PATCH and one Event: two API requests, two tokens.
-    settings = ControllerSettings(
-        mode="act", rules_on=MEMORY_CLASS_ON, writes_per_minute=1, write_burst=4
-    )
+    settings = ControllerSettings(mode="act", rules_on=RULES_ON, writes_per_minute=1, write_burst=4)
     bucket = TokenBucket(
         settings.writes_per_minute / 60, settings.write_burst, clock=clock.monotonic
     )
@@ -284,7 +282,7 @@ def test_the_rate_limit_counts_every_api_request_retries_included(
     clock = Sleeper()
     settings = ControllerSettings(
         mode="act",
-        rules_on=MEMORY_CLASS_ON,
+        rules_on=RULES_ON,
         writes_per_minute=12,
         write_burst=5,
         time_slicing_configmap="gpu-operator/time-slicing",
@@ -324,7 +322,7 @@ def test_a_deleted_object_is_gone_and_not_retried(
     emu: KubeEmulator, kube: KubeJson, recorder: StoreRecorder, clock: FakeClock
 ) -> None:
     seed(kube)
-    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON)
+    settings = ControllerSettings(mode="act", rules_on=RULES_ON)
     state = read_state(kube, settings)
     kube.request("DELETE", "/api/v1/namespaces/team/pods/p1")
     p = plan(cluster_signals(clock()), state, settings, at=clock())
@@ -347,7 +345,7 @@ def test_transient_errors_are_retried_with_backoff(
     outcome = by_action(
         one_pass(
             kube,
-            ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+            ControllerSettings(mode="act", rules_on=RULES_ON),
             recorder,
             clock,
         )
@@ -367,7 +365,7 @@ def test_persistent_errors_fail_one_object_and_spare_the_others(
 ) -> None:
     seed(kube)
     emu.inject_error(r"PATCH /api/v1/nodes/n1", 500, reason="Injected")
-    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON, max_attempts=4)
+    settings = ControllerSettings(mode="act", rules_on=RULES_ON, max_attempts=4)
     outcomes = by_action(one_pass(kube, settings, recorder, clock))
     failed = outcomes[("n1", "fragmentation")]
     assert (failed.outcome, failed.attempts) == ("failed:http-500", 4)
@@ -396,7 +394,7 @@ def test_a_failed_event_is_counted_but_keeps_the_change(
     outcomes = by_action(
         one_pass(
             kube,
-            ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+            ControllerSettings(mode="act", rules_on=RULES_ON),
             recorder,
             clock,
         )
@@ -413,7 +411,7 @@ def test_configmap_conflict_rereads_and_retries(
         r"PUT /api/v1/namespaces/gpu-operator/configmaps", 409, reason="Conflict", times=1
     )
     settings = ControllerSettings(
-        mode="act", rules_on=MEMORY_CLASS_ON, time_slicing_configmap="gpu-operator/time-slicing"
+        mode="act", rules_on=RULES_ON, time_slicing_configmap="gpu-operator/time-slicing"
     )
     outcomes = by_action(one_pass(kube, settings, recorder, clock))
     first = outcomes[("p1", "time-slice")]
@@ -428,7 +426,7 @@ def test_the_decisions_table_holds_the_outcomes(
     seed(kube)
     outcomes = one_pass(
         kube,
-        ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+        ControllerSettings(mode="act", rules_on=RULES_ON),
         recorder,
         clock,
     )

@@ -262,7 +262,7 @@ def test_controller_once_dry_run_then_act(db: Path, tmp_path: Path) -> None:
             assert store.scalar("SELECT count(*) FROM decisions WHERE NOT dry_run") == 0
         before = controller_rows(db)
         assert ("Node", "n1", "fragmentation") in before
-        acted = CliRunner().invoke(app, [*base, "--act"])
+        acted = CliRunner().invoke(app, [*base, "--act", "--rules-on", "fragmentation"])
         assert acted.exit_code == 0, acted.output
         n1 = next(n for n in emu.objects("nodes") if n["metadata"]["name"] == "n1")
         assert "sits.io/fragmentation" in n1["metadata"]["labels"]

@@ -37,6 +37,7 @@ class Replica:
             lease_duration_s=15,
             renew_deadline_s=10,
             min_change_interval_s=0,
+            rules_on=("fragmentation",),  # off by default in act mode; these tests write it
             **kw,
         )
         self.store = Store.open(":memory:")

@@ -29,8 +29,8 @@ from sits_observe.store import Store
 from tests.integration.control.conftest import WORKLOAD_PODS, FakeClock, seed_workloads
 from tests.integration.control.signals import workload_signals
 
-#: The memory-class rule is off by default in annotate and act mode; these tests apply it.
-MEMORY_CLASS_ON = ("memory-class",)
+#: The fragmentation and memory-class rules are off by default in annotate and act mode.
+RULES_ON = ("fragmentation", "memory-class")
 
 pytestmark = pytest.mark.k8s
 
@@ -80,7 +80,7 @@ def test_an_act_pass_annotates_the_owner_workloads_not_their_pods(
     seed_workloads(kube, "apps")
     # Two of web's three pods are L2 (3 GiB), one L3 (12 GiB): the workload gets L2.
     signals = workload_signals(clock(), ["apps"], {"web-5d8f7-c": 12.0})
-    settings = ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON)
+    settings = ControllerSettings(mode="act", rules_on=RULES_ON)
     outcomes = one_pass(kube, settings, recorder, clock, signals)
 
     [web] = [o for o in outcomes if o.decision.ref.name == "web"]
@@ -149,7 +149,7 @@ def test_annotate_mode_writes_the_workload_and_leaves_the_pods_alone(
     before = objects(emu, "Pod", "apps")
     outcomes = one_pass(
         kube,
-        ControllerSettings(mode="annotate", rules_on=MEMORY_CLASS_ON),
+        ControllerSettings(mode="annotate", rules_on=RULES_ON),
         recorder,
         clock,
         workload_signals(clock(), ["apps"]),
@@ -177,7 +177,7 @@ def test_a_namespace_labelled_false_gets_nothing(
     signals = workload_signals(clock(), ["apps", "quiet"])
     outcomes = one_pass(
         kube,
-        ControllerSettings(mode="act", rules_on=MEMORY_CLASS_ON),
+        ControllerSettings(mode="act", rules_on=RULES_ON),
         recorder,
         clock,
         signals,
@@ -201,9 +201,7 @@ def test_opt_in_selection_writes_only_in_namespaces_labelled_true(
 ) -> None:
     seed_workloads(kube, "lab")  # unlabelled
     seed_workloads(kube, "prod", labels={"sits.io/enabled": "true"})
-    settings = ControllerSettings(
-        mode="act", rules_on=MEMORY_CLASS_ON, namespace_selection="opt-in"
-    )
+    settings = ControllerSettings(mode="act", rules_on=RULES_ON, namespace_selection="opt-in")
     outcomes = one_pass(kube, settings, recorder, clock, workload_signals(clock(), ["lab", "prod"]))
     by_namespace: dict[str, set[str]] = {}
     for o in outcomes:

@@ -18,8 +18,8 @@ from sits_observe.control.controller.settings import ControllerSettings
 AT = datetime(2026, 11, 1, 12, 0, 0)
 GIB = 1024**3
 WEB = ("Deployment", "team", "web")
-#: The memory-class rule is off by default; these tests combine its per-pod proposals.
-MEMORY_CLASS_ON = ("memory-class",)
+#: The fragmentation and memory-class rules are off by default where the controller writes.
+RULES_ON = ("fragmentation", "memory-class")
 
 
 def pods(*rows: dict[str, Any]) -> Signals:
@@ -76,7 +76,7 @@ def test_categorical_the_value_most_pods_got_with_the_evidence_of_how_many() -> 
         {"pod": "c", "peak_gpu_memory_bytes": 12 * GIB},
     )
     found = rows(
-        plan(sig, state(THREE), ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="annotate")),
+        plan(sig, state(THREE), ControllerSettings(rules_on=RULES_ON, mode="annotate")),
         "memory-class",
     )
     assert list(found) == [WEB]  # no pod rows: the recommendation is the workload's
@@ -89,7 +89,7 @@ def test_categorical_the_value_most_pods_got_with_the_evidence_of_how_many() -> 
 
 
 def test_categorical_ties_go_to_the_conservative_value() -> None:
-    settings = ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="annotate")
+    settings = ControllerSettings(rules_on=RULES_ON, mode="annotate")
     two = {"a": "web", "b": "web"}
     # Memory class: L3 over L2.
     sig = pods(
@@ -115,7 +115,7 @@ def test_categorical_ties_go_to_the_conservative_value() -> None:
 
 
 def test_pods_within_their_sla_vote_for_keeping_the_priority_class() -> None:
-    settings = ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="annotate")
+    settings = ControllerSettings(rules_on=RULES_ON, mode="annotate")
     cls = "throughput-guaranteed"
 
     def rates(*values: float) -> Signals:
@@ -149,7 +149,7 @@ def qos_pods() -> Signals:
 
 
 def test_numeric_the_largest_proposal() -> None:
-    settings = ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="annotate")
+    settings = ControllerSettings(rules_on=RULES_ON, mode="annotate")
     p = plan(qos_pods(), state({"top": "", **THREE}), settings)
     web = rows(p, "qos-bandwidth-quota")[WEB]
     # b's is the largest: the safe side, although a and c (2 of 3) got less.
@@ -168,7 +168,7 @@ def test_act_mode_keeps_the_per_pod_changes_without_their_recommendation_annotat
         {"pod": "b", "peak_gpu_memory_bytes": 12 * GIB},
         {"pod": "solo", "peak_gpu_memory_bytes": 3 * GIB},
     )
-    settings = ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="act")
+    settings = ControllerSettings(rules_on=RULES_ON, mode="act")
     p = plan(sig, state({"a": "web", "b": "web", "solo": ""}), settings)
     found = rows(p, "memory-class")
     assert set(found) == {WEB, ("Pod", "team", "a"), ("Pod", "team", "b"), ("Pod", "team", "solo")}
@@ -196,7 +196,7 @@ def test_act_mode_keeps_the_per_pod_changes_without_their_recommendation_annotat
 
 def test_time_slices_are_written_once_per_workload_under_its_key() -> None:
     settings = ControllerSettings(
-        rules_on=MEMORY_CLASS_ON, mode="act", time_slicing_configmap="gpu-operator/ts"
+        rules_on=RULES_ON, mode="act", time_slicing_configmap="gpu-operator/ts"
     )
     sig = pods({"pod": "a", "p95_latency_s": 0.02}, {"pod": "b", "p95_latency_s": 0.02})
     st = state({"a": "web", "b": "web"})
@@ -218,7 +218,7 @@ def test_time_slices_are_written_once_per_workload_under_its_key() -> None:
 
 
 def test_a_workload_holding_the_recommendation_is_not_rewritten_and_anchors_hysteresis() -> None:
-    settings = ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="annotate")
+    settings = ControllerSettings(rules_on=RULES_ON, mode="annotate")
     held = [("Deployment", "team", "web", "memory-class", None, "L2")]
     sig = pods({"pod": "a", "peak_gpu_memory_bytes": 3 * GIB})
     p = plan(sig, state({"a": "web"}, values=held), settings)
@@ -254,7 +254,7 @@ def test_dry_run_remembers_what_it_recommended_for_a_workload() -> None:
     p = plan(
         sig,
         state({"a": "web"}),
-        ControllerSettings(rules_on=MEMORY_CLASS_ON),
+        ControllerSettings(rules_on=RULES_ON),
         hist,
     )
     assert rows(p, "memory-class") == {}
@@ -264,7 +264,7 @@ def test_dry_run_remembers_what_it_recommended_for_a_workload() -> None:
         plan(
             sig,
             state({"a": "web"}),
-            ControllerSettings(rules_on=MEMORY_CLASS_ON),
+            ControllerSettings(rules_on=RULES_ON),
         ),
         "memory-class",
     )[WEB]
@@ -275,7 +275,7 @@ def test_a_workload_is_opted_out_by_itself_or_any_of_its_pods() -> None:
         {"pod": "a", "peak_gpu_memory_bytes": 3 * GIB},
         {"pod": "b", "peak_gpu_memory_bytes": 3 * GIB},
     )
-    act = ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="act")
+    act = ControllerSettings(rules_on=RULES_ON, mode="act")
     for opted in (("web",), ("b",)):
         found = rows(
             plan(sig, state({"a": "web", "b": "web"}, opted_out=opted), act), "memory-class"
@@ -295,7 +295,7 @@ def test_a_workload_not_listed_is_gone() -> None:
     sig = pods({"pod": "a", "peak_gpu_memory_bytes": 3 * GIB})
     assert (
         rows(
-            plan(sig, st, ControllerSettings(rules_on=MEMORY_CLASS_ON, mode="annotate")),
+            plan(sig, st, ControllerSettings(rules_on=RULES_ON, mode="annotate")),
             "memory-class",
         )[WEB]["skip"]
         == "gone"
@@ -336,9 +336,7 @@ def selection_signals() -> Signals:
 
 
 def skips(label: bool | None, selection: str) -> dict[str, str | None]:
-    settings = ControllerSettings(
-        rules_on=MEMORY_CLASS_ON, mode="act", namespace_selection=selection
-    )  # type: ignore[arg-type]
+    settings = ControllerSettings(rules_on=RULES_ON, mode="act", namespace_selection=selection)  # type: ignore[arg-type]
     p = plan(selection_signals(), selection_state(label), settings)
     return {f"{r['kind']}:{r['action']}": r["skip"] for r in p.frame.iter_rows(named=True)}
 
@@ -363,6 +361,6 @@ def test_the_namespace_label_opts_in_and_out() -> None:
 
 
 def test_offline_every_namespace_is_selected() -> None:
-    settings = ControllerSettings(rules_on=MEMORY_CLASS_ON, namespace_selection="opt-in")  # type: ignore[arg-type]
+    settings = ControllerSettings(rules_on=RULES_ON, namespace_selection="opt-in")  # type: ignore[arg-type]
     p = plan(selection_signals(), CurrentState.of(complete=False), settings)
     assert set(p.frame.get_column("skip").to_list()) == {None}

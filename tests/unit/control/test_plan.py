@@ -69,7 +69,7 @@ def history(rows: list[dict[str, Any]]) -> History:
 
 
 def act(**kw: Any) -> ControllerSettings:
-    kw.setdefault("rules_on", ("memory-class",))  # off by default; these tests plan it
+    kw.setdefault("rules_on", ("fragmentation", "memory-class"))  # off by default
     return ControllerSettings(mode="act", **kw)
 
 
