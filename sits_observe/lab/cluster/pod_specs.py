@@ -37,6 +37,11 @@ per spare GPU: about 80 % of the spare GPUs busy on average, so pods sometimes w
 scheduler's FailedScheduling events show), in the mix 50 % training, 20 % evaluation, 30 %
 notebooks; CPU-only Jobs come on top, one for every four GPU arrivals (a fifth of all).
 
+Two tenants with GPU quotas of their own come on top too (:class:`TenantScenario`, where the
+servers leave at least 8 GPUs): ``team-a`` holds quota it does not use, ``team-b`` submits
+sweeps of single-GPU Jobs beyond its quota, the situation the controller's namespace quota
+rule is for.
+
 Everything is drawn from one seeded generator, so a seed gives the same pods in the same order.
 The pods' simulated behaviour (peak GPU memory, run time) travels with the pod as container
 environment variables (:data:`ENV_GPU_PEAK_BYTES`, :data:`ENV_DURATION_S`), the way a real
