@@ -228,8 +228,10 @@ class Applier:
             return self._apply(plan)
 
     def _apply(self, plan: Plan) -> list[Outcome]:
-        outcomes = []
-        for decision in plan.decisions():
+        decisions = list(plan.decisions())
+        done: dict[int, Outcome] = {}
+        for index in interleaved(decisions):
+            decision = decisions[index]
             try:
                 outcome = self.apply_one(decision)
             except Exception as exc:  # one object's surprise must not stop the pass
@@ -243,7 +245,8 @@ class Applier:
                     str(self.settings.mode),
                     f"{type(exc).__name__}: {exc}",
                 )
-            outcomes.append(outcome)
+            done[index] = outcome
+        outcomes = [done[i] for i in range(len(decisions))]
         self.recorder.record(outcomes)
         return outcomes
 
@@ -428,6 +431,23 @@ class Applier:
         if result.error is not None:
             self.recorder.count_error("event")
             log.warning("event for %s %s failed: %s", rec.action, ref, result.error)
+
+
+def interleaved(decisions: Sequence[Decision]) -> list[int]:
+    """Indices of ``decisions`` in the order they are applied: one of each action in turn
+    (actions in plan order, each action's decisions in plan order), so that under the write
+    budget no rule's decisions wait behind another's. In plan order, a rule that decides
+    once per short Job (a label per pod) had taken every token of a pass before the quota
+    and time-slice decisions were reached, pass after pass."""
+    queues: dict[str, list[int]] = {}
+    for i, decision in enumerate(decisions):
+        queues.setdefault(str(decision.action), []).append(i)
+    order: list[int] = []
+    depth = 0
+    while len(order) < len(decisions):
+        order.extend(q[depth] for q in queues.values() if depth < len(q))
+        depth += 1
+    return order
 
 
 def apply(

@@ -240,6 +240,11 @@ def test_rate_limit_defers_writes_to_later_passes(
     counts = [o.outcome for o in first]
     assert counts.count("applied") + counts.count("recommended") == 2
     assert counts.count("skipped:rate-limited") == len(first) - 2
+    # The budget goes to one decision of each action in turn, not to the first action's.
+    written = [o.decision.action for o in first if o.outcome != "skipped:rate-limited"]
+    first_action = first[0].decision.action
+    assert sum(o.decision.action == first_action for o in first) >= 2  # plan order: both its
+    assert len(set(written)) == 2
     assert len(emu.objects("events")) == 2
     clock.advance(120)  # two more tokens: one more decision
     second = one_pass(kube, settings, recorder, clock, limiter=bucket)
