@@ -69,6 +69,11 @@ def test_demo_fills_every_sample_table_from_two_nodes(tmp_path: Path) -> None:
         "SELECT count(*) FROM container_samples WHERE namespace = 'inference'"
     ).fetchone()
     assert named is not None and named[0] > 0
+    # The nodes' NUMA counters, each container's NUMA placement and the GPU topology reach
+    # the store, so the interference, affinity and TopologyManager advice have their inputs.
+    for table in ("numa_samples", "container_numa_samples", "gpu_topology", "gpu_links"):
+        (rows,) = con.execute(f"SELECT count(DISTINCT node) FROM {table}").fetchone() or (0,)
+        assert rows == 2, table
     # Nothing the simulated exporters produce is malformed.
     drops = con.execute("SELECT collector, reason, sum(count) FROM collector_drops GROUP BY ALL")
     assert drops.fetchall() == []

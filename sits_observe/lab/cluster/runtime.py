@@ -42,12 +42,22 @@ PodEventHandler = Callable[[PodEvent, datetime], None]
 
 
 class SimulatedNodeFiles:
-    """The on-disk side of one node: its cgroup tree and its request log."""
+    """The on-disk side of one node: its cgroup tree (with each container's
+    ``memory.numa_stat`` split by ``numa_split``), its ``/sys`` NUMA and PCI files under
+    ``sys_root`` and its request log."""
 
-    def __init__(self, node: str, directory: Path, driver: CgroupDriver) -> None:
+    def __init__(
+        self,
+        node: str,
+        directory: Path,
+        driver: CgroupDriver,
+        numa_split: Callable[[SimPod], tuple[float, ...]] | None = None,
+    ) -> None:
         self.node = node
         self.directory = directory
+        self.numa_split = numa_split
         self.cgroup_root = directory / "cgroup"
+        self.sys_root = directory / "sys"
         self.request_log = directory / "requests.jsonl"
         self.tree = CgroupTree(self.cgroup_root, driver=driver)
         self.tree.add_kubepods()
@@ -60,7 +70,7 @@ class SimulatedNodeFiles:
                 c.container_id,
                 qos=QosClass(pod.qos_class),
                 runtime=Runtime.CONTAINERD,
-                values=_values(c),
+                values=_values(c, self._ratios(pod)),
             )
 
     def remove_pod(self, pod: SimPod) -> None:
@@ -68,8 +78,12 @@ class SimulatedNodeFiles:
 
     def update(self, pods: list[SimPod]) -> None:
         for pod in pods:
+            ratios = self._ratios(pod)
             for c in pod.containers:
-                self.tree.set_values(c.container_id, _values(c))
+                self.tree.set_values(c.container_id, _values(c, ratios))
+
+    def _ratios(self, pod: SimPod) -> tuple[float, ...] | None:
+        return None if self.numa_split is None else self.numa_split(pod)
 
     def write_requests(self, lines: list[str]) -> None:
         if lines:
@@ -80,9 +94,10 @@ class SimulatedNodeFiles:
         self._log.close()
 
 
-def _values(c: SimContainer) -> CgroupValues:
+def _values(c: SimContainer, numa_ratios: tuple[float, ...] | None = None) -> CgroupValues:
     anon = int(c.memory_bytes * 0.8)
     return CgroupValues(
+        memory_numa_ratios=numa_ratios,
         memory_current_bytes=c.memory_bytes,
         memory_max_bytes=c.memory_limit_bytes,
         memory_anon_bytes=anon,
@@ -124,7 +139,7 @@ class SimulationRuntime:
             driver = CgroupDriver.SYSTEMD if i % 2 == 0 else CgroupDriver.CGROUPFS
             directory = workdir / "nodes" / name
             directory.mkdir(parents=True, exist_ok=True)
-            self.files[name] = SimulatedNodeFiles(name, directory, driver)
+            self.files[name] = SimulatedNodeFiles(name, directory, driver, cluster.numa_split)
             self.endpoints[name] = NodeEndpoints(cluster, name)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-ticker", daemon=True)
@@ -190,7 +205,9 @@ class SimulationRuntime:
     def _write_files(self) -> None:
         with self.cluster.lock():
             for name, node in self.cluster.nodes.items():
-                self.files[name].update(list(node.pods.values()))
+                files = self.files[name]
+                files.update(list(node.pods.values()))
+                self.cluster.write_sysfs(name, files.sys_root)
 
     def _write_requests(self) -> None:
         for name, files in self.files.items():

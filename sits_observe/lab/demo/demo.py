@@ -40,12 +40,14 @@ from prometheus_client import CollectorRegistry
 from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.collectors.agent import AgentLoop, Shipper, Spool
 from sits_observe.collectors.cgroup.collector import CgroupCollector
+from sits_observe.collectors.cgroup.numa import NumaCollector
 from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.http import new_client
 from sits_observe.collectors.inference.request_log import ColumnMap
 from sits_observe.collectors.inference.request_tail import RequestLogTail
 from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.collectors.kube.inventory import KubeInventoryCollector
+from sits_observe.collectors.topology import TopologyCollector
 from sits_observe.control.controller.kube import KubeJson
 from sits_observe.control.controller.loop import ControllerLoop
 from sits_observe.control.controller.settings import ControllerSettings, Mode
@@ -164,13 +166,17 @@ def node_collectors(
 ) -> list[Collector]:
     """The collectors of ``node``'s agent, as ``sits-observe agent`` would run them there:
     dcgm-exporter, the cgroup tree (limits, OOM events and PSI every ``slow_every`` ticks),
-    the request log and every vLLM server running on the node now."""
+    the NUMA counters and each container's NUMA placement, the GPU topology (through an NVML
+    stand-in for the node's GPUs), the request log and every vLLM server running on the node
+    now."""
     endpoints = runtime.endpoints[node]
     files = runtime.files[node]
     client = new_client()
     collectors: list[Collector] = [
         DcgmCollector(endpoints.dcgm_url, node=node, client=client),
         CgroupCollector(files.cgroup_root, node=node, slow_every=slow_every),
+        NumaCollector(node=node, sys_root=files.sys_root, cgroup_root=files.cgroup_root),
+        TopologyCollector(node=node, nvml=runtime.cluster.nvml(node), sys_root=files.sys_root),
         RequestLogTail(files.request_log, REQUEST_LOG_COLUMNS),
     ]
     for pod, url in endpoints.vllm_urls().items():

@@ -33,6 +33,7 @@ from sits_observe.analytics.serving.step_profiles import GPU_FB_TOTAL_MIB, GPU_P
 from sits_observe.domain.quantity import format_quantity, parse_quantity
 from sits_observe.errors import ParseError
 from sits_observe.lab.cluster.cluster import PodEvent, SimNode, SimPod, SimulatedCluster
+from sits_observe.lab.cluster.pod_labels import affinity_labels
 from sits_observe.lab.cluster.pod_specs import (
     ENV_DURATION_S,
     ENV_GPU_PEAK_BYTES,
@@ -196,7 +197,9 @@ def _resources(spec: PodSpec) -> dict[str, dict[str, str]]:
 
 
 def _labels(spec: PodSpec) -> dict[str, str]:
-    labels = {"app": spec.workload, KIND_LABEL: spec.kind}
+    # The model and precision a GPU pod declares (read by the affinity and TopologyManager
+    # advice, as from a real pod's labels).
+    labels = {"app": spec.workload, KIND_LABEL: spec.kind, **affinity_labels(spec)}
     if spec.owner.kind == "ReplicaSet":
         labels["pod-template-hash"] = spec.template_hash
     elif spec.owner.kind == "Job":
