@@ -52,6 +52,7 @@ from sits_observe.lab.experiment.settings import (
     ABLATIONS,
     BASELINE,
     FULL,
+    RULES_ON,
     ExperimentSettings,
 )
 
@@ -83,7 +84,8 @@ class ArmResult:
 
 @dataclass(frozen=True)
 class ModuleWorth:
-    """Ablation: what one module is worth, per measure ``kube-sits`` minus the arm without it,
+    """Ablation: what one module is worth, per measure ``kube-sits`` minus the arm without it
+    (for an arm that switches on a rule that is off by default: the arm minus ``kube-sits``),
     seed by seed (mean and min-max of the differences)."""
 
     arm: str
@@ -250,6 +252,10 @@ def assemble(
             if arm in ABLATIONS:
                 without = [measures[(arm, s)] for s in seeds]
                 ablation.append(ModuleWorth(arm, ABLATIONS[arm], differences(full, without)))
+            elif arm in RULES_ON:  # a rule off by default: the arm with it on minus kube-sits
+                with_rule = [measures[(arm, s)] for s in seeds]
+                module = f"the controller's {RULES_ON[arm][0]} rule, switched on"
+                ablation.append(ModuleWorth(arm, module, differences(with_rule, full)))
     return ExperimentResult(settings, tuple(arms), tuple(targets), same, wall, tuple(ablation))
 
 

@@ -73,7 +73,7 @@ from sits_observe.lab.cluster.runtime import SimulationRuntime
 from sits_observe.lab.cluster.sim_clock import SimClock
 from sits_observe.lab.demo.demo import node_collectors
 from sits_observe.lab.demo.loop import TIME_SLICING, TIME_SLICING_KEY, seed_cluster
-from sits_observe.lab.experiment.settings import ARM_DOCS, RULES_OFF, Cadence
+from sits_observe.lab.experiment.settings import ARM_DOCS, RULES_OFF, RULES_ON, Cadence
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.kube.publish import KubePublisher
 from sits_observe.lab.kube.workloads import WorkloadDriver
@@ -103,6 +103,8 @@ class Arm:
     extender_settings: ExtenderSettings = field(default_factory=ExtenderSettings)
     #: Controller actions switched off (a rule ablation arm).
     rules_off: tuple[str, ...] = ()
+    #: Controller rules off by default switched on.
+    rules_on: tuple[str, ...] = ()
 
 
 def _same(config: SchedulerConfig) -> SchedulerConfig:
@@ -124,7 +126,7 @@ _ARM_PARTS: dict[str, tuple[bool, bool, Callable[[SchedulerConfig], SchedulerCon
     "kube-sits-no-interference": (True, True, _same),
     "kube-sits-no-gpuhint": (True, True, _same),
     "kube-sits-no-controller": (True, False, _same),
-    **{arm: (True, True, _same) for arm in RULES_OFF},
+    **{arm: (True, True, _same) for arm in (*RULES_OFF, *RULES_ON)},
 }
 _ARM_EXTENDER: dict[str, ExtenderSettings] = {
     "kube-sits-no-fragmentation": _scoring_without(fragmentation_weight=0),
@@ -136,8 +138,14 @@ _ARM_EXTENDER: dict[str, ExtenderSettings] = {
 
 def _arm(name: str, doc: str) -> Arm:
     extender = _ARM_EXTENDER.get(name) or ExtenderSettings()
-    rules_off = RULES_OFF.get(name, ())
-    return Arm(name, *_ARM_PARTS[name], doc=doc, extender_settings=extender, rules_off=rules_off)
+    return Arm(
+        name,
+        *_ARM_PARTS[name],
+        doc=doc,
+        extender_settings=extender,
+        rules_off=RULES_OFF.get(name, ()),
+        rules_on=RULES_ON.get(name, ()),
+    )
 
 
 ARMS: dict[str, Arm] = {name: _arm(name, doc) for name, doc in ARM_DOCS.items()}
@@ -349,6 +357,7 @@ class RunParts:
             interval_s=self.cadence.controller_every_s,
             time_slicing_configmap="/".join(TIME_SLICING),
             rules_off=self.arm.rules_off,
+            rules_on=self.arm.rules_on,
         )
         kube = KubeJson(self.emulator.api_client())
         registry = CollectorRegistry()

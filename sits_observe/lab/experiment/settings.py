@@ -41,22 +41,33 @@ ABLATIONS: dict[str, str] = {
     "kube-sits-no-gpuhint": "the bind verb's GPU hint (the device plugin picks a share's GPU)",
     "kube-sits-nobind": "the bind verb (kube-scheduler binds; the device plugin picks)",
     "kube-sits-no-controller": "the controller (the extender alone)",
-    "kube-sits-no-memory-class": "the controller's memory-class rule",
-    "kube-sits-no-fragmentation-rule": "the controller's node fragmentation rule",
     "kube-sits-no-time-slice": "the controller's time-slice rule",
     "kube-sits-no-qos-quota": "the controller's QoS memory and bandwidth quota rule",
     "kube-sits-no-namespace-quota": "the controller's namespace quota rule",
 }
 #: The controller actions each rule ablation arm switches off (``ControllerSettings.rules_off``).
 RULES_OFF: dict[str, tuple[str, ...]] = {
-    "kube-sits-no-memory-class": ("memory-class",),
-    "kube-sits-no-fragmentation-rule": ("fragmentation",),
     "kube-sits-no-time-slice": ("time-slice",),
     "kube-sits-no-qos-quota": ("qos-memory-quota", "qos-bandwidth-quota"),
     "kube-sits-no-namespace-quota": ("quota-gpu", "quota-cpu", "quota-memory"),
 }
 ARM_DOCS.update(
     {arm: f"kube-sits without {module}" for arm, module in ABLATIONS.items() if arm not in ARM_DOCS}
+)
+#: The controller's rules that are off by default where it writes (``RULES_OFF_BY_DEFAULT``):
+#: each arm is ``kube-sits`` with the one rule switched back on (``ControllerSettings.rules_on``),
+#: so the arm minus ``kube-sits`` is what the rule would be worth on.
+RULES_ON: dict[str, tuple[str, ...]] = {
+    "kube-sits-with-memory-class": ("memory-class",),
+    "kube-sits-with-fragmentation-rule": ("fragmentation",),
+}
+ARM_DOCS.update(
+    {
+        "kube-sits-with-memory-class": "kube-sits with the controller's memory-class label rule "
+        "switched on (off by default)",
+        "kube-sits-with-fragmentation-rule": "kube-sits with the controller's node fragmentation "
+        "label rule switched on (off by default)",
+    }
 )
 #: The arm every sits arm is compared against.
 BASELINE = "kube-default"
