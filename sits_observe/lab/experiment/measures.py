@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -107,6 +107,8 @@ class RunTimeline:
     #: ``<verb>_<outcome>``: the evidence that the arm's pods went through the extender.
     scheduled_by_path: tuple[tuple[str, int], ...] = ()
     extender_calls: tuple[tuple[str, int], ...] = ()
+    #: Time to first token of every successful request, s (empty: not read).
+    ttfts_s: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class RunMeasures:
     latency_p95_s: float
     latency_p99_s: float
     requests: int
+    ttft_p50_s: float
+    ttft_p95_s: float
     quota_rejections: int
     pod_start_p95_s: float
     controller_applied: int
@@ -302,6 +306,8 @@ def run_measures(timeline: RunTimeline, workload: TargetWorkload | None = None) 
         latency_p95_s=quantile(lat, 0.95),
         latency_p99_s=quantile(lat, 0.99),
         requests=int(np.count_nonzero(~np.isnan(lat))),
+        ttft_p50_s=quantile(timeline.ttfts_s, 0.50),
+        ttft_p95_s=quantile(timeline.ttfts_s, 0.95),
         quota_rejections=timeline.quota_rejections,
         pod_start_p95_s=quantile(timeline.pod_start_s, 0.95),
         controller_applied=sum(n for _, n in timeline.controller_applied),

@@ -25,6 +25,7 @@ from sits_observe.store import Store
 FloatArray = npt.NDArray[np.float64]
 
 _LATENCIES = "SELECT latency_s FROM requests WHERE ok ORDER BY ts, latency_s"
+_TTFTS = "SELECT ttft_s FROM requests WHERE ok AND ttft_s IS NOT NULL ORDER BY ts, ttft_s"
 _POD_START = """
 SELECT epoch(initialized_at) - epoch(created_at) AS start_s
 FROM (SELECT pod_uid, min(created_at) AS created_at, min(initialized_at) AS initialized_at
@@ -45,6 +46,12 @@ def _floats(column: pa.ChunkedArray) -> FloatArray:
 def request_latencies_s(store: Store) -> FloatArray:
     """Latency of every successful request, s, ordered by completion time."""
     return _floats(store.query(_LATENCIES).column(0))
+
+
+def request_ttfts_s(store: Store) -> FloatArray:
+    """Time to first token of every successful request that has one, s, by completion
+    time."""
+    return _floats(store.query(_TTFTS).column(0))
 
 
 def pod_start_s(store: Store) -> FloatArray:

@@ -46,6 +46,7 @@ from sits_observe.lab.experiment.reads import (
     gpu_utilisation,
     pod_start_s,
     request_latencies_s,
+    request_ttfts_s,
 )
 from sits_observe.lab.experiment.settings import Cadence
 from sits_observe.reports.actions.decision_totals import applied_decisions
@@ -221,6 +222,7 @@ class _Stepper:
             util_t_s=util_t,
             util_ratio=util,
             latencies_s=request_latencies_s(self.store),
+            ttfts_s=request_ttfts_s(self.store),
             pod_start_s=pod_start_s(self.store),
             quota_rejections=int(self.parts.driver.counts.outcomes["rejected_quota"]),
             controller_applied=applied_by_action(applied_decisions(self.store)),

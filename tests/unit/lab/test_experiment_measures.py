@@ -97,6 +97,7 @@ def _timeline(**over: object) -> RunTimeline:
         "util_t_s": np.array([0.0, 30.0, 90.0]),
         "util_ratio": np.array([0.0, 0.6, 0.9]),
         "latencies_s": np.linspace(1.0, 100.0, 100),
+        "ttfts_s": np.linspace(0.1, 2.0, 20),
         "pod_start_s": np.array([2.0, 4.0, 6.0, 8.0]),
         "quota_rejections": 7,
         "controller_applied": (("quota-gpu", 2), ("time-slice", 1)),
@@ -120,6 +121,8 @@ def test_run_measures_of_a_hand_made_timeline() -> None:
     assert m.latency_p50_s == pytest.approx(50.5)
     assert m.latency_p99_s == pytest.approx(99.01)
     assert m.requests == 100
+    assert m.ttft_p50_s == pytest.approx(1.05)
+    assert m.ttft_p95_s == pytest.approx(0.1 + 0.95 * 1.9)
     assert m.pod_start_p95_s == pytest.approx(6 + 0.85 * 2)
     assert (m.quota_rejections, m.controller_applied) == (7, 3)
 
@@ -152,6 +155,8 @@ def _measures(**over: float) -> RunMeasures:
             "latency_p50_s",
             "latency_p95_s",
             "latency_p99_s",
+            "ttft_p50_s",
+            "ttft_p95_s",
             "pod_start_p95_s",
         ),
         0.5,
