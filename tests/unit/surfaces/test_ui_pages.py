@@ -381,8 +381,8 @@ def test_fragmentation_page_shows_fgd_causes_smf_and_trend_clusters(
     trends = report_on(db, "trends", level="gpu").main
     pattern = heading(trends, "pattern")
     rows = {r[pattern]: " ".join(map(str, r.values())) for r in clusters.to_dict("records")}
-    assert set(rows) == {"steady", "leaking"}
-    assert "node-a/0" in rows["steady"] and "node-a/1" in rows["leaking"]
+    assert set(rows) == {"flat", "leaking"}
+    assert "node-a/0" in rows["flat"] and "node-a/1" in rows["leaking"]
     assert clusters[heading(trends, "level")].tolist() == [
         human(v, Unit.ratio) for v in trends.rows.column("level").to_pylist()
     ]
