@@ -355,7 +355,11 @@ def interference_report(
         )
     nodes = []
     for node, score in node_scores(samples, settings, numa_miss_ratio=numa).items():
-        members = by_node[node]
+        members = by_node.get(node)
+        if not members:
+            # A store read twice while agents write: a node whose first rows were committed
+            # between the two reads is scored by the next pass, not half of it by this one.
+            continue
         # Two reads of the same samples may differ in a score's last bits (DuckDB sums in
         # parallel): scores within 1e-12 are a tie, won by the first GPU in order.
         hottest = max(members, key=lambda g: round(g.score.score, 12))

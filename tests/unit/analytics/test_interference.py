@@ -320,3 +320,19 @@ def test_real_dcgm_exports(shared_data: Path) -> None:
     assert l40s.score.bandwidth_util_ratio == pytest.approx(0.000131)
     assert l40s.score.nvlink_conflict_ratio == 0.0  # the L40S has no NVLink
     assert l40s.score.missing_inputs == ("numa_miss_ratio",)
+
+
+def test_a_node_first_seen_by_the_second_read_is_left_for_the_next_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report reads its samples twice (per GPU, then per node); on a live store an agent's
+    batch can land between the reads. The demo raised KeyError for such a node."""
+    from sits_observe.analytics.topology import interference
+
+    rows = [sample(i, "GPU-a", "p1", dram_active_ratio=0.5) for i in range(3)]
+    first_read = interference.node_scores(frame(rows), S)
+    late = {**first_read, "n2": score(0.9)}
+    monkeypatch.setattr(interference, "node_scores", lambda *args, **kwargs: late)
+    report = interference_report(frame(rows), S)
+    assert [n.node for n in report.nodes] == ["n1"]
+    assert [g.node for g in report.gpus] == ["n1"]
