@@ -6,10 +6,7 @@ tensorrt_llm/metrics/collector.py names and default buckets (tests/engine_exposi
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -21,42 +18,9 @@ from sits_observe.domain.tables import SERVER_WINDOWS
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
 from tests.engine_expositions import LAYOUTS, MODEL, FakeEngine, bucket_width
+from tests.metrics_server import MetricsServer, serve_metrics
 
-
-@dataclass
-class MetricsServer:
-    """/metrics on 127.0.0.1 returning ``body()`` at each request."""
-
-    url: str
-    body: Callable[[], str]
-
-
-@pytest.fixture
-def metrics_server() -> Iterator[MetricsServer]:
-    holder = MetricsServer("", lambda: "")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            payload = holder.body().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Keep test output clean."""
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    holder.url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    try:
-        yield holder
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+metrics_server = pytest.fixture(serve_metrics)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "trtllm"])
