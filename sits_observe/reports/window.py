@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sits_observe.errors import ConfigError, NoDataError
+from sits_observe.store.rows import in_window_params
 
 #: The words ``until`` takes besides a time.
 UNTIL_WORDS = ("now", "newest")
@@ -104,6 +105,11 @@ class Window:
     since: datetime | None
     until: datetime
     rule: str
+
+    @property
+    def params(self) -> list[object]:
+        """The parameters of one :data:`sits_observe.store.rows.IN_WINDOW` condition."""
+        return in_window_params(self.since, self.until)
 
     @property
     def seconds(self) -> float | None:

@@ -21,11 +21,10 @@ import duckdb
 import pyarrow as pa
 
 from sits_observe.store.duck import Store
+from sits_observe.store.rows import IN_WINDOW, in_window_params
 
-__all__ = ["IN_WINDOW", "gpu_identities", "gpu_identities_of", "identity_sql", "window_params"]
+__all__ = ["gpu_identities", "gpu_identities_of", "identity_sql"]
 
-#: ``ts`` inside ``[since, until)``; three parameters (until, since, since), since may be NULL.
-IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
 
 _NEEDED = ("ts", "gpu_uuid", "node", "gpu_index", "model_name", "mig_instance_id")
 
@@ -49,17 +48,12 @@ GROUP BY gpu_uuid
 """
 
 
-def window_params(since: datetime | None, until: datetime) -> list[object]:
-    """The three parameters of one :data:`IN_WINDOW` condition."""
-    return [until, since, since]
-
-
 def gpu_identities(
     store: Store, *, since: datetime | None, until: datetime, whole_gpu: bool = False
 ) -> pa.Table:
     """The identity of every GPU sampled in ``[since, until)`` (``since`` None: from the
     first sample), in no set order."""
-    return store.query(identity_sql(IN_WINDOW, whole_gpu=whole_gpu), window_params(since, until))
+    return store.query(identity_sql(IN_WINDOW, whole_gpu=whole_gpu), in_window_params(since, until))
 
 
 def gpu_identities_of(samples: pa.Table) -> pa.Table:

@@ -53,6 +53,16 @@ _WINDOW_SQL = (
 )
 
 
+#: ``ts`` in ``[since, until)`` with ``until`` given and ``since`` None for "from the first
+#: row": three parameters, :func:`in_window_params`.
+IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
+
+
+def in_window_params(since: datetime | None, until: datetime) -> list[object]:
+    """The three parameters of one :data:`IN_WINDOW` condition."""
+    return [until, since, since]
+
+
 def _window_params(
     since: datetime | None, until: datetime | None, node: str | None
 ) -> list[object]:

@@ -31,6 +31,7 @@ from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.spec import require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.rows import IN_WINDOW
 
 MIB = 1024 * 1024
 #: Resources of a node whose allocatable value is unknown: never the limit.
@@ -38,11 +39,10 @@ UNKNOWN_NODE_MILLI = 1 << 40
 UNKNOWN_NODE_MIB = 1 << 40
 FILLED_BY = "`sits-observe ingest k8s` (or `serve` / `demo`, which snapshot the inventory)"
 
-_IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
 _NODES = f"""
 SELECT node, coalesce(gpu_allocatable, 0) AS gpus, coalesce(gpu_product, '') AS model,
        cpu_allocatable_milli AS cpu, memory_allocatable_bytes AS mem
-FROM nodes WHERE {_IN_WINDOW} AND node IS NOT NULL
+FROM nodes WHERE {IN_WINDOW} AND node IS NOT NULL
 QUALIFY ts = max(ts) OVER () AND ready IS DISTINCT FROM false
 ORDER BY node
 """
@@ -53,7 +53,7 @@ SELECT coalesce(pod_uid, namespace || '/' || pod) AS name,
        arg_max(greatest(coalesce(gpu_request, 0), 0), ts) AS gpus,
        arg_max(gpu_milli, ts) AS milli,
        arg_max(gpu_types, ts) AS types
-FROM pods WHERE {_IN_WINDOW} GROUP BY ALL ORDER BY name
+FROM pods WHERE {IN_WINDOW} GROUP BY ALL ORDER BY name
 """
 
 
@@ -84,7 +84,7 @@ def trace_from_store(store: Store, window: Window) -> Trace:
     """The live cluster of ``window`` as a trace (see the module docstring)."""
     require_rows(store, window, "nodes", FILLED_BY)
     require_rows(store, window, "pods", FILLED_BY)
-    params = [window.until, window.since, window.since]
+    params = window.params
     nodes = store.query(_NODES, params).to_pylist()
     if not nodes:
         raise NoDataError(f"no Ready node in the latest nodes snapshot of {window.describe()}")

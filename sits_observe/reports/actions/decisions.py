@@ -18,18 +18,18 @@ from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
+from sits_observe.store.rows import IN_WINDOW
 
 FILLED_BY = "`sits-observe controller` (every decision it takes, dry-run included)"
 #: The kinds of outcome (the part of ``outcome`` before ``:``).
 OUTCOMES = ("recommended", "applied", "skipped", "failed")
 
-_IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
 _LOG = f"""
 SELECT ts, lower(kind) || '/' || coalesce(namespace || '/', '') || name AS target,
        kind, namespace, name, action, outcome, split_part(outcome, ':', 1) AS outcome_kind,
        mode, current, proposed, reason, detail, replica
 FROM decisions
-WHERE {_IN_WINDOW}
+WHERE {IN_WINDOW}
   AND (len(?::VARCHAR[]) = 0 OR list_contains(?::VARCHAR[], action))
   AND (len(?::VARCHAR[]) = 0 OR list_contains(?::VARCHAR[], split_part(outcome, ':', 1)))
 ORDER BY ts DESC, kind, namespace, name, action
@@ -37,7 +37,7 @@ LIMIT ?
 """
 _COUNTS = f"""
 SELECT action, split_part(outcome, ':', 1) AS outcome, count(*) AS decisions, max(ts) AS last_at
-FROM decisions WHERE {_IN_WINDOW}
+FROM decisions WHERE {IN_WINDOW}
 GROUP BY ALL ORDER BY action, outcome
 """
 
@@ -81,7 +81,7 @@ _COUNT_COLUMNS = (
 def build(store: Store, window: Window, query: DecisionsQuery) -> Report:
     """The ``decisions`` report over ``window``."""
     require_rows(store, window, "decisions", FILLED_BY)
-    bounds = [window.until, window.since, window.since]
+    bounds = window.params
     actions, outcomes = list(query.actions), list(query.outcomes)
     log = store.query(_LOG, [*bounds, actions, actions, outcomes, outcomes, query.limit])
     counts = store.query(_COUNTS, bounds)

@@ -46,6 +46,7 @@ from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec, newest
 from sits_observe.reports.window import Window, empty_window_message
 from sits_observe.store import Store
+from sits_observe.store.rows import IN_WINDOW
 
 __all__ = ["SPEC", "RecommendAction", "RecommendQuery", "build", "short_reason"]
 
@@ -186,9 +187,9 @@ def _matches(row: dict[str, Any], query: RecommendQuery) -> bool:
 
 def _require_any(store: Store, window: Window) -> None:
     """A :class:`NoDataError` when none of :data:`READS` has a row in ``window``."""
-    params: list[object] = [window.until, window.since, window.since]
+    params: list[object] = window.params
     for table in READS:
-        sql = f"SELECT count(*) FROM {table} WHERE ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
+        sql = f"SELECT count(*) FROM {table} WHERE {IN_WINDOW}"
         if store.scalar(sql, params):
             return
     if all(store.count(t) == 0 for t in READS):

@@ -17,10 +17,9 @@ import pyarrow as pa
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.freshness import newest_by_node
-from sits_observe.store.gpu_identity import IN_WINDOW, identity_sql
+from sits_observe.store.gpu_identity import identity_sql
 from sits_observe.store.inventory_reads import last_seen_params, last_seen_sql
-
-_IN_WINDOW = IN_WINDOW
+from sits_observe.store.rows import IN_WINDOW
 
 _NODES = f"""
 WITH snapshot AS (
@@ -28,12 +27,12 @@ WITH snapshot AS (
         SELECT max(ts) FROM ({last_seen_sql("nodes", ("node",))}) WHERE node IS NOT NULL
     )
 ),
-identity AS ({identity_sql(_IN_WINDOW)}),
+identity AS ({identity_sql(IN_WINDOW)}),
 gpu AS (
     SELECT g.node, g.gpu_uuid, g.util, g.fb_used, i.model_name
     FROM (
         SELECT node, gpu_uuid, avg(gpu_util_ratio) AS util, arg_max(fb_used_bytes, ts) AS fb_used
-        FROM gpu_samples WHERE {_IN_WINDOW} AND node IS NOT NULL AND gpu_uuid IS NOT NULL
+        FROM gpu_samples WHERE {IN_WINDOW} AND node IS NOT NULL AND gpu_uuid IS NOT NULL
         GROUP BY node, gpu_uuid
     ) g JOIN identity i USING (gpu_uuid)
 ),
@@ -50,7 +49,7 @@ per_sample AS (
            max(gpu_util_ratio) AS max_gpu_util_ratio,
            avg(fb_used_bytes::DOUBLE / nullif(fb_total_bytes, 0)) AS fb_used_ratio,
            avg(power_w) AS power_w
-    FROM gpu_samples WHERE {_IN_WINDOW} AND node IS NOT NULL GROUP BY node
+    FROM gpu_samples WHERE {IN_WINDOW} AND node IS NOT NULL GROUP BY node
 )
 SELECT coalesce(s.node, g.node) AS node,
        coalesce(s.gpu_allocatable, g.gpus_sampled) AS gpus,
@@ -65,7 +64,7 @@ ORDER BY node
 """
 
 _GPUS = f"""
-WITH identity AS ({identity_sql(_IN_WINDOW)}),
+WITH identity AS ({identity_sql(IN_WINDOW)}),
 per_gpu AS (
 SELECT node, gpu_uuid,
        arg_max(mig_profile, ts) AS mig_profile,
@@ -78,7 +77,7 @@ SELECT node, gpu_uuid,
        arg_max(gpu_temp_c, ts) AS gpu_temp_c,
        count(*) AS samples,
        max(ts) AS sampled_at
-FROM gpu_samples WHERE {_IN_WINDOW} AND gpu_uuid IS NOT NULL
+FROM gpu_samples WHERE {IN_WINDOW} AND gpu_uuid IS NOT NULL
 GROUP BY node, gpu_uuid
 )
 SELECT g.node, g.gpu_uuid, i.gpu_index, i.model_name, g.* EXCLUDE (node, gpu_uuid)
@@ -89,32 +88,27 @@ ORDER BY g.node, i.gpu_index, g.gpu_uuid
 _DROPS = f"""
 SELECT collector, reason, sum(count)::BIGINT AS dropped, count(DISTINCT node) AS nodes,
        max(ts) AS last_at
-FROM collector_drops WHERE {_IN_WINDOW}
+FROM collector_drops WHERE {IN_WINDOW}
 GROUP BY collector, reason ORDER BY dropped DESC, collector, reason
 """
 
-_SPAN = f"SELECT min(ts), max(ts) FROM gpu_samples WHERE {_IN_WINDOW}"
-
-
-def window_params(window: Window) -> list[object]:
-    """The three parameters of one ``_IN_WINDOW`` condition."""
-    return [window.until, window.since, window.since]
+_SPAN = f"SELECT min(ts), max(ts) FROM gpu_samples WHERE {IN_WINDOW}"
 
 
 def node_rows(store: Store, window: Window, idle_below_ratio: float) -> pa.Table:
     """One row per node of the latest inventory snapshot or with GPU samples in ``window``."""
-    params = [*last_seen_params(window.since, window.until), *2 * window_params(window)]
-    return store.query(_NODES, [*params, idle_below_ratio, *window_params(window)])
+    params = [*last_seen_params(window.since, window.until), *2 * window.params]
+    return store.query(_NODES, [*params, idle_below_ratio, *window.params])
 
 
 def gpu_rows(store: Store, window: Window) -> pa.Table:
     """One row per GPU sampled in ``window``: means over it, and its newest sample's values."""
-    return store.query(_GPUS, 2 * window_params(window))
+    return store.query(_GPUS, 2 * window.params)
 
 
 def drop_rows(store: Store, window: Window) -> pa.Table:
     """Samples the collectors dropped in ``window``, per collector and reason."""
-    return store.query(_DROPS, window_params(window))
+    return store.query(_DROPS, window.params)
 
 
 def freshness_rows(store: Store, window: Window) -> pa.Table:
@@ -126,6 +120,6 @@ def freshness_rows(store: Store, window: Window) -> pa.Table:
 
 def sample_span(store: Store, window: Window) -> tuple[datetime, datetime] | None:
     """The first and last GPU sample time in ``window`` (None without samples)."""
-    row = store.query(_SPAN, window_params(window)).to_pylist()[0]
+    row = store.query(_SPAN, window.params).to_pylist()[0]
     first, last = row["min(ts)"], row["max(ts)"]
     return None if first is None or last is None else (first, last)

@@ -33,10 +33,10 @@ from sits_observe.analytics.fragmentation.fgd_live import cluster_at
 from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.serving.latency import RequestSelection
 from sits_observe.errors import ConfigError
-from sits_observe.reports.inventory.fleet_reads import window_params
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.store.inventory_reads import bucket_snapshots
+from sits_observe.store.rows import IN_WINDOW
 
 #: Buckets an automatic width aims at (a chart of 30 points reads at a glance).
 TARGET_BUCKETS = 30
@@ -49,12 +49,11 @@ ROUND_WIDTHS_S = (
 )  # fmt: skip
 
 _BUCKET = "time_bucket(to_microseconds(?::BIGINT), ts)"
-_IN_WINDOW = "ts < ? AND (?::TIMESTAMP IS NULL OR ts >= ?)"
 
 _GPU_SERIES = f"""
 WITH per_gpu AS (
     SELECT {_BUCKET} AS start_at, gpu_uuid, avg(gpu_util_ratio) AS util
-    FROM gpu_samples WHERE {_IN_WINDOW} AND gpu_uuid IS NOT NULL GROUP BY ALL
+    FROM gpu_samples WHERE {IN_WINDOW} AND gpu_uuid IS NOT NULL GROUP BY ALL
 )
 SELECT start_at, count(*) AS gpus_sampled, count(*) FILTER (WHERE util < ?) AS idle_gpus,
        avg(util) AS gpu_util_ratio
@@ -86,7 +85,7 @@ def _micros(bin_s: float) -> int:
 
 def gpu_series(store: Store, window: Window, bin_s: float, idle_below_ratio: float) -> pa.Table:
     """Per bucket: ``start_at``, ``gpus_sampled``, ``idle_gpus``, ``gpu_util_ratio``."""
-    params = [_micros(bin_s), *window_params(window), idle_below_ratio]
+    params = [_micros(bin_s), *window.params, idle_below_ratio]
     return store.query(_GPU_SERIES, params)
 
 

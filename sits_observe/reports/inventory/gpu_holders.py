@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.store.gpu_identity import IN_WINDOW, identity_sql, window_params
+from sits_observe.store.gpu_identity import identity_sql
+from sits_observe.store.rows import IN_WINDOW
 
 #: The newest time of each instance first (a partition maximum: no sort), then only the rows
 #: at that time are ordered to break ties. The same rows as numbering every sample of the
@@ -55,7 +56,7 @@ FROM identity i JOIN pods p USING (gpu_uuid)
 
 
 def _bounds(window: Window) -> list[object]:
-    return 2 * window_params(window.since, window.until)
+    return 2 * window.params
 
 
 def gpu_instances(store: Store, window: Window) -> pa.Table:
