@@ -19,9 +19,9 @@ The ``naive`` baseline computes the same cold decisions object by object in plai
 calling scalar rule functions (``memory_class``, ``time_slice``, ``recommend_priority``,
 ``elastic_quota``: the plain-Python versions the tests keep as the oracle of the vectorised
 rules, ``tests/unit/analytics/class_oracle.py``; and ``recommend_topology``) and building a
-:class:`~sits_observe.control.controller.model.Decision` per proposal, with dictionary look-ups for
-the current state: what a straightforward per-object controller would do. It skips the safety
-steps, so it flatters the baseline.
+:class:`~sits_observe.control.controller.planning.model.Decision` per proposal, with dictionary
+look-ups for the current state: what a straightforward per-object controller would do. It skips the
+safety steps, so it flatters the baseline.
 
 Median of ``--runs`` runs (default 5) after one warm-up, the three contenders interleaved
 (one run of each per round) so that load from other processes hits them alike. The script
@@ -49,14 +49,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sits_observe.analytics.classes.classify import ElasticSignals, Task
 from sits_observe.analytics.topology.interference import InterferenceScore, recommend_topology
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
-from sits_observe.control.controller.model import (
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.model import (
     Decision,
     ObjectRef,
     Recommendation,
     recommendation_annotation,
 )
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import QUOTA_RESOURCES, ControllerSettings
 from tests.unit.analytics.class_oracle import (
     elastic_quota,

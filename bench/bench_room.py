@@ -5,9 +5,9 @@ with ``--kube``: the extender's path), ``--seeds`` seeds, node-order ties: at th
 replay, the idle GPUs split into whole idle GPUs and the remnants beside shares, the part of
 those on GPUs holding a single share, the share set that leaves the most, and a hindsight
 reference: the same shares repacked best-fit decreasing
-(:mod:`sits_observe.lab.replay.room`). Means over the seeds, in GPUs.
+(:mod:`sits_observe.lab.replay.engine.room`). Means over the seeds, in GPUs.
 
-The replays are :func:`sits_observe.lab.replay.replay.replay` itself (the ledger only watches
+The replays are :func:`sits_observe.lab.replay.engine.replay.replay` itself (the ledger only watches
 its placements), so their allocation is the replay table's. Prints a markdown table; nothing is
 recorded automatically (docs/evidence/sits-tie-levels.md quotes it).
 """
@@ -28,10 +28,10 @@ from pathlib import Path
 from bench_schedsim import TRACE, load_trace
 
 from sits_observe.analytics.traces.variants import STUDY_VARIANTS, make_variant
-from sits_observe.lab.replay import replay as schedsim
+from sits_observe.lab.replay.engine import replay as schedsim
+from sits_observe.lab.replay.engine.policies import Policy
+from sits_observe.lab.replay.engine.room import RoomLeft, ShareLedger
 from sits_observe.lab.replay.extender import KUBE_SITS, replay_policies
-from sits_observe.lab.replay.policies import Policy
-from sits_observe.lab.replay.room import RoomLeft, ShareLedger
 
 
 def one(trace: str, workload: str, policy: str, seed: int) -> RoomLeft:

@@ -4,8 +4,8 @@ Two parts (``--part speed``, ``--part table``, or ``all``):
 
 **speed**, on the default workload:
 
-- ``all``: :func:`sits_observe.lab.replay.replay.simulate` with every built-in policy x ``--seeds``
-  seeds on the 1,213-node / 8,152-pod trace inflated to 130% (about 10,800 arrivals per
+- ``all``: :func:`sits_observe.lab.replay.engine.replay.simulate` with every built-in policy x
+  ``--seeds`` seeds on the 1,213-node / 8,152-pod trace inflated to 130% (about 10,800 arrivals per
   replay), in ``--workers`` processes; wall time of the whole call (loading the CSVs not
   included). Per policy: the median over seeds of *decisions per second* of one replay
   (arrivals / replay time; a failed pod is a decision too), measured inside the worker.
@@ -60,8 +60,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES, MILLI_PER_GPU
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES, MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.analytics.traces.cluster_trace import (
     NodeList,
@@ -71,7 +71,10 @@ from sits_observe.analytics.traces.cluster_trace import (
 )
 from sits_observe.analytics.traces.variants import STUDY_VARIANTS, make_variant
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.lab.replay import replay as schedsim
+from sits_observe.lab.replay.engine import replay as schedsim
+from sits_observe.lab.replay.engine.policies import Choice, FgdPolicy, is_partial
+from sits_observe.lab.replay.engine.sits import SitsPolicy, SitsSettings
+from sits_observe.lab.replay.engine.state import SimPod, SimState, pod_kinds
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,
     KUBE_SITS,
@@ -79,9 +82,6 @@ from sits_observe.lab.replay.extender import (
     ExtenderReplayPolicy,
     replay_policies,
 )
-from sits_observe.lab.replay.policies import Choice, FgdPolicy, is_partial
-from sits_observe.lab.replay.sits import SitsPolicy, SitsSettings
-from sits_observe.lab.replay.state import SimPod, SimState, pod_kinds
 from sits_observe.lab.scheduler.config import load_scheduler_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,20 +36,20 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from sits_observe.analytics.fragmentation.fgd import FragmentationReport, fragmentation
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState, apply_placements
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState, apply_placements
+from sits_observe.analytics.fragmentation.fgd.measure import FragmentationReport, fragmentation
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES, MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import (
+    TargetWorkload,
+    TypicalPodSettings,
+    typical_pods,
+)
 from sits_observe.analytics.fragmentation.fgd_live import (
     UNKNOWN_CPU_MILLI,
     InventoryTables,
     LiveCluster,
     live_cluster,
     live_cluster_of,
-)
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES, MILLI_PER_GPU, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import (
-    TargetWorkload,
-    TypicalPodSettings,
-    typical_pods,
 )
 from sits_observe.analytics.topology.affinity_placement import (
     Holding,

@@ -36,8 +36,8 @@ from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.inference.vllm import VllmCollector
 from sits_observe.collectors.kube.api import KubeJson
-from sits_observe.control.controller.inputs import History, Signals
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import History, Signals
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.promql import PromQLSignalSettings, PromQLSignalSource
 from sits_observe.control.signals.source import SignalMetrics, signals_of

@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import (
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.model import (
     MILLI_PER_GPU,
     PodShape,
     normalise_gpu_types,

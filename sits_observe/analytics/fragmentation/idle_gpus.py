@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import LiveCluster
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
-from sits_observe.analytics.fragmentation.fgd_workload import typical_pods
 from sits_observe.analytics.fragmentation.settings import IdleSettings
 from sits_observe.analytics.serving.settings import PriceTable
 from sits_observe.domain.times import utc_naive

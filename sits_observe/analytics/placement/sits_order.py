@@ -1,5 +1,5 @@
 """The ``sits`` order of candidate nodes, one implementation for the replay policy
-(:mod:`sits_observe.lab.replay.sits`) and the extender's ranked scores
+(:mod:`sits_observe.lab.replay.engine.sits`) and the extender's ranked scores
 (:mod:`sits_observe.control.extender.rank`), so the two cannot drift apart.
 
 Levels, compared in turn (the first that differs decides):

@@ -30,7 +30,7 @@ from datetime import datetime
 
 import polars as pl
 
-from sits_observe.analytics.fragmentation.fgd_model import (
+from sits_observe.analytics.fragmentation.fgd.model import (
     MILLI_PER_GPU,
     PodShape,
     normalise_gpu_types,

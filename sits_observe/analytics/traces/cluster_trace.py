@@ -19,7 +19,7 @@ Every problem raises :class:`ParseError` naming the file, the line (1 = header) 
 value. Extra columns are allowed; missing required columns are listed.
 
 polars is imported by the functions that read a file, not at the top: the typed lists are
-part of the FGD cluster state (:mod:`.fgd_cluster`), which ``serve`` imports before its port
+part of the FGD cluster state (:mod:`.fgd.cluster`), which ``serve`` imports before its port
 is up, and polars (about 0.15 s) would delay the scheduler extender's first answer
 (docs/extender.md, cold start).
 """
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_model import (
+from sits_observe.analytics.fragmentation.fgd.model import (
     PodShape,
     normalise_gpu_types,
     shape_problem,

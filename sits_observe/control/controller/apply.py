@@ -23,9 +23,9 @@ What each mode writes (docs/controller.md has the table):
 
 Safety: skipped decisions write nothing. Every API request sent here (PATCH, ConfigMap and
 ClusterQueue GET, ConfigMap PUT, Event POST), each retry included, takes one token from the
-:class:`~sits_observe.control.controller.safety.TokenBucket`: the budget bounds what the API server
-sees, not how many decisions were made. A decision starts only when the requests it sends without
-retries (or a full bucket, if it needs more) are available, else it is
+:class:`~sits_observe.control.controller.planning.safety.TokenBucket`: the budget bounds what the
+API server sees, not how many decisions were made. A decision starts only when the requests it sends
+without retries (or a full bucket, if it needs more) are available, else it is
 ``skipped:rate-limited`` and planned again next pass. A retry without a token waits for one,
 at most ``backoff_max_s`` (as long as a backoff); longer, and the decision is deferred the same
 way (``skipped:rate-limited``; an Event without budget is counted as an ``event`` error and the
@@ -57,7 +57,7 @@ from sits_observe.control.controller.kube import (
     path_of,
     with_retries,
 )
-from sits_observe.control.controller.model import (
+from sits_observe.control.controller.planning.model import (
     ACTIONS,
     Change,
     Decision,
@@ -66,8 +66,8 @@ from sits_observe.control.controller.model import (
     Plan,
     recommendation_annotation,
 )
-from sits_observe.control.controller.proposals import actuable
-from sits_observe.control.controller.safety import TokenBucket
+from sits_observe.control.controller.planning.proposals import actuable
+from sits_observe.control.controller.planning.safety import TokenBucket
 from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.control.signals.kube_queues import FIELDS, queue_patch
 from sits_observe.errors import KubeApiError

@@ -32,10 +32,10 @@ import polars as pl
 from polars.exceptions import PanicException
 
 from sits_observe.control.controller.apply import Applier
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
 from sits_observe.control.controller.leader import LeaderElector
-from sits_observe.control.controller.model import Plan
-from sits_observe.control.controller.plan import plan as make_plan
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.model import Plan
+from sits_observe.control.controller.planning.plan import plan as make_plan
 from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.store.duck import Store

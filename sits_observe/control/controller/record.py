@@ -10,7 +10,8 @@
   (same proposal, same outcome, e.g. a pass after pass of ``skipped:rate-limited``) is
   counted but not stored again, so a backlog does not grow the table every pass.
 - :func:`load_history` reads back the latest decision per object and action for
-  :func:`~sits_observe.control.controller.plan.plan`; :func:`recent_decisions` feeds ``recommend``.
+  :func:`~sits_observe.control.controller.planning.plan.plan`; :func:`recent_decisions` feeds
+  ``recommend``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import polars as pl
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from sits_observe.control.controller.inputs import History
-from sits_observe.control.controller.model import Outcome
+from sits_observe.control.controller.planning.inputs import History
+from sits_observe.control.controller.planning.model import Outcome
 from sits_observe.domain.tables import DECISIONS
 from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store

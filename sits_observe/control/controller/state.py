@@ -1,5 +1,5 @@
 """Read what the cluster holds now into a
-:class:`~sits_observe.control.controller.inputs.CurrentState`.
+:class:`~sits_observe.control.controller.planning.inputs.CurrentState`.
 
 One paged list each of nodes, the owner workloads (Deployments, StatefulSets, DaemonSets, Jobs,
 CronJobs: :data:`~.kube.WORKLOAD_RESOURCES`), pods, namespaces and the managed ResourceQuotas
@@ -25,9 +25,13 @@ import yaml
 
 from sits_observe.collectors.kube.api import KubeJson, object_path
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import OBJECTS_SCHEMA, CurrentState
 from sits_observe.control.controller.kube import WORKLOAD_RESOURCES, list_path
-from sits_observe.control.controller.model import ACTIONS, QUOTA_ACTIONS, recommended_values
+from sits_observe.control.controller.planning.inputs import OBJECTS_SCHEMA, CurrentState
+from sits_observe.control.controller.planning.model import (
+    ACTIONS,
+    QUOTA_ACTIONS,
+    recommended_values,
+)
 from sits_observe.control.controller.settings import QUOTA_GPU, ControllerSettings
 from sits_observe.control.controller.state_owners import Workloads
 from sits_observe.control.signals.kube_queues import read_queues

@@ -29,8 +29,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.placement.device_plugin import GpuPolicy
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.control.extender.view import ClusterView

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.control.extender.view import ClusterView, Inventory, gpu_free_counts
 
 

@@ -30,7 +30,7 @@ says why); ``score_mode = "absolute"`` gives each node, whatever the other candi
 
 - ``frag`` (0-1), FGD's fragmentation descent (Weng et al., USENIX ATC 2023): with
   delta = the growth of the node's F_n(M) if the pod is placed there (milli-GPU, from
-  :class:`sits_observe.analytics.fragmentation.fgd_index.FragmentationIndex`) and S = the pod's GPU
+  :class:`sits_observe.analytics.fragmentation.fgd.index.FragmentationIndex`) and S = the pod's GPU
   milli (its share for a shared pod, 1000 per whole GPU; 1000 for a CPU-only pod),
   ``frag = clip((1 - delta / S) / 2, 0, 1)``. A placement can lower F_n by at most S (the
   pod's own GPUs), so delta = -S (the pod fills fragmented capacity) scores 1, delta = 0
@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.analytics.placement.sits_order import RankKeys, cpu_short_steps
 from sits_observe.analytics.topology.affinity import (

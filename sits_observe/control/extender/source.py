@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import live_cluster
-from sits_observe.analytics.fragmentation.fgd_workload import typical_pods
 from sits_observe.control.extender.nodes import bound_pods, gpu_uuids_by_index
 from sits_observe.control.extender.slow import SlowSignals, slow_signals
 from sits_observe.domain.times import utc_naive

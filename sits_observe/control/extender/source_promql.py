@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 import pyarrow as pa
 
-from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import InventoryTables, live_cluster_of
-from sits_observe.analytics.fragmentation.fgd_workload import typical_pods
 from sits_observe.analytics.topology.interference import SAMPLE_COLUMNS
 from sits_observe.collectors.kube.pods import workload_of
 from sits_observe.control.extender.nodes import IntArray, uuids_by_index

@@ -47,9 +47,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
 from sits_observe.analytics.topology.settings import InterferenceSettings, find_link_capacity
 from sits_observe.control.extender.nodes import tie_rank
 from sits_observe.control.extender.slow import SlowSignals

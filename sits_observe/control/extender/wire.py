@@ -40,7 +40,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
 from sits_observe.collectors.kube.gpu import GPU_RESOURCE, pod_gpu_request
 from sits_observe.collectors.kube.gpu_stack import affinity_keys
 from sits_observe.collectors.kube.pods import pod_requests, workload_of

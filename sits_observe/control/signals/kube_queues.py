@@ -41,14 +41,14 @@ import polars as pl
 
 from sits_observe.collectors.kube.api import JsonObject, KubeJson
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import (
+from sits_observe.control.controller.kube import QUEUE_RESOURCES
+from sits_observe.control.controller.planning.inputs import (
     OBJECTS_SCHEMA,
     QUEUE_MEMBERS_SCHEMA,
     VALUES_SCHEMA,
     QueueState,
 )
-from sits_observe.control.controller.kube import QUEUE_RESOURCES
-from sits_observe.control.controller.model import recommended_values
+from sits_observe.control.controller.planning.model import recommended_values
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.errors import KubeApiError, ParseError

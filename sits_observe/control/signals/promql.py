@@ -51,7 +51,7 @@ from sits_observe.analytics.rightsizing import elastic
 from sits_observe.analytics.source import SnapshotServerWindows
 from sits_observe.analytics.topology.interference import SAMPLE_COLUMNS, interference_report
 from sits_observe.collectors.kube.pods import workload_of
-from sits_observe.control.controller.inputs import TENANT_SIGNALS
+from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS
 from sits_observe.control.controller.settings import (
     QUOTA_CPU,
     QUOTA_GPU,

@@ -1,8 +1,8 @@
 """Where the controller's signals come from: the seam, and the code both sources share.
 
 :func:`signals_of` turns one pass's reads into
-:class:`~sits_observe.control.controller.inputs.Signals`; a :class:`SignalSource` makes the reads,
-one frame per signal family:
+:class:`~sits_observe.control.controller.planning.inputs.Signals`; a :class:`SignalSource` makes the
+reads, one frame per signal family:
 
 - ``nodes``: the subjects (a ``node`` column: the nodes of the latest inventory);
 - ``fragmentation`` / ``interference``: per node (:data:`FRAG_SCHEMA`,
@@ -38,10 +38,10 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.analytics.classes import rules as class_rules
-from sits_observe.analytics.fragmentation.fgd import fragmentation
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import LiveCluster
-from sits_observe.analytics.fragmentation.fgd_workload import typical_pods
-from sits_observe.control.controller.inputs import TENANT_SIGNALS, Signals
+from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS, Signals
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.domain.times import utc_naive
 

@@ -1,5 +1,5 @@
 """Adapter: the latest signals in the store ->
-:class:`~sits_observe.control.controller.inputs.Signals`.
+:class:`~sits_observe.control.controller.planning.inputs.Signals`.
 
 :class:`DuckSignalSource` is the DuckDB implementation of the controller's signal seam
 (:class:`~sits_observe.control.signals.source.SignalSource`; the PromQL one is
@@ -11,7 +11,7 @@ sample tables:
 - subjects: nodes of the latest ``nodes`` snapshot; pods of the latest ``pods`` snapshot that
   are bound to a node and not finished;
 - ``fragmentation_ratio``: FGD's F_n(M) / R_n per node
-  (:mod:`sits_observe.analytics.fragmentation.fgd`) over the live cluster
+  (:mod:`sits_observe.analytics.fragmentation.fgd.measure`) over the live cluster
   (:func:`~sits_observe.analytics.fragmentation.fgd_live.live_cluster`); 0 for a node with no idle
   GPU; null when the store has no inventory to build it from;
 - ``interference_score``: :func:`~sits_observe.analytics.topology.interference.interference_report`
@@ -71,8 +71,8 @@ from sits_observe.analytics.topology.interference import (
 )
 from sits_observe.analytics.topology.numa import measured_inputs
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import TENANT_SIGNALS, CurrentState, Signals
-from sits_observe.control.controller.model import ACTIONS
+from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS, CurrentState, Signals
+from sits_observe.control.controller.planning.model import ACTIONS
 from sits_observe.control.controller.settings import (
     QUOTA_CPU,
     QUOTA_GPU,

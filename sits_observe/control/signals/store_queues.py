@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from sits_observe.analytics.cluster_allocatable import cluster_allocatable
-from sits_observe.control.controller.inputs import QUEUE_SIGNALS
+from sits_observe.control.controller.planning.inputs import QUEUE_SIGNALS
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.store.duck import Store, utc_naive
 

@@ -15,9 +15,9 @@ controller's applied decisions). :func:`run_measures` turns it into :class:`RunM
   each stored sample instant, time-weighted (the samples travelled dcgm-exporter's format, the
   agents and the store);
 - **FGD fragmentation** (Weng et al., USENIX ATC 2023,
-  :func:`sits_observe.analytics.fragmentation.fgd.fragmentation`) of each sample for one target
-  workload M: the typical-pod set of every pod that arrived in the run (the same pods, so the same
-  M, in every arm of a seed). ``frag_ratio`` is F(M) over
+  :func:`sits_observe.analytics.fragmentation.fgd.measure.fragmentation`) of each sample for one
+  target workload M: the typical-pod set of every pod that arrived in the run (the same pods, so the
+  same M, in every arm of a seed). ``frag_ratio`` is F(M) over
   the idle GPU milli (0-1), ``frag_gpus`` F(M) in GPUs;
 - **waiting GPU pods**: a GPU pod *waited* when it was bound later than the scheduling pass of
   its arrival (quota refusals and unschedulable passes both count), and is *unscheduled* when
@@ -48,10 +48,10 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload, typical_pods
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload, typical_pods
 from sits_observe.lab.cluster.pod_specs import TENANT_BURST, TENANT_IDLE
 
 #: The namespaces whose queued GPU-hours are measures of their own (the workload's GPU

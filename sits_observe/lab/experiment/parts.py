@@ -52,8 +52,8 @@ from sits_observe.collectors.kube.inventory import KubeInventoryCollector
 from sits_observe.control.controller.apply import Applier
 from sits_observe.control.controller.kube import KubeJson
 from sits_observe.control.controller.loop import HISTORY_WINDOW, ControllerLoop
+from sits_observe.control.controller.planning.safety import TokenBucket
 from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
-from sits_observe.control.controller.safety import TokenBucket
 from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.control.controller.state import read_state
 from sits_observe.control.extender.bind import Binder
@@ -257,12 +257,14 @@ class RunParts:
             ),
             registry=self.registry,
             clock=self.clock.utc,
+            pods=self.emulator.informer("pods").items,
         )
         self.driver = WorkloadDriver(
             self.emulator.api_client(),
             self.workloads,
             sim_now=self.clock.monotonic,
             registry=self.registry,
+            pods=self.emulator.informer("pods").items,
         )
         self.inventory_collector = KubeInventoryCollector(
             self.emulator.api_client(), now_fn=self.clock.utc
@@ -316,6 +318,8 @@ class RunParts:
             registry=self.registry,
             monotonic=self.clock.monotonic,
             clock=self.clock.utc,
+            nodes=self.emulator.informer("nodes").items,
+            pods=self.emulator.informer("pods").items,
         )
 
     def _extender_transport(self, store: Store) -> HandlerTransport:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.analytics.kube_nodes import MIB, SchedPod
 from sits_observe.analytics.traces.cluster_trace import PodList
 from sits_observe.control.extender.bind import Binder
@@ -55,10 +55,10 @@ from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, KubeApiError, UnknownNameError
-from sits_observe.lab.replay.kube import REPLAY_NAMESPACE, KubePolicy, PodStore
-from sits_observe.lab.replay.policies import Choice, Policy
-from sits_observe.lab.replay.replay import policy_names
-from sits_observe.lab.replay.state import SimPod, SimState
+from sits_observe.lab.replay.engine.kube import REPLAY_NAMESPACE, KubePolicy, PodStore
+from sits_observe.lab.replay.engine.policies import Choice, Policy
+from sits_observe.lab.replay.engine.replay import policy_names
+from sits_observe.lab.replay.engine.state import SimPod, SimState
 from sits_observe.lab.scheduler.config import SchedulerConfig, load_scheduler_config
 from sits_observe.lab.scheduler.model import Extender
 from sits_observe.lab.scheduler.wire import ExtenderCallError
@@ -360,7 +360,7 @@ def all_policy_names() -> list[str]:
 def choose_policies(
     names: Sequence[str], pods: PodList, config_path: str | Path | None = None
 ) -> list[str | Policy]:
-    """``names`` as :func:`~sits_observe.lab.replay.replay.simulate` takes them: registered
+    """``names`` as :func:`~sits_observe.lab.replay.engine.replay.simulate` takes them: registered
     names as they are, the replay-extender ones built for ``pods`` and the configuration at
     ``config_path``; an unknown name is an :class:`UnknownNameError`."""
     known = all_policy_names()

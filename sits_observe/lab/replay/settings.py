@@ -2,7 +2,7 @@
 the workload variant, the seeds and the worker processes.
 
 The replay's settings (load, tie-break, memory filter, coverage) are
-:class:`~sits_observe.lab.replay.replay.SimulationSettings`, shared with the ``whatif``
+:class:`~sits_observe.lab.replay.engine.replay.SimulationSettings`, shared with the ``whatif``
 report; these are the command's. Kept apart from the CLI so its flags, defaults and help
 come from one model (:mod:`sits_observe.surfaces.cli.flags`).
 """

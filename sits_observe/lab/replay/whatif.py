@@ -2,7 +2,7 @@
 
 The trace is the live cluster of the window (the latest inventory snapshot and the pods seen
 in the window) or two CSV files in the Alibaba v2023 schema (:mod:`.whatif_trace`); the
-replay is ``sits-observe simulate``'s (:func:`sits_observe.lab.replay.replay.simulate`, the
+replay is ``sits-observe simulate``'s (:func:`sits_observe.lab.replay.engine.replay.simulate`, the
 ATC'23 method: pods arrive onto an empty cluster until ``load_ratio`` times its GPUs are
 requested), with ``kube-default`` (kube-scheduler's defaults) and ``kube-sits*``
 (kube-scheduler calling the extenders of ``deploy/scheduler-config.yaml`` through the
@@ -26,11 +26,11 @@ from typing import Any
 
 from pydantic import Field
 
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError
+from sits_observe.lab.replay.engine.replay import PolicyResult, SimulationSettings, Spread, simulate
 from sits_observe.lab.replay.extender import all_policy_names, choose_policies
-from sits_observe.lab.replay.replay import PolicyResult, SimulationSettings, Spread, simulate
 from sits_observe.lab.replay.whatif_trace import Trace, trace_from_files, trace_from_store
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec

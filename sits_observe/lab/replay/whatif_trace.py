@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, normalise_gpu_types
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, normalise_gpu_types
 from sits_observe.analytics.traces.cluster_trace import (
     NodeList,
     PodList,

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits_observe.analytics.fragmentation.settings import IdleSettings
 from sits_observe.analytics.rightsizing.memory import RightsizingSettings
 from sits_observe.analytics.rightsizing.replicas import ReplicaSettings
-from sits_observe.control.controller.inputs import QueueState
+from sits_observe.control.controller.planning.inputs import QueueState
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError

@@ -1,7 +1,7 @@
 """The controller's standing plan as ``recommend`` rows: values, change, confidence, capacity.
 
-The plan (:func:`sits_observe.control.controller.plan.plan`) is computed offline as of the window's
-end (:func:`standing_plan`); each decision that is not skipped becomes one row of the
+The plan (:func:`sits_observe.control.controller.planning.plan.plan`) is computed offline as of the
+window's end (:func:`standing_plan`); each decision that is not skipped becomes one row of the
 ``recommend`` table (:mod:`.recommend` lists the row keys). On top of what the controller
 writes, the report adds:
 
@@ -30,9 +30,9 @@ import polars as pl
 
 from sits_observe.analytics.cluster_allocatable import ClusterAllocatable, cluster_allocatable
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import History, QueueState
-from sits_observe.control.controller.model import ACTIONS, Plan
-from sits_observe.control.controller.plan import plan as make_plan
+from sits_observe.control.controller.planning.inputs import History, QueueState
+from sits_observe.control.controller.planning.model import ACTIONS, Plan
+from sits_observe.control.controller.planning.plan import plan as make_plan
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.store import signals_from_store, state_from_store
 from sits_observe.control.signals.store_queues import queue_signals
@@ -236,7 +236,7 @@ def short_reason(
     return clip(own) if total == "1" else f"{clip(own)} ({agreeing} of {total} pods)"
 
 
-#: The prefix :mod:`sits_observe.control.controller.combine` gives a workload's reason.
+#: The prefix :mod:`sits_observe.control.controller.planning.combine` gives a workload's reason.
 _COMBINED = re.compile(r"^(\d+) of (\d+) pods: (.*)$", re.DOTALL)
 
 

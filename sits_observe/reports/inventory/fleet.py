@@ -21,13 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
-from sits_observe.analytics.fragmentation.fgd_live import LiveCluster, live_cluster
-from sits_observe.analytics.fragmentation.fgd_workload import (
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.workload import (
     TargetWorkload,
     TypicalPodSettings,
     typical_pods,
 )
+from sits_observe.analytics.fragmentation.fgd_live import LiveCluster, live_cluster
 from sits_observe.analytics.fragmentation.settings import IdleSettings
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError, StoreError

@@ -6,8 +6,8 @@ the Unix epoch, so buckets fall on round times):
 - ``over_time``: GPUs sampled, idle GPUs (mean utilisation in the bucket under the idle
   floor), mean utilisation; and, from the last inventory snapshot in the bucket, the GPUs
   allocated, the allocation ratio and the FGD fragmentation ratio (Weng et al., ATC'23;
-  :mod:`sits_observe.analytics.fragmentation.fgd`) for the workload M of the whole window, so a
-  change along the chart is a change of placement, not of M. A bucket with no snapshot has no
+  :mod:`sits_observe.analytics.fragmentation.fgd.measure`) for the workload M of the whole window,
+  so a change along the chart is a change of placement, not of M. A bucket with no snapshot has no
   allocation or fragmentation (a gap in the chart, not a guess). The cost grows with the
   buckets (two snapshot reads from the versions each, one FGD evaluation per distinct
   cluster), not with the snapshots in the window.
@@ -27,10 +27,10 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.fragmentation.fgd_live import cluster_at
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
 from sits_observe.analytics.serving.latency import RequestSelection
 from sits_observe.errors import ConfigError
 from sits_observe.reports.window import Window

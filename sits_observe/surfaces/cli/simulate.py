@@ -7,7 +7,7 @@ along the arrived load, the arrived load of the first failure and the GPUs left 
 at the end. ``kube-sits`` and ``kube-sits-gpuhint`` run kube-scheduler with the extenders of
 ``--scheduler-config`` and the service's own extender handler in process
 (:mod:`sits_observe.lab.replay.extender`). Method and policies:
-docs/analytics/simulator.md; engine: :mod:`sits_observe.lab.replay.replay`.
+docs/analytics/simulator.md; engine: :mod:`sits_observe.lab.replay.engine.replay`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import typer
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES
 from sits_observe.analytics.traces.cluster_trace import (
     NodeList,
     PodList,
@@ -32,18 +32,18 @@ from sits_observe.analytics.traces.cluster_trace import (
 )
 from sits_observe.analytics.traces.variants import make_variant
 from sits_observe.errors import ConfigError
+from sits_observe.lab.replay.engine.policies import Policy
+from sits_observe.lab.replay.engine.replay import (
+    PolicyResult,
+    ReplayResult,
+    SimulationSettings,
+    simulate,
+)
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,
     REPLAY_POLICIES,
     all_policy_names,
     choose_policies,
-)
-from sits_observe.lab.replay.policies import Policy
-from sits_observe.lab.replay.replay import (
-    PolicyResult,
-    ReplayResult,
-    SimulationSettings,
-    simulate,
 )
 from sits_observe.lab.replay.settings import SimulateRunSettings
 from sits_observe.lab.replay.whatif import result_document

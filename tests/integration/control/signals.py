@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from sits_observe.control.controller.inputs import Signals
+from sits_observe.control.controller.planning.inputs import Signals
 from tests.integration.control.conftest import WORKLOAD_PODS
 
 GIB = 1024**3

@@ -29,11 +29,11 @@ from prometheus_client import CollectorRegistry
 
 from sits_observe.collectors.kube.api import JsonObject, KubeJson
 from sits_observe.control.controller.apply import Applier
-from sits_observe.control.controller.inputs import Signals
 from sits_observe.control.controller.leader import LeaderElector
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import Signals
+from sits_observe.control.controller.planning.plan import plan
+from sits_observe.control.controller.planning.safety import TokenBucket
 from sits_observe.control.controller.record import StoreRecorder
-from sits_observe.control.controller.safety import TokenBucket
 from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, ControllerSettings
 from sits_observe.control.controller.state import read_state
 from sits_observe.store import Store

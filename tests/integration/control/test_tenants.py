@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from sits_observe.collectors.kube.api import KubeJson
 from sits_observe.control.controller.apply import Applier
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.plan import plan
+from sits_observe.control.controller.planning.safety import TokenBucket
 from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
-from sits_observe.control.controller.safety import TokenBucket
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.controller.state import read_state
 from sits_observe.control.signals.store import signals_from_store

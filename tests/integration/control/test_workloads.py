@@ -17,11 +17,11 @@ import pytest
 
 from sits_observe.collectors.kube.api import KubeJson
 from sits_observe.control.controller.apply import Applier
-from sits_observe.control.controller.inputs import History, Signals
-from sits_observe.control.controller.model import Outcome
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import History, Signals
+from sits_observe.control.controller.planning.model import Outcome
+from sits_observe.control.controller.planning.plan import plan
+from sits_observe.control.controller.planning.safety import TokenBucket
 from sits_observe.control.controller.record import StoreRecorder, load_history
-from sits_observe.control.controller.safety import TokenBucket
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.controller.state import read_state
 from sits_observe.lab.kube.emulator import KubeEmulator

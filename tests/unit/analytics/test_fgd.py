@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.fragmentation.fgd import (
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.measure import (
     delta_if_placed,
     fragmentation,
     node_fragmentation,
 )
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload, typical_pods
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload, typical_pods
 from sits_observe.analytics.traces.cluster_trace import load_node_list, load_pod_list
 
 ALIBABA = Path("traces") / "alibaba-gpu-v2023"

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState, apply_placements
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState, apply_placements
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.analytics.traces.cluster_trace import load_placements, load_pod_list
 from sits_observe.errors import ParseError
 

@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import UNKNOWN_CPU_MILLI, live_cluster
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import typical_pods
 from sits_observe.errors import StoreError
 from sits_observe.store import Store
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape, normalise_gpu_types
-from sits_observe.analytics.fragmentation.fgd_workload import (
+from sits_observe.analytics.fragmentation.fgd.model import PodShape, normalise_gpu_types
+from sits_observe.analytics.fragmentation.fgd.workload import (
     TargetWorkload,
     TypicalPodSettings,
     typical_pods,

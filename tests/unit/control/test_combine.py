@@ -10,9 +10,9 @@ from typing import Any
 import polars as pl
 
 from sits_observe.control.controller.apply import writes_for
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
-from sits_observe.control.controller.model import Plan
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.model import Plan
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import ControllerSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.control.extender.cache import ViewCache
 from sits_observe.control.extender.overlay import AssumedPods, Placement, with_placements
 from sits_observe.control.extender.view import ClusterView, build_view

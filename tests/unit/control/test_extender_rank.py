@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.placement.sits_order import RankKeys
 from sits_observe.control.extender.gpus import node_choices
 from sits_observe.control.extender.rank import ranked_scores

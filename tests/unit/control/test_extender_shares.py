@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.analytics.placement.device_plugin import DeviceAllocationError, allocate_gpus
 from sits_observe.control.extender.gpus import device_plugin_gpu
 from sits_observe.control.extender.overlay import Placement, with_placements

@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
-from sits_observe.control.controller.model import QUOTA_ACTIONS, Plan
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.model import QUOTA_ACTIONS, Plan
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import Bound, ControllerSettings, QuotaRuleSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)

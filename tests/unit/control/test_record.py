@@ -7,7 +7,12 @@ from datetime import datetime, timedelta
 from prometheus_client import CollectorRegistry
 
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.model import Decision, ObjectRef, Outcome, Recommendation
+from sits_observe.control.controller.planning.model import (
+    Decision,
+    ObjectRef,
+    Outcome,
+    Recommendation,
+)
 from sits_observe.control.controller.record import ControllerMetrics, StoreRecorder, load_history
 from sits_observe.store import Store
 

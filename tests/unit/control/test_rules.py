@@ -1,7 +1,7 @@
 """The controller's rules agree with the scalar oracle of the class rules
 (:mod:`tests.unit.analytics.class_oracle`) when no object holds a level yet, their hysteresis
-is :mod:`sits_observe.control.controller.safety`'s, and the quota rule's numbers are the documented
-formula."""
+is :mod:`sits_observe.control.controller.planning.safety`'s, and the quota rule's numbers are the
+documented formula."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from sits_observe.analytics.classes import rules as class_rules
 from sits_observe.analytics.topology.interference import interference_score, recommend_topology
-from sits_observe.control.controller.inputs import NODE_SIGNALS, POD_SIGNALS, conform
+from sits_observe.control.controller.planning.inputs import NODE_SIGNALS, POD_SIGNALS, conform
+from sits_observe.control.controller.planning.safety import above_with_hysteresis
 from sits_observe.control.controller.rules import levels as rules
 from sits_observe.control.controller.rules import quotas as rules_quotas
-from sits_observe.control.controller.safety import above_with_hysteresis
 from sits_observe.control.controller.settings import ControllerSettings
 from tests.unit.analytics.class_oracle import (
     ElasticSignals,

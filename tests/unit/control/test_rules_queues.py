@@ -11,9 +11,9 @@ import pytest
 
 from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.apply import writes_for
-from sits_observe.control.controller.inputs import CurrentState, QueueState, Signals
-from sits_observe.control.controller.model import Plan
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import CurrentState, QueueState, Signals
+from sits_observe.control.controller.planning.model import Plan
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.rules.queues import queue_quotas
 from sits_observe.control.controller.rules.quotas import namespace_quotas
 from sits_observe.control.controller.settings import ControllerSettings

@@ -10,8 +10,8 @@ import polars as pl
 
 from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.apply import writes_for
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import QUOTA_GPU, ControllerSettings
 from sits_observe.reports.actions.recommend import RecommendAction
 

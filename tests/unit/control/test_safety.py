@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.control.controller.safety import (
+from sits_observe.control.controller.planning.safety import (
     TokenBucket,
     above_with_hysteresis,
     below_threshold,

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pyarrow as pa
 import pytest
 
-from sits_observe.control.controller.inputs import CurrentState
-from sits_observe.control.controller.plan import plan
+from sits_observe.control.controller.planning.inputs import CurrentState
+from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.store import StoreSignalSettings, signals_from_store
 from sits_observe.store import Store

@@ -10,7 +10,7 @@ import pytest
 from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.apply import rfc3339, writes_for
 from sits_observe.control.controller.kube import object_path, retryable, with_retries
-from sits_observe.control.controller.model import (
+from sits_observe.control.controller.planning.model import (
     Change,
     Decision,
     ObjectRef,

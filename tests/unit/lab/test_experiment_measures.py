@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.lab.experiment.measures import (
     ClusterSamples,
     PodTimes,

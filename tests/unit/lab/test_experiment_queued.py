@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.lab.experiment.measures import TENANTS, PodTimes, RunMeasures, queued_gpu_hours
 
 WHOLE = PodShape(cpu_milli=4000, num_gpu=1, gpu_milli=1000)

@@ -11,9 +11,9 @@ import pickle
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.traces.cluster_trace import PodList
 from sits_observe.control.extender.overlay import Placement, with_placements
 from sits_observe.control.extender.scoring import PodRequest, prioritize
@@ -21,6 +21,9 @@ from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.control.extender.view import build_view
 from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import ConfigError
+from sits_observe.lab.replay.engine.replay import replay
+from sits_observe.lab.replay.engine.sits import SitsSettings
+from sits_observe.lab.replay.engine.state import SimState
 from sits_observe.lab.replay.extender import (
     DEFAULT_SCHEDULER_CONFIG,
     KUBE_SITS,
@@ -33,9 +36,6 @@ from sits_observe.lab.replay.extender import (
     with_gpu_hint,
     without_bind,
 )
-from sits_observe.lab.replay.replay import replay
-from sits_observe.lab.replay.sits import SitsSettings
-from sits_observe.lab.replay.state import SimState
 from sits_observe.lab.scheduler.config import ExtenderConfig, SchedulerConfig
 from tests.unit.lab.test_schedsim import NODES, PODS
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES
 from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
-from sits_observe.lab.replay.replay import (
+from sits_observe.lab.replay.engine.replay import (
     PolicyResult,
     ReplayResult,
     SimulationSettings,
@@ -18,7 +18,7 @@ from sits_observe.lab.replay.replay import (
     replay,
     simulate,
 )
-from sits_observe.lab.replay.sits import SitsPolicy, SitsSettings
+from sits_observe.lab.replay.engine.sits import SitsPolicy, SitsSettings
 
 # Shapes of the synthetic workload: (cpu_milli, num_gpu, gpu_milli, memory_mib, weight).
 SHAPES = [

@@ -7,18 +7,18 @@ import json
 
 import numpy as np
 
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.placement.device_plugin import GPU_HINT_ANNOTATION
 from sits_observe.analytics.traces.cluster_trace import NodeList
-from sits_observe.lab.replay.kube import (
+from sits_observe.lab.replay.engine.kube import (
     GPU_MILLI_ANNOTATION,
     KubePolicy,
     PodStore,
     trace_pod,
 )
-from sits_observe.lab.replay.replay import replay
-from sits_observe.lab.replay.state import SimPod, SimState
+from sits_observe.lab.replay.engine.replay import replay
+from sits_observe.lab.replay.engine.state import SimPod, SimState
 from sits_observe.lab.scheduler.config import ExtenderConfig, SchedulerConfig
 from sits_observe.lab.scheduler.model import Extender
 from tests.unit.lab.test_kube_scheduler import Fake

@@ -7,20 +7,20 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.model import PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.errors import UnknownNameError
-from sits_observe.lab.replay.policies import (
+from sits_observe.lab.replay.engine.policies import (
     BestFitPolicy,
     ClusteringPolicy,
     DotProductPolicy,
     PackingPolicy,
 )
-from sits_observe.lab.replay.replay import find_policy, policy_names
-from sits_observe.lab.replay.sits import SitsPolicy, SitsSettings
-from sits_observe.lab.replay.state import NodeSignals, SimPod, SimState
+from sits_observe.lab.replay.engine.replay import find_policy, policy_names
+from sits_observe.lab.replay.engine.sits import SitsPolicy, SitsSettings
+from sits_observe.lab.replay.engine.state import NodeSignals, SimPod, SimState
 
 #: One shape, 1 CPU + half a GPU: a GPU with less than 500 milli free is fragment.
 HALF_GPU = TargetWorkload.from_weights([(PodShape(1000, 1, 500), 1.0)])

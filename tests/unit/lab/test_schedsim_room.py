@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
-from sits_observe.lab.replay.replay import policy_names, replay
-from sits_observe.lab.replay.room import ShareLedger, repacked_remnant_milli
+from sits_observe.lab.replay.engine.replay import policy_names, replay
+from sits_observe.lab.replay.engine.room import ShareLedger, repacked_remnant_milli
 
 from .test_schedsim import NODES, PODS
 

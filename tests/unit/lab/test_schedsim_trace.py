@@ -15,7 +15,7 @@ import pytest
 
 from sits_observe.analytics.traces.cluster_trace import load_node_list, load_pod_list
 from sits_observe.analytics.traces.variants import make_variant
-from sits_observe.lab.replay.replay import PolicyResult, policy_names, simulate
+from sits_observe.lab.replay.engine.replay import PolicyResult, policy_names, simulate
 
 PUBLISHED_ALLOC = {
     "random": 0.8747,

@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.workload import TypicalPodSettings, typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import (
     DEVICES_SINCE_S,
     NODE_COLUMNS,
@@ -32,7 +33,6 @@ from sits_observe.analytics.fragmentation.fgd_live import (
     live_cluster,
     live_cluster_of,
 )
-from sits_observe.analytics.fragmentation.fgd_workload import TypicalPodSettings, typical_pods
 from sits_observe.domain.tables import conform
 from sits_observe.reports.inventory.fleet_series import _state_key, inventory_series
 from sits_observe.reports.window import Window

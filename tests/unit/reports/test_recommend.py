@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.model import ACTIONS
+from sits_observe.control.controller.planning.model import ACTIONS
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.errors import NoDataError
 from sits_observe.reports.actions import recommend, recommend_plan
@@ -270,9 +270,9 @@ def test_the_replica_rules_heatmap_takes_flags_of_its_own(store: Store, tmp_path
 
 def test_offline_rows_of_owned_pods_go_to_their_workload() -> None:
     """From the inventory's owner columns, as the controller does in the cluster
-        (control/controller/combine.py): p1 is a Deployment's pod (a ReplicaSet named chat-<template
-        hash>), so its memory-class and priority-class rows name the Deployment chat (without owner
-        columns
+        (control/controller/planning/combine.py): p1 is a Deployment's pod (a ReplicaSet named
+        chat-<template hash>), so its memory-class and priority-class rows name the Deployment chat
+        (without owner columns
     they name the pod: test_the_plan_as_of_the_newest_sample)."""
     with Store.open(":memory:") as s:
         fill(s)

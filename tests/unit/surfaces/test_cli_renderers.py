@@ -22,9 +22,9 @@ import typer
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TypicalPodSettings, typical_pods
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TypicalPodSettings, typical_pods
 from sits_observe.analytics.trends.clusters import (
     EpsChoice,
     SeriesPoint,
@@ -35,7 +35,7 @@ from sits_observe.analytics.trends.series import TrendLevel
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.domain.tables import GPU_SAMPLES, conform
 from sits_observe.errors import ConfigError
-from sits_observe.lab.replay.results import PolicyResult, Spread
+from sits_observe.lab.replay.engine.results import PolicyResult, Spread
 from sits_observe.reports import fragmentation, smf, timeline, trends
 from sits_observe.reports.actions import recommend
 from sits_observe.reports.result import Report, table_of

@@ -42,7 +42,7 @@ import polars as pl
 from sits_observe.analytics.classes import rules as class_rules
 from sits_observe.analytics.settings import GIB
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.safety import above_with_hysteresis, hysteresis_levels
+from sits_observe.control.controller.planning.safety import above_with_hysteresis, hysteresis_levels
 from sits_observe.control.controller.settings import ControllerSettings
 
 FloatArray = npt.NDArray[np.float64]

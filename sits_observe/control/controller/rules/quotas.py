@@ -25,7 +25,7 @@ import polars as pl
 
 from sits_observe.analytics.classes import rules as class_rules
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.model import ACTIONS, ENGINE, QUOTA_ACTIONS
+from sits_observe.control.controller.planning.model import ACTIONS, ENGINE, QUOTA_ACTIONS
 from sits_observe.control.controller.rules.levels import empty, finish, fmt, hysteresis_band
 from sits_observe.control.controller.settings import QUOTA_MEMORY, ControllerSettings
 

@@ -44,11 +44,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
 from sits_observe.analytics.placement.fgd_score import fgd_score
 from sits_observe.analytics.placement.sits_order import RankKeys, cpu_short_steps, leaders
-from sits_observe.lab.replay.policies import Choice, break_tie, is_partial
-from sits_observe.lab.replay.state import NodeSignals, SimPod, SimState
+from sits_observe.lab.replay.engine.policies import Choice, break_tie, is_partial
+from sits_observe.lab.replay.engine.state import NodeSignals, SimPod, SimState
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

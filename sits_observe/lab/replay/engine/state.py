@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_index import FragmentationIndex
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.traces.cluster_trace import NodeList
 
 IntArray = npt.NDArray[np.int64]
@@ -90,7 +90,7 @@ def pod_kinds(pods: Sequence[SimPod]) -> list[str]:
 @dataclass(frozen=True, eq=False)
 class NodeSignals:
     """Per-node measurements the trace lacks, one entry per node row (used by ``sits``; see
-    :mod:`sits_observe.lab.replay.sits`).
+    :mod:`sits_observe.lab.replay.engine.sits`).
 
     ``interference_ratio``: interference score 0-1 (NaN = unknown, counted as 0);
     ``gpus_per_numa``: GPUs per NUMA domain (0 = unknown); ``nvlink``: GPUs NVLink-connected.

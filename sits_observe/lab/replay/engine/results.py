@@ -33,10 +33,10 @@ class ReplayResult:
     pods_failed: int
     elapsed_s: float
     #: F(M) at the end split by cause
-    #: (:class:`~sits_observe.analytics.fragmentation.fgd_model.Cause`, every cause present), in
+    #: (:class:`~sits_observe.analytics.fragmentation.fgd.model.Cause`, every cause present), in
     #: whole GPUs: why the idle capacity left is unusable to typical pods.
     frag_by_cause_gpus: dict[str, float]
-    #: Pods that failed, by kind (:attr:`~sits_observe.lab.replay.state.SimPod.kind`,
+    #: Pods that failed, by kind (:attr:`~sits_observe.lab.replay.engine.state.SimPod.kind`,
     #: every kind of the pod list present), and the whole GPUs they requested.
     failed_pods_by_kind: dict[str, int]
     failed_gpus_by_kind: dict[str, float]

@@ -41,9 +41,9 @@ import polars as pl
 
 from sits_observe.analytics.classes import rules as class_rules
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import CurrentState
 from sits_observe.control.controller.kube import WORKLOAD_RESOURCES
-from sits_observe.control.controller.model import ACTIONS, ENGINE
+from sits_observe.control.controller.planning.inputs import CurrentState
+from sits_observe.control.controller.planning.model import ACTIONS, ENGINE
 from sits_observe.control.controller.settings import ControllerSettings
 
 #: Actions whose rule is per pod (their decisions move to the owner workload).

@@ -15,8 +15,8 @@ free milli of those with free < s; plus R_n) and:
 - :meth:`FragmentationIndex.place` applies one placement to the state and recomputes only
   that node's row.
 
-Every value goes through the same :func:`sits_observe.analytics.fragmentation.fgd.combine`, so a
-delta of a node whose state does not change is exactly 0.0 and equal states compare equal.
+Every value goes through the same :func:`sits_observe.analytics.fragmentation.fgd.measure.combine`,
+so a delta of a node whose state does not change is exactly 0.0 and equal states compare equal.
 """
 
 from __future__ import annotations
@@ -27,10 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd import NodeTerms, combine, share_terms, type_matrix
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.measure import (
+    NodeTerms,
+    combine,
+    share_terms,
+    type_matrix,
+)
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

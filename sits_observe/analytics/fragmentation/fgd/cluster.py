@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU, PodShape
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.traces.cluster_trace import NodeList, Placements, PodList
 from sits_observe.errors import ParseError
 

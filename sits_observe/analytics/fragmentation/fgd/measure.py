@@ -19,7 +19,7 @@ causes therefore sum to F. This is the authors' simulator's split (its q1-q4 / x
 classes) with its two CPU-only classes merged.
 
 Speed: the work is over (distinct per-GPU shares U) x (nodes) x (GPUs per node) once, then
-(typical pods M) x (nodes); no Python loop runs per node. :mod:`fgd_index` keeps those terms
+(typical pods M) x (nodes); no Python loop runs per node. :mod:`.fgd.index` keeps those terms
 per node so a scheduler can score every candidate placement incrementally.
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_cluster import ClusterState
-from sits_observe.analytics.fragmentation.fgd_model import CAUSES, Cause, PodShape
-from sits_observe.analytics.fragmentation.fgd_workload import TargetWorkload
+from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
+from sits_observe.analytics.fragmentation.fgd.model import CAUSES, Cause, PodShape
+from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -147,7 +147,7 @@ def delta_if_placed(
 
     ``gpu_indices`` as for :meth:`ClusterState.place`; raises ``ValueError`` when the pod
     does not fit. The state is not changed. For scoring every node at once use
-    :class:`sits_observe.analytics.fragmentation.fgd_index.FragmentationIndex`.
+    :class:`sits_observe.analytics.fragmentation.fgd.index.FragmentationIndex`.
     """
     before = node_fragmentation(state, workload, [node])[0]
     trial = state.copy()

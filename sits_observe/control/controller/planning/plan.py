@@ -32,20 +32,20 @@ import numpy as np
 import polars as pl
 
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
 from sits_observe.control.controller.kube import WORKLOAD_RESOURCES
-from sits_observe.control.controller.model import (
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.model import (
     ACTIONS,
     ENGINE,
     PLAN_SCHEMA,
     QUEUE_KINDS,
     Plan,
 )
-from sits_observe.control.controller.proposals import KEYS, actuable, propose
+from sits_observe.control.controller.planning.proposals import KEYS, actuable, propose
+from sits_observe.control.controller.planning.safety import below_threshold, clamp, limit_step
 from sits_observe.control.controller.rules import (
     quotas as rules_quotas,
 )
-from sits_observe.control.controller.safety import below_threshold, clamp, limit_step
 from sits_observe.control.controller.settings import (
     QUOTA_GPU,
     ControllerSettings,

@@ -18,7 +18,7 @@ can only leave fewer idle GPUs behind, and what it can win is bounded by where t
   (``(810,)``: a GPU holding one 810-milli share).
 
 :class:`ShareLedger` records the shares of a replay through
-:func:`sits_observe.lab.replay.replay.replay`'s ``on_place``; after the replay,
+:func:`sits_observe.lab.replay.engine.replay.replay`'s ``on_place``; after the replay,
 :meth:`ShareLedger.room` reads the end state. Units: whole GPUs (milli / 1000) unless a
 name says milli.
 """
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
-from sits_observe.lab.replay.policies import is_partial
-from sits_observe.lab.replay.state import SimPod, SimState
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
+from sits_observe.lab.replay.engine.policies import is_partial
+from sits_observe.lab.replay.engine.state import SimPod, SimState
 
 
 @dataclass(frozen=True)

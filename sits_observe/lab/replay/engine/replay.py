@@ -11,7 +11,7 @@ hkust-adsl/kubernetes-scheduler-simulator; docs/analytics/simulator.md has the d
    would push the total past the target (the simulator's ``tuneUpPods``; it compares the
    draw's per-GPU milli, we compare its whole request). A list already above the target is
    trimmed by removing uniformly random pods until it fits (``tuneDownPods``).
-3. **Scheduling.** Each pod goes where the policy puts it (:mod:`schedsim_policies`); a pod
+3. **Scheduling.** Each pod goes where the policy puts it (:mod:`.policies`); a pod
    no node can take fails and is dropped (it does not retry).
 4. **Measures.** At each arrived-load step p (0, 1%, ..., ``load_ratio`` rounded down to a
    whole percent; as fractions) the state *after every pod whose cumulative GPU request is at
@@ -22,10 +22,11 @@ hkust-adsl/kubernetes-scheduler-simulator; docs/analytics/simulator.md has the d
    ``unallocated_gpus`` = (capacity - allocated milli) / 1000 at the end, which is how the
    paper turns its 130% allocation ratio into "GPUs unallocated" (FGD 95.39% of 6,212 -> 286);
    ``frag_by_cause_gpus`` = F(M) at the end split by why the typical pods cannot use the idle
-   GPUs (:func:`sits_observe.analytics.fragmentation.fgd.fragmentation`'s causes, in GPUs): free
-   shares too small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model, CPU-only
-   pods; ``failed_pods_by_kind`` / ``failed_gpus_by_kind`` = the pods that failed and the GPUs they
-   asked for, by kind (CPU-only, a share of one GPU, k whole GPUs): which demand went unmet.
+   GPUs (:func:`sits_observe.analytics.fragmentation.fgd.measure.fragmentation`'s causes, in GPUs):
+   free shares too small (``lack_gpu``), free CPU too small (``lack_cpu``), both, the GPU model,
+   CPU-only pods; ``failed_pods_by_kind`` / ``failed_gpus_by_kind`` = the pods that failed and the
+   GPUs they asked for, by kind (CPU-only, a share of one GPU, k whole GPUs): which demand went
+   unmet.
 
 The arrival sequence and the node tie-break order depend only on the seed, so every policy
 sees the same pods in the same order for a given seed (their curves coincide until the first
@@ -46,19 +47,19 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.fragmentation.fgd import fragmentation
-from sits_observe.analytics.fragmentation.fgd_workload import (
+from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
+from sits_observe.analytics.fragmentation.fgd.workload import (
     TargetWorkload,
     TypicalPodSettings,
     typical_pods,
 )
 from sits_observe.analytics.traces.cluster_trace import NodeList, PodList
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
-from sits_observe.lab.replay import policies
-from sits_observe.lab.replay.kube import KubePolicy
-from sits_observe.lab.replay.results import PolicyResult, ReplayResult, Spread
-from sits_observe.lab.replay.sits import SitsPolicy
-from sits_observe.lab.replay.state import NodeSignals, SimPod, SimState, pod_kinds
+from sits_observe.lab.replay.engine import policies
+from sits_observe.lab.replay.engine.kube import KubePolicy
+from sits_observe.lab.replay.engine.results import PolicyResult, ReplayResult, Spread
+from sits_observe.lab.replay.engine.sits import SitsPolicy
+from sits_observe.lab.replay.engine.state import NodeSignals, SimPod, SimState, pod_kinds
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -219,7 +220,7 @@ def replay(
     :class:`SimPod` per pod) may be passed to share them between replays; they default to
     :func:`target_workload` and :func:`sim_pods`. ``on_place`` is called after every
     placement with the cluster, the pod, its node row and its GPUs (to inspect the end state,
-    as :class:`~sits_observe.lab.replay.room.ShareLedger` does).
+    as :class:`~sits_observe.lab.replay.engine.room.ShareLedger` does).
     """
     settings = settings or SimulationSettings()
     chooser = find_policy(policy) if isinstance(policy, str) else policy

@@ -8,13 +8,13 @@ from __future__ import annotations
 import polars as pl
 
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.combine import (
+from sits_observe.control.controller.planning.combine import (
     POD_ACTIONS,
     to_workloads,
     with_owner_recommendations,
 )
-from sits_observe.control.controller.inputs import CurrentState, History, Signals
-from sits_observe.control.controller.model import (
+from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.model import (
     ACTIONS,
     ENGINE,
     QUEUE_KINDS,

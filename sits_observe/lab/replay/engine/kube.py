@@ -1,7 +1,8 @@
 """Replay policies that schedule as a cluster does: kube-scheduler, its extenders, a device plugin.
 
-The ATC'23 policies (:mod:`schedsim_policies`) are score plugins in the authors' patched
-scheduler; these run the scheduler model (:mod:`kube_scheduler`) a user's cluster runs instead:
+The ATC'23 policies (:mod:`.policies`) are score plugins in the authors' patched scheduler;
+these run the scheduler model (:mod:`sits_observe.lab.scheduler.model`) a user's cluster runs
+instead:
 
 - ``kube-default``: kube-scheduler with its default profile and no extender (NodeResourcesFit
   LeastAllocated + BalancedAllocation over CPU and memory, adaptive
@@ -39,8 +40,8 @@ from sits_observe.analytics.placement.device_plugin import (
     parse_hint,
 )
 from sits_observe.domain.quantity import format_quantity
-from sits_observe.lab.replay.policies import Choice
-from sits_observe.lab.replay.state import SimPod, SimState
+from sits_observe.lab.replay.engine.policies import Choice
+from sits_observe.lab.replay.engine.state import SimPod, SimState
 from sits_observe.lab.scheduler.config import SchedulerConfig
 from sits_observe.lab.scheduler.model import Extender, KubeScheduler
 

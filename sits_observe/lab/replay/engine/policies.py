@@ -8,7 +8,7 @@ disabled and ``percentageOfNodesToScore: 100``). Each policy here reproduces one
 - the plugin's **integer** score 0-100 (Go ``int64`` truncation), computed for every node
   that passes the filters (CPU, memory, GPU count and share, GPU model);
 - the authors' ``selectHost``: a node with the highest score; among ties the first in a
-  seeded random node order fixed for the replay (:mod:`schedsim_state` explains why; the
+  seeded random node order fixed for the replay (:mod:`.state` explains why; the
   integer scores tie often, so this matters a lot);
 - the GPU of a partial-GPU pod: the plugin's ``gpuSelMethod`` (Random: a random GPU that fits;
   FGD: the GPU with the best FGD score, lowest index on ties; all others ``best``: the GPU with
@@ -32,7 +32,7 @@ Scores (free = after nothing placed yet, req = the pod's request; 128,000 milli-
   (``BestFitScore``; its min-max normalisation keeps the order of 0-100 integers);
 - ``fgd``: 100 x sigmoid(-delta / 1000) where delta is the growth of the node's F_n(M) (milli)
   if the pod goes there, with the best GPU for a partial-GPU pod (``FGDScore``);
-- ``sits``: ours, see :mod:`sits_observe.lab.replay.sits`.
+- ``sits``: ours, see :mod:`sits_observe.lab.replay.engine.sits`.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.fragmentation.fgd_model import MILLI_PER_GPU
+from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
 from sits_observe.analytics.placement.fgd_score import MAX_NODE_SCORE, fgd_score
 from sits_observe.analytics.placement.fgd_score import truncate as _truncate
-from sits_observe.lab.replay.state import SimPod, SimState
+from sits_observe.lab.replay.engine.state import SimPod, SimState
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

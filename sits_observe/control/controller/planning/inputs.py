@@ -1,4 +1,4 @@
-"""The three inputs of :func:`~sits_observe.control.controller.plan.plan`, as typed Polars frames.
+"""The three inputs of the controller's :func:`~.plan.plan`, as typed Polars frames.
 
 - :class:`Signals`: what was measured (from the store, by :mod:`.store_signals`, or
   synthetic in tests and the benchmark), one frame per subject: nodes, pods, namespaces,
