@@ -163,8 +163,12 @@ class SimulatedKubelet:
         settings: KubeletSettings | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        pods: Callable[[], list[JsonObject]] | None = None,
     ) -> None:
         self.core = k8s_client.CoreV1Api(api)
+        #: Reads the pods from an informer when given (:mod:`sits_observe.lab.kube.informer`);
+        #: lists them otherwise.
+        self.pods = pods
         self.cluster = cluster
         self.read_gpu = read_gpu
         self.allocation = allocation
@@ -220,6 +224,8 @@ class SimulatedKubelet:
         self._configure()
 
     def _list_pods(self) -> list[JsonObject]:
+        if self.pods is not None:
+            return self.pods()
         # Raw JSON: the client's models would be built (and dropped) for every pod.
         response: Any = self.core.list_pod_for_all_namespaces(_preload_content=False)
         document = json.loads(response.data)

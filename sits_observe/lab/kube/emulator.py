@@ -58,6 +58,7 @@ import urllib3
 import yaml
 from kubernetes import client as k8s_client
 
+from sits_observe.lab.kube.informer import Informer
 from sits_observe.lab.kube.resources import RESOURCES, ResourceSpec
 from sits_observe.lab.kube.server import Emulator, JsonObject, _Fault
 
@@ -240,6 +241,18 @@ class KubeEmulator:
             ]
 
         return self._call_in_loop(snapshot)
+
+    def informer(self, plural: str, *, group: str = "", version: str = "v1") -> Informer:
+        """A local copy of one resource kept by the emulator's changes (:mod:`.informer`)."""
+        handler = self._require_handler()
+        assert self._loop is not None
+        res = kmock.resource(group, version, plural)
+        initial, queue = asyncio.run_coroutine_threadsafe(
+            handler.watch_in_process(res), self._loop
+        ).result(self.startup_timeout_s)
+        return Informer(
+            initial, queue, close=lambda: self._call_in_loop(lambda: handler.unwatch(res, queue))
+        )
 
     def api_client(self) -> k8s_client.ApiClient:
         """An official-client ``ApiClient`` pointed at this emulator."""

@@ -18,6 +18,7 @@ import json
 import re
 import secrets
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +57,9 @@ from sits_observe.lab.kube.resources import (
 JsonObject = dict[str, Any]
 
 _POD = kmock.resource("", "v1", "pods")
+#: One in-process watcher's queue of watch events (``{"type": ..., "object": ...}``).
+EventQueue = deque[JsonObject]
+
 #: Pod versions whose quota usage :meth:`Emulator._pod_usage` keeps (then it starts again).
 _USAGE_KEPT = 10_000
 _QUOTA = kmock.resource("", "v1", "resourcequotas")
@@ -92,6 +96,33 @@ def _resource_version(obj: JsonObject) -> int:
         return 0
 
 
+class _FeedBus(Bus[Any]):
+    """kmock's event bus that also hands every event, as it is put, to ``feed``: the
+    in-process watchers of :meth:`Emulator.watch_in_process` see a change before the request
+    that made it is answered."""
+
+    feed: Callable[[tuple[Any, ...]], None] | None = None
+
+    async def put(self, *items: Any) -> None:
+        await super().put(*items)
+        if self.feed is not None:
+            self.feed(items)
+
+
+class _FeedBuses(dict[kmock.resource, Bus[Any]]):
+    """kmock's bus per resource (created on first use), each a :class:`_FeedBus`."""
+
+    def __init__(self, feed: Callable[[kmock.resource, tuple[Any, ...]], None]) -> None:
+        super().__init__()
+        self._feed = feed
+
+    def __missing__(self, resource: kmock.resource) -> Bus[Any]:
+        bus = _FeedBus()
+        bus.feed = lambda items: self._feed(resource, items)
+        self[resource] = bus
+        return bus
+
+
 class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with the gaps listed in the runner's docstring filled, the Binding
     subresource and ResourceQuota admission.
@@ -116,6 +147,9 @@ class Emulator(kmock.KubernetesEmulator):
         # Quota usage of each pod version, by (uid, resourceVersion): a quota's status is
         # recomputed over its namespace's pods after every pod write.
         self._usage: dict[tuple[str, str], dict[str, Decimal]] = {}
+        #: In-process watchers' queues by resource (:meth:`watch_in_process`).
+        self.watchers: dict[kmock.resource, list[EventQueue]] = {}
+        self._buses = _FeedBuses(self._feed)
         for spec in RESOURCES:
             res = kmock.resource(spec.group, spec.version, spec.plural)
             self.specs[res] = spec
@@ -133,6 +167,35 @@ class Emulator(kmock.KubernetesEmulator):
     def next_revision(self) -> str:
         self.revision += 1
         return str(self.revision)
+
+    # -- in-process watches ----------------------------------------------------------
+
+    async def watch_in_process(
+        self, resource: kmock.resource
+    ) -> tuple[list[JsonObject], EventQueue]:
+        """The live objects of ``resource`` and a queue that receives every later change
+        (a watch from that state, without the wire): taken under the store's lock, so no
+        change falls between the two. Objects are copies; treat them as read-only."""
+        async with self._lock:
+            initial = [copy.deepcopy(obj.raw) for obj in self._stored(resource, None)]
+            queue: EventQueue = deque()
+            self.watchers.setdefault(resource, []).append(queue)
+        return initial, queue
+
+    def unwatch(self, resource: kmock.resource, queue: EventQueue) -> None:
+        """Stop feeding ``queue``."""
+        queues = self.watchers.get(resource, [])
+        self.watchers[resource] = [q for q in queues if q is not queue]  # deques compare by items
+
+    def _feed(self, resource: kmock.resource, items: tuple[Any, ...]) -> None:
+        """Copy each event once to every in-process watcher of ``resource``."""
+        queues = self.watchers.get(resource)
+        if not queues:
+            return
+        for item in items:
+            event = {"type": item["type"], "object": copy.deepcopy(item["object"])}
+            for queue in queues:
+                queue.append(event)
 
     # -- request entry ---------------------------------------------------------------
 

@@ -103,8 +103,11 @@ class WorkloadDriver:
         sim_now: Callable[[], float],
         settings: DriverSettings | None = None,
         registry: CollectorRegistry | None = None,
+        pods: Callable[[], list[JsonObject]] | None = None,
     ) -> None:
         self.api = api
+        #: Reads the pods from an informer when given (:mod:`.informer`); lists them otherwise.
+        self.pods = pods
         self.core = k8s_client.CoreV1Api(api)
         self.generator = generator
         self.sim_now = sim_now
@@ -221,6 +224,8 @@ class WorkloadDriver:
                     log.warning("creating %s failed: %s", path, exc.status)
 
     def _list_pods(self) -> list[JsonObject]:
+        if self.pods is not None:
+            return self.pods()
         response: Any = self.core.list_pod_for_all_namespaces(_preload_content=False)
         document = json.loads(response.data)
         items = document.get("items") if isinstance(document, dict) else None

@@ -7,7 +7,9 @@ every ``interval_s``, using the one model of its cycle
 :class:`~sits_observe.lab.scheduler.http.HttpExtenderTransport` with kube-scheduler's
 payload):
 
-1. list Nodes and Pods and build the cache (:mod:`.scheduler_nodes`); take the Pending pods
+1. list Nodes and Pods (or read them from informers, as kube-scheduler does: ``nodes`` and
+   ``pods``, :mod:`sits_observe.lab.kube.informer`) and build the cache (:mod:`.nodes`); take
+   the Pending pods
    in queue order (priority, then age) whose backoff has expired;
 2. run one scheduling cycle per pod, against the cache with the pods placed earlier in this
    pass assumed (kube-scheduler assumes a pod on its node before the bind completes);
@@ -58,6 +60,9 @@ from sits_observe.lab.scheduler.nodes import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Every object of one resource, as a list (or an informer) answers.
+Lister = Callable[[], list[JsonObject]]
 
 _HINT = "nvidia.com/use-gpuuuid"
 
@@ -151,9 +156,14 @@ class LiveScheduler:
         registry: CollectorRegistry | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], datetime] = _utc_now,
+        nodes: Lister | None = None,
+        pods: Lister | None = None,
     ) -> None:
         self.kube = kube
         self.scheduler = scheduler
+        page = (settings or SchedulerLoopSettings()).page_size
+        self._nodes = nodes or (lambda: kube.list_all("/api/v1/nodes", page_size=page))
+        self._pods = pods or (lambda: kube.list_all("/api/v1/pods", page_size=page))
         self.settings = settings or SchedulerLoopSettings()
         self.metrics = SchedulerMetrics(registry or CollectorRegistry())
         self.monotonic = monotonic
@@ -202,11 +212,11 @@ class LiveScheduler:
         return result
 
     def _state(self) -> ClusterState:
-        page = self.settings.page_size
-        nodes = self.kube.list_all("/api/v1/nodes", page_size=page)
-        pods = self.kube.list_all("/api/v1/pods", page_size=page)
         return cluster_state(
-            nodes, pods, scheduler_name=self.settings.scheduler_name, parsed=self._parsed
+            self._nodes(),
+            self._pods(),
+            scheduler_name=self.settings.scheduler_name,
+            parsed=self._parsed,
         )
 
     # -- one pod ----------------------------------------------------------------------
