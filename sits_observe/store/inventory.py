@@ -43,8 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits_observe.domain.tables import TABLES
 from sits_observe.errors import SchemaError
 
-#: The inventory tables (views since schema version 6) and the tables holding their versions.
-VERSIONS = {"pods": "pod_versions", "nodes": "node_versions"}
+#: The inventory tables (views since schema version 6; the DRA ones since 9) and the tables
+#: holding their versions.
+VERSIONS = {
+    "pods": "pod_versions",
+    "nodes": "node_versions",
+    "dra_devices": "dra_device_versions",
+    "dra_allocations": "dra_allocation_versions",
+}
 
 
 class InventorySettings(BaseModel):

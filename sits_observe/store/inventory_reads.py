@@ -32,7 +32,12 @@ from sits_observe.store.duck import Store
 from sits_observe.store.inventory import VERSIONS
 
 #: The snapshot times of each inventory view.
-SNAPSHOTS = {"pods": "pod_snapshots", "nodes": "node_snapshots"}
+SNAPSHOTS = {
+    "pods": "pod_snapshots",
+    "nodes": "node_snapshots",
+    "dra_devices": "dra_device_snapshots",
+    "dra_allocations": "dra_allocation_snapshots",
+}
 _END = "coalesce(v.valid_to, 'infinity'::TIMESTAMP)"
 
 

@@ -1,4 +1,9 @@
-"""Kubernetes inventory: nodes and pods from the API server into the ``nodes`` / ``pods`` tables.
+"""Kubernetes inventory: nodes, pods and DRA devices from the API server into the store.
+
+Nodes and pods become the ``nodes`` / ``pods`` tables; ResourceSlices and ResourceClaims
+(``resource.k8s.io/v1``) the ``dra_devices`` / ``dra_allocations`` tables, and their GPUs are
+folded into the node and pod rows (:mod:`sits_observe.collectors.kube.dra.rows`), so a GPU
+that only DRA publishes counts like any other.
 
 The official ``kubernetes`` client carries the transport (kubeconfig, in-cluster token, TLS)
 behind the shared JSON adapter (:mod:`sits_observe.collectors.kube.api`); each raw object is
@@ -30,12 +35,25 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.collectors.kube.dra.claims import pod_claims, read_claims
+from sits_observe.collectors.kube.dra.rows import (
+    allocation_rows,
+    device_rows,
+    merge_node,
+    merge_pod,
+)
+from sits_observe.collectors.kube.dra.shapes import (
+    DRA_API,
+    NVIDIA_DEVICE_CLASSES,
+    NVIDIA_GPU_DRIVER,
+)
+from sits_observe.collectors.kube.dra.slices import DraInventory, node_gpus, read_slices
 from sits_observe.collectors.kube.gpu import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from sits_observe.collectors.kube.json_shapes import Malformed, NodeJson, identity, obj, seq, text
 from sits_observe.collectors.kube.pods import pod_row
 from sits_observe.domain.collect import CollectResult
 from sits_observe.domain.quantity import quantity_milli, quantity_value
-from sits_observe.domain.tables import NODES, PODS
+from sits_observe.domain.tables import DRA_ALLOCATIONS, DRA_DEVICES, NODES, PODS
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import CollectorError, KubeApiError, ParseError
 
@@ -59,6 +77,18 @@ class KubeInventorySettings(BaseModel):
     )
     request_timeout_s: float = Field(
         30.0, gt=0, le=600, description="read timeout of one list request, seconds"
+    )
+    dra: bool = Field(
+        True,
+        description="read ResourceSlices and ResourceClaims (resource.k8s.io/v1); a cluster "
+        "that does not serve them is read without",
+    )
+    dra_drivers: tuple[str, ...] = Field(
+        (NVIDIA_GPU_DRIVER,), description="DRA drivers whose devices are GPUs"
+    )
+    dra_gpu_classes: tuple[str, ...] = Field(
+        NVIDIA_DEVICE_CLASSES,
+        description="DeviceClasses whose requests ask for GPUs (claims not yet allocated)",
     )
 
 
@@ -94,6 +124,7 @@ class KubeInventoryCollector:
         pods = self._list_all("pods")
         node_rows = _rows(nodes, node_row, "node_malformed", dropped)
         pod_rows = _rows(pods, pod_row, "pod_malformed", dropped)
+        dra = self._dra(pods, node_rows, pod_rows, ts, dropped)
         for row in node_rows:
             row["ts"] = ts
         for row in pod_rows:
@@ -102,9 +133,61 @@ class KubeInventoryCollector:
             tables={
                 "nodes": pa.Table.from_pylist(node_rows, schema=NODES.schema),
                 "pods": pa.Table.from_pylist(pod_rows, schema=PODS.schema),
+                **dra,
             },
             dropped=dropped,
         )
+
+    def _dra(
+        self,
+        pods: list[Any],
+        node_rows: list[dict[str, Any]],
+        pod_rows: list[dict[str, Any]],
+        ts: datetime,
+        dropped: Counter[str],
+    ) -> dict[str, pa.Table]:
+        """Read DRA, fold its GPUs into the node and pod rows, and its own tables' rows.
+
+        A cluster that does not serve ``resource.k8s.io/v1`` (404) has no DRA: empty tables.
+        One that forbids it (403: the RBAC predates DRA) is counted (``dra_forbidden``) and
+        read without, so the nodes and pods still arrive.
+        """
+        if not self.settings.dra:
+            return {}
+        s = self.settings
+        try:
+            slices = self._kube.list_all(f"{DRA_API}/resourceslices", page_size=s.page_size)
+            claims = self._kube.list_all(f"{DRA_API}/resourceclaims", page_size=s.page_size)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                slices, claims = [], []
+            elif exc.status == 403:
+                dropped["dra_forbidden"] += 1
+                return {}
+            else:
+                raise CollectorError(self._api_error("resourceslices/resourceclaims", exc)) from exc
+        inventory: DraInventory = read_slices(slices, s.dra_drivers, dropped)
+        read = read_claims(
+            claims,
+            pod_claims(pods),
+            inventory.by_key(),
+            drivers=s.dra_drivers,
+            gpu_classes=s.dra_gpu_classes,
+            dropped=dropped,
+        )
+        per_node = node_gpus(inventory)
+        for row in node_rows:
+            merge_node(row, per_node.get(row["node"]))
+        for row in pod_rows:
+            merge_pod(row, read.pods.get(row["pod_uid"]))
+        return {
+            "dra_devices": pa.Table.from_pylist(
+                device_rows(inventory, ts), schema=DRA_DEVICES.schema
+            ),
+            "dra_allocations": pa.Table.from_pylist(
+                allocation_rows(read.allocations, ts), schema=DRA_ALLOCATIONS.schema
+            ),
+        }
 
     # -- paginated reads ---------------------------------------------------------------
 
@@ -127,7 +210,8 @@ class KubeInventoryCollector:
         if exc.status == 403:
             return (
                 f"the Kubernetes API at {host} forbids listing {what} ({exc}); "
-                "grant get/list/watch on nodes and pods (see collectors/rbac.yaml)"
+                "grant get/list/watch on nodes and pods, and on resourceslices and "
+                "resourceclaims of resource.k8s.io (see collectors/rbac.yaml)"
             )
         return f"the Kubernetes API at {host} answered {exc.status} listing {what} ({exc})"
 

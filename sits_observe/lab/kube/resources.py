@@ -46,6 +46,16 @@ RESOURCES: tuple[ResourceSpec, ...] = (
     ResourceSpec("apps", "v1", "replicasets", "ReplicaSet", namespaced=True, has_status=True),
     ResourceSpec("apps", "v1", "statefulsets", "StatefulSet", namespaced=True, has_status=True),
     ResourceSpec("batch", "v1", "jobs", "Job", namespaced=True, has_status=True),
+    # Dynamic Resource Allocation (GA in Kubernetes 1.34): what the DRA inventory reads.
+    ResourceSpec("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
+    ResourceSpec(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        namespaced=True,
+        has_status=True,
+    ),
 )
 #: Subresources served beyond ``status``.
 EXTRA_SUBRESOURCES = {"pods": {"binding"}}
