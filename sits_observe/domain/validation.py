@@ -33,6 +33,23 @@ def check_promql_url(value: object) -> object:
     return value
 
 
+def named_seconds(items: typing.Iterable[str], what: str, example: str) -> dict[str, float]:
+    """``NAME=SECONDS`` settings (a model's SLO, a namespace's SLA) as ``{name: seconds}``;
+    ValueError naming the bad item and the form, with ``example``, otherwise. A name given
+    twice keeps its last value, as a repeated flag does."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = float("nan")
+        if not sep or not name.strip() or not 0 < seconds <= 86_400:
+            raise ValueError(f"{item!r}: use {what}=SECONDS with 0 < SECONDS <= 86400 ({example})")
+        out[name.strip()] = seconds
+    return out
+
+
 def comma_separated(value: object) -> object:
     """A list setting given as ``a,b`` or repeated (``--arms a --arms b,c``) as one tuple of
     its stripped, non-empty items; anything else unchanged (for a ``mode="before"``

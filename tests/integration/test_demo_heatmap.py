@@ -91,6 +91,26 @@ def test_one_load_cycle_shows_a_knee_and_a_safe_maximum(tmp_path: Path, seed: in
     assert limits["safe_max_rps"] == safe["throughput_lo_rps"]
 
 
+@pytest.mark.parametrize("seed", [7, 11])
+def test_one_load_cycle_on_the_heatmap_s_defaults_and_the_demo_s_slo(
+    tmp_path: Path, seed: int
+) -> None:
+    """The command the demo prints, ``heatmap --slo-ms 40000`` with no bin flags: the bins
+    from the data find the knee and the safe maximum the demo's own bins do."""
+    requests = one_cycle_of_requests(seed)
+    end = START.replace(tzinfo=None) + timedelta(seconds=LoadProfile().period_s + 60)
+    query = heatmap_report.HeatmapQuery(slo_ms=DEMO_SLO_S * 1000)
+    with Store.open(tmp_path / "sits.duckdb") as store:
+        store.append("requests", requests)
+        report = heatmap_report.build(store, Window(None, end, "given"), query)
+    (heatmap,) = report.facts["heatmaps"]
+    knee, safe = heatmap["knee"], heatmap["safe_max"]
+    assert knee is not None, heatmap["notes"]
+    assert safe is not None and safe["exceeded_from_rps"] is not None, heatmap["notes"]
+    assert knee["p95_s"] < DEMO_SLO_S
+    assert report.facts["bin_s"] >= 5 and report.facts["throughput_bin_rps"] <= 1
+
+
 def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     tmp_path: Path,
 ) -> None:

@@ -193,5 +193,5 @@ def test_the_closing_summary_says_what_the_loop_did(tmp_path: Path) -> None:
     assert "pods through the sits extender" in out
     assert "controller decisions applied in the emulator:" in out
     assert "sits-observe experiment --arms kube-default,kube-sits" in out
-    assert "--bin-s 20 --throughput-bin-rps 1 --slo-ms 40000" in out
+    assert "sits-observe heatmap --db " in out and " --slo-ms 40000 " in out
     assert "P95 end-to-end <= 40 s, P95 time to first token <= 2 s" in out

@@ -186,7 +186,10 @@ def test_refusals_say_what_to_do(loaded: Loaded) -> None:
     assert by_gpu.exit_code == 2 and "do not know the GPU" in by_gpu.stderr
     step = runner.invoke(
         app,
-        ["heatmap", "--promql-url", loaded.vm_url, "--since", "2h", "--promql-step-s", "30"],
+        [
+            "heatmap", "--promql-url", loaded.vm_url, "--since", "2h", "--promql-step-s", "30",
+            "--bin-s", "10",
+        ],  # fmt: skip
     )
     assert step.exit_code == 2 and "leave --promql-step-s out" in step.stderr
     other = runner.invoke(

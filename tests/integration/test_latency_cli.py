@@ -239,18 +239,26 @@ HEATMAP_SETTINGS = {
     "latency_bin_ms",
     "throughput_bin_rps",
     "slo_ms",
+    "slo",
     "min_bin_requests",
     "by",
     "model",
     "include_failed",
     "table",
 }
-HEATMAP_FACTS = {*HEATMAP_SETTINGS, "first_bin_at", "requests", "heatmaps", "store"}
+HEATMAP_FACTS = {
+    *HEATMAP_SETTINGS,
+    "first_bin_at",
+    "requests",
+    "heatmaps",
+    "store",
+    "bins_from_data",
+}
 
 
 def test_heatmap_json(db: Path) -> None:
     common = ("heatmap", "--db", str(db), "--model", "chat", "--throughput-bin-rps", "20")
-    common += ("--latency-bin-ms", "25", "--slo-ms", "400")
+    common += ("--latency-bin-ms", "25", "--slo-ms", "400", "--bin-s", "1")
     cells, _ = document(*common, "--table", "cells")
     assert set(cells["facts"]) == HEATMAP_FACTS
     facts = cells["facts"]
@@ -291,7 +299,7 @@ def test_heatmap_grouped_and_pooling_is_noted(db: Path) -> None:
 def test_heatmap_bins_start_inside_the_window(db: Path) -> None:
     doc, _ = document(
         "heatmap", "--db", str(db), "--model", "chat", "--since", "5.5s", "--until", "newest",
-        "--table", "windows",
+        "--table", "windows", "--bin-s", "1",
     )  # fmt: skip
     since = datetime.fromisoformat(doc["window"]["since"].removesuffix("Z"))
     starts = [datetime.fromisoformat(w["start"].removesuffix("Z")) for w in doc["rows"]]

@@ -386,6 +386,7 @@ class Demo:
             db=None,
             service=service_url,
             token_file=token_file,
+            slo_ms=DEMO_SLO_S * 1000,  # the heatmap page's safe maximum at the demo's SLO
         )
         log_path = self.settings.workdir / "ui.log"
         with log_path.open("ab") as log_file:

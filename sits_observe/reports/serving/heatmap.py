@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from copy import copy
+from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from sits_observe.analytics.heatmap.bins import DataBins, data_bins
 from sits_observe.analytics.heatmap.document import HeatmapJson, heatmap_json
 from sits_observe.analytics.heatmap.grid import Heatmap, HeatmapGroup, compute_heatmaps
 from sits_observe.analytics.heatmap.histograms import histogram_heatmaps
@@ -37,6 +39,7 @@ from sits_observe.analytics.heatmap.knee import SafeMax, Verdict, find_safe_max
 from sits_observe.analytics.heatmap.settings import US_PER_S, HeatmapSettings, exact
 from sits_observe.analytics.serving.latency import RequestSelection, explain_empty, known_values
 from sits_observe.domain.units import Unit
+from sits_observe.domain.validation import named_seconds
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.inventory.names import gpu_labels
 from sits_observe.reports.result import Column, Report, ReportTable, col, table_of
@@ -75,16 +78,40 @@ class HeatmapQuery(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    bin_s: float = Field(
-        1.0,
+    bin_s: float | None = Field(
+        None,
         gt=0,
         le=86_400,
         description="time bin: requests are grouped by completion time into bins this long, "
-        "a bin's throughput is its requests / bin_s (whole microseconds)",
+        "a bin's throughput is its requests / bin_s (whole microseconds; default: from the "
+        "request rate, each bin holding about min_bin_requests requests)",
     )
-    latency_bin_ms: float = _as_in_analytics("latency_bin_ms")
-    throughput_bin_rps: float = _as_in_analytics("throughput_bin_rps")
-    slo_ms: float | None = _as_in_analytics("slo_ms")
+    latency_bin_ms: float | None = Field(
+        None,
+        gt=0,
+        le=3_600_000,
+        description="latency bin width, ms (whole microseconds; default: the P99 latency in "
+        "about 40 bins)",
+    )
+    throughput_bin_rps: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="throughput bin width, requests/s (<= 9 decimals; default: the observed "
+        "throughput range in up to 12 bins)",
+    )
+    slo_ms: float | None = Field(
+        None,
+        gt=0,
+        le=3_600_000,
+        description="P95 latency SLO of every model without its own (--slo), ms, for the safe "
+        "maximum; none: no safe maximum",
+    )
+    slo: tuple[str, ...] = Field(
+        (),
+        description="MODEL=SECONDS: a model's P95 latency SLO (repeat for each), for its safe "
+        "maximum",
+    )
     min_bin_requests: int = _as_in_analytics("min_bin_requests")
     by: HeatmapBy | None = Field(
         None, description="one heatmap per model, pod, node or GPU (default: one over all)"
@@ -99,33 +126,69 @@ class HeatmapQuery(BaseModel):
 
     @field_validator("bin_s")
     @classmethod
-    def _whole_microseconds(cls, value: float) -> float:
-        if (exact(value) * US_PER_S).denominator != 1:
+    def _whole_microseconds(cls, value: float | None) -> float | None:
+        if value is not None and (exact(value) * US_PER_S).denominator != 1:
             raise ValueError(f"{value!r} s is not a whole number of microseconds")
         return value
 
     @field_validator("latency_bin_ms", "throughput_bin_rps")
     @classmethod
-    def _as_the_heatmap_allows(cls, value: float, info: ValidationInfo) -> float:
+    def _as_the_heatmap_allows(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None:
+            return None
         try:
             HeatmapSettings.model_validate({info.field_name: value})
         except ValidationError as exc:
             raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
         return value
 
-    def heatmap(self) -> HeatmapSettings:
-        """The analytics' settings."""
+    @field_validator("slo")
+    @classmethod
+    def _model_seconds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        named_seconds(value, "MODEL", "llama2-70b=40")
+        return value
+
+    def slo_s_of(self, model: str | None) -> float | None:
+        """The P95 SLO of ``model`` in seconds: its own (``slo``), else ``slo_ms``; None when
+        neither is set."""
+        own = named_seconds(self.slo, "MODEL", "llama2-70b=40")
+        if model is not None and model in own:
+            return own[model]
+        return None if self.slo_ms is None else self.slo_ms / 1000
+
+    def with_bins(self, bins: DataBins | None) -> HeatmapQuery:
+        """This query with every bin it leaves open taken from ``bins`` (or, without,
+        :class:`HeatmapSettings`' fixed defaults)."""
+        fixed = HeatmapSettings()
+        chosen = {
+            "bin_s": fixed.window_s if bins is None else bins.bin_s,
+            "latency_bin_ms": fixed.latency_bin_ms if bins is None else bins.latency_bin_ms,
+            "throughput_bin_rps": fixed.throughput_bin_rps
+            if bins is None
+            else bins.throughput_bin_rps,
+        }
+        return self.model_copy(update={k: v for k, v in chosen.items() if getattr(self, k) is None})
+
+    def heatmap(self, model: str | None = None) -> HeatmapSettings:
+        """The analytics' settings for ``model`` (its SLO, :meth:`slo_s_of`); bins left open
+        take :class:`HeatmapSettings`' fixed defaults (:meth:`with_bins` first to have them
+        from the data)."""
+        slo_s = self.slo_s_of(model)
+        q = self.with_bins(None)
+        assert q.bin_s is not None and q.latency_bin_ms is not None
+        assert q.throughput_bin_rps is not None
         return HeatmapSettings(
-            window_s=self.bin_s,
-            latency_bin_ms=self.latency_bin_ms,
-            throughput_bin_rps=self.throughput_bin_rps,
-            slo_ms=self.slo_ms,
+            window_s=q.bin_s,
+            latency_bin_ms=q.latency_bin_ms,
+            throughput_bin_rps=q.throughput_bin_rps,
+            slo_ms=None if slo_s is None else slo_s * 1000,
             min_bin_requests=self.min_bin_requests,
         )
 
     def selection(self, window: Window) -> RequestSelection:
         """The requests of ``window``, from its first whole time bin on."""
-        since = None if window.since is None else first_bin_at(window.since, self.bin_s)
+        bin_s = self.heatmap().window_s
+        since = None if window.since is None else first_bin_at(window.since, bin_s)
         return RequestSelection(
             model=self.model, since=since, until=window.until, include_failed=self.include_failed
         )
@@ -202,20 +265,25 @@ def _limits_columns(by: HeatmapBy | None) -> tuple[Column, ...]:
         col("requests", "requests", Unit.integer),
         col("windows", "time bins", Unit.integer, wide=True),
         col("knee_rps", "knee", Unit.rate),
-        col("knee_p95_s", "P95 at knee", Unit.seconds),
+        col("knee_p95_s", "knee P95", Unit.seconds),
         col("depth_ratio", "knee depth", Unit.ratio, wide=True),
+        col("slo_s", "SLO P95", Unit.seconds),
         col("safe_max_rps", "safe max", Unit.rate),
-        col("safe_max_p95_s", "P95 at max", Unit.seconds),
-        col("exceeded_from_rps", "SLO broken from", Unit.rate),
+        col("safe_max_p95_s", "max P95", Unit.seconds),
+        col("exceeded_from_rps", "over SLO at", Unit.rate),
         col("safe_max_hi_rps", "safe max to", Unit.rate, wide=True),
     )
 
 
 def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
-    """The ``heatmap`` report over ``window``."""
+    """The ``heatmap`` report over ``window``: bins left open are chosen from the requests
+    (:mod:`sits_observe.analytics.heatmap.bins`), and each heatmap's safe maximum is at its
+    model's SLO, when one is set."""
     require_rows(store, window, "requests", FILLED_BY)
-    selection = query.selection(window)
     group = None if query.by is None else GROUP_COLUMNS[query.by]
+    bins = _data_bins(store, window, query, group)
+    query = query.with_bins(bins)
+    selection = query.selection(window)
     maps = request_heatmaps(
         store,
         window,
@@ -226,15 +294,63 @@ def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
     )
     if not maps:
         raise NoDataError(explain_empty(store, selection))
+    models = _models(store, query, window)
+    maps = [_at_slo(h, query, _model_of(query, h, models)) for h in maps]
     labels = gpu_labels(store, window) if query.by is HeatmapBy.gpu else {}
     keys = [_keys(query.by, h.group, labels) for h in maps]
     docs = [heatmap_json(h) for h in maps]
     main = _main_table(query, maps, keys, docs)
     others = () if query.table is HeatmapTable.bins else (_bins_table(query, keys, docs),)
     limits = _limits_table(query, maps, keys, docs)
-    facts = {**_facts(query, selection, maps, keys, docs), "store": "duckdb"}
-    notes = [*_model_notes(store, query, window), *_verdict_notes(query, maps, keys)]
+    facts = {
+        **_facts(query, selection, maps, keys, docs),
+        "store": "duckdb",
+        "bins_from_data": None if bins is None else bins.describe(),
+    }
+    notes = [
+        *([] if bins is None else [bins.describe()]),
+        *_model_notes(query, models),
+        *_slo_notes(query, maps, keys, models),
+        *_verdict_notes(query, maps, keys),
+    ]
     return Report("heatmap", window, main, (*others, limits), tuple(notes), facts)
+
+
+def _data_bins(
+    store: Store, window: Window, query: HeatmapQuery, group: HeatmapGroup | None
+) -> DataBins | None:
+    """Bins from the requests for the ones ``query`` leaves open; None when it sets all."""
+    if None not in (query.bin_s, query.latency_bin_ms, query.throughput_bin_rps):
+        return None
+    chosen = RequestSelection(
+        model=query.model,
+        since=window.since,
+        until=window.until,
+        include_failed=query.include_failed,
+    )
+    return data_bins(store, chosen, by=group, min_bin_requests=query.min_bin_requests)
+
+
+def _models(store: Store, query: HeatmapQuery, window: Window) -> list[str]:
+    """The models of the window's requests (only ``query.model`` when it names one)."""
+    if query.model is not None:
+        return [query.model]
+    return known_values(store, "model", since=window.since, until=window.until)
+
+
+def _model_of(query: HeatmapQuery, h: Heatmap, models: Sequence[str]) -> str | None:
+    """The model whose SLO applies to ``h``: its group's, the one selected, or the only one."""
+    if query.by is HeatmapBy.model:
+        return h.group
+    return models[0] if len(models) == 1 else None
+
+
+def _at_slo(h: Heatmap, query: HeatmapQuery, model: str | None) -> Heatmap:
+    """``h`` with its safe maximum at ``model``'s SLO (none without one)."""
+    settings = query.heatmap(model)
+    slo_s = query.slo_s_of(model)
+    safe = None if slo_s is None else find_safe_max(h.bins, slo_s, settings.min_bin_requests)
+    return replace(h, settings=settings, safe_max=safe)
 
 
 def request_heatmaps(
@@ -272,6 +388,11 @@ def build_promql(reader: PromQLReader, window: Window, query: HeatmapQuery) -> R
             "latency histograms do not know the GPU: with --promql-url use --by model, pod or "
             "node (--by gpu needs the request log: --db)"
         )
+    if query.bin_s is None and reader.step_s is not None:
+        query = query.model_copy(update={"bin_s": reader.step_s})
+    # Histograms hold no request rate to choose bins from: the fixed defaults.
+    query = query.with_bins(None)
+    assert query.bin_s is not None
     if reader.step_s is not None and reader.step_s != query.bin_s:
         raise ConfigError(
             f"heatmap reads one point per time bin: --promql-step-s {reader.step_s:g} differs "
@@ -294,7 +415,12 @@ def build_promql(reader: PromQLReader, window: Window, query: HeatmapQuery) -> R
             + ("" if query.model is None else f" for model {query.model}")
             + "; check --promql-url, --promql-matchers and --since"
         )
-    maps = result.maps
+    models = (
+        [query.model]
+        if query.model is not None
+        else sorted({m for m in snapshots.column("model").to_pylist() if m is not None})
+    )
+    maps = [_at_slo(h, query, _model_of(query, h, models)) for h in result.maps]
     keys = [_keys(query.by, h.group, {}) for h in maps]
     docs = [heatmap_json(h) for h in maps]
     errors = [{e.throughput_lo_rps: e.p95_error_s for e in per} for per in result.errors]
@@ -309,6 +435,7 @@ def build_promql(reader: PromQLReader, window: Window, query: HeatmapQuery) -> R
         "makes the safe maximum's verdict exact); the cells' latency axis is the histogram's "
         "buckets, not --latency-bin-ms",
         *(f"left out {n} time bin(s) of a series: {why}" for why, n in result.skipped.items()),
+        *_slo_notes(query, maps, keys, models),
         *_verdict_notes(query, maps, keys),
     ]
     if not query.include_failed:
@@ -324,8 +451,7 @@ def _limits_table(
 ) -> ReportTable:
     return table_of(
         "limits",
-        "knee and safe maximum throughput"
-        + ("" if query.slo_ms is None else f" at P95 <= {query.slo_ms:g} ms"),
+        "knee, and safe maximum throughput at the P95 SLO",
         [_limits_row(k, h, d) for k, h, d in zip(keys, maps, docs, strict=True)],
         _limits_columns(query.by),
     )
@@ -343,7 +469,7 @@ def _bins_table(
             "bins",
             "P95 per throughput bin (exact; the evidence for knee and safe max)",
             [{**k, **b} for k, d in zip(keys, docs, strict=True) for b in d["throughput_bins"]],
-            _bins_columns(query.by, query.slo_ms is not None),
+            _bins_columns(query.by, _any_slo(docs)),
         )
     return table_of(
         "bins",
@@ -354,8 +480,12 @@ def _bins_table(
             for k, d, e in zip(keys, docs, errors, strict=True)
             for b in d["throughput_bins"]
         ],
-        _bins_columns(query.by, query.slo_ms is not None, estimate=True),
+        _bins_columns(query.by, _any_slo(docs), estimate=True),
     )
+
+
+def _any_slo(docs: Sequence[HeatmapJson]) -> bool:
+    return any(d["slo_ms"] is not None for d in docs)
 
 
 def _main_table(
@@ -399,6 +529,7 @@ def _limits_row(key: Mapping[str, Any], h: Heatmap, doc: Mapping[str, Any]) -> d
         "knee_rps": knee.get("throughput_lo_rps"),
         "knee_p95_s": knee.get("p95_s"),
         "depth_ratio": knee.get("depth_ratio"),
+        "slo_s": None if h.settings.slo_ms is None else h.settings.slo_ms / 1000,
         "safe_max_rps": safe.get("throughput_lo_rps"),
         "safe_max_hi_rps": safe.get("throughput_hi_rps"),
         "safe_max_p95_s": safe.get("p95_s"),
@@ -422,6 +553,7 @@ def _facts(
                 **k,
                 "requests": h.requests,
                 "windows": h.windows.num_rows,
+                "slo_ms": h.settings.slo_ms,
                 "knee": d["knee"],
                 "safe_max": d["safe_max"],
                 "notes": d["notes"],
@@ -437,16 +569,35 @@ def _facts(
     }
 
 
-def _model_notes(store: Store, query: HeatmapQuery, window: Window) -> list[str]:
-    if query.by is not None or query.model is not None:
-        return []
-    models = known_values(store, "model", since=window.since, until=window.until)
-    if len(models) <= 1:
+def _model_notes(query: HeatmapQuery, models: Sequence[str]) -> list[str]:
+    if query.by is not None or query.model is not None or len(models) <= 1:
         return []
     return [
         f"one heatmap over {len(models)} models "
         f"({', '.join(models[:5])}{' ...' if len(models) > 5 else ''}); "
         "pick one with --model, or --by model for one each"
+    ]
+
+
+def _slo_notes(
+    query: HeatmapQuery,
+    maps: Sequence[Heatmap],
+    keys: Sequence[Mapping[str, Any]],
+    models: Sequence[str],
+) -> list[str]:
+    """Say plainly which heatmaps have no SLO to find a safe maximum at, and how to set one."""
+    if all(h.safe_max is not None for h in maps):
+        return []
+    if query.by is HeatmapBy.model or len(models) == 1:
+        names = [m for h in maps if h.safe_max is None for m in [_model_of(query, h, models)]]
+        unset = ", ".join(sorted({n or "(no model)" for n in names}))
+        return [
+            f"no P95 SLO set for {unset}, so no safe maximum: set one with "
+            f"--slo {names[0] or 'MODEL'}=SECONDS (or --slo-ms for every model)"
+        ]
+    return [
+        "no P95 SLO set for these requests of several models, so no safe maximum: set "
+        "--slo-ms, or pick a model (--model, --by model) and set --slo MODEL=SECONDS"
     ]
 
 

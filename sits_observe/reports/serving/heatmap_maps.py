@@ -36,17 +36,18 @@ def heatmaps_of(report: Report) -> list[Heatmap]:
     if report.name != "heatmap" or facts.get("table") != HeatmapTable.cells.value:
         raise ConfigError("drawing a heatmap needs a heatmap report with --table cells")
     by = None if facts.get("by") is None else HeatmapBy(facts["by"])
-    settings = HeatmapSettings(
-        window_s=facts["bin_s"],
-        latency_bin_ms=facts["latency_bin_ms"],
-        throughput_bin_rps=facts["throughput_bin_rps"],
-        slo_ms=facts["slo_ms"],
-        min_bin_requests=facts["min_bin_requests"],
-    )
     cells, bins = report.main.rows, report.table("bins").rows
     key = key_name(by)
     maps = []
     for fact in facts["heatmaps"]:
+        # Each heatmap's own SLO (its model's); a report without one per heatmap: the query's.
+        settings = HeatmapSettings(
+            window_s=facts["bin_s"],
+            latency_bin_ms=facts["latency_bin_ms"],
+            throughput_bin_rps=facts["throughput_bin_rps"],
+            slo_ms=fact.get("slo_ms", facts["slo_ms"]),
+            min_bin_requests=facts["min_bin_requests"],
+        )
         group = None if key is None else fact.get(key)
         mine = _of_group(bins, key, group).to_pylist()
         notes = list(fact.get("notes") or [])

@@ -147,7 +147,6 @@ def _summary(
     applied: dict[str, int],
 ) -> None:
     from sits_observe.lab.demo.demo import (
-        DEMO_HEATMAP,
         DEMO_SLO_S,
         DEMO_TTFT_SLO_S,
         recommend_command,
@@ -166,7 +165,6 @@ def _summary(
         )
     done = ", ".join(f"{action} {n}" for action, n in applied.items()) or "none yet"
     out.print(f"controller decisions applied in the emulator: {done}")
-    h = DEMO_HEATMAP
     out.print(
         f"the demo's SLO: P95 end-to-end <= {DEMO_SLO_S:g} s, P95 time to first token <= "
         f"{DEMO_TTFT_SLO_S:g} s (Llama2-70B at its measured step times; docs/demo.md)"
@@ -175,8 +173,8 @@ def _summary(
     out.print(f"  sits-observe tables --db {db}")
     out.print(f"  {recommend_command(db)}   # idle GPUs, GPU memory, replicas at the SLO")
     out.print(
-        f"  sits-observe heatmap --db {db} --bin-s {h.window_s:g} "
-        f"--throughput-bin-rps {h.throughput_bin_rps:g} --slo-ms {h.slo_ms:g}"
+        f"  sits-observe heatmap --db {db} --slo-ms {DEMO_SLO_S * 1000:g}   # knee, safe max "
+        "at the SLO"
     )
     out.print(
         f"  sits-observe latency --db {db} --metric ttft   # TTFT P50/P95/P99 against the "

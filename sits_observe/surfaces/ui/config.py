@@ -58,8 +58,12 @@ class UiSettings(BaseModel):
         description="end of the window: now, newest (the newest sample each report reads) "
         "or an ISO-8601 time",
     )
-    slo_ms: float = Field(
-        1000.0, gt=0, le=3_600_000, description="default P95 latency SLO of the heatmap page, ms"
+    slo_ms: float | None = Field(
+        None,
+        gt=0,
+        le=3_600_000,
+        description="P95 latency SLO of the heatmap page's models, ms (none: the page says "
+        "no SLO is set and shows no safe maximum)",
     )
     trace_nodes: Path | None = Field(
         None, description="default node list CSV of the what-if page (Alibaba v2023 schema)"

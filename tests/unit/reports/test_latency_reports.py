@@ -33,6 +33,9 @@ from tests.golden_support import assert_golden
 T0 = datetime(2026, 3, 2, 9, 0)
 END = T0 + timedelta(seconds=10)
 WINDOW = Window(None, END, "given")
+#: The bins these tests count by hand (left open, a heatmap takes them from the data:
+#: tests/unit/reports/test_heatmap_defaults.py).
+FIXED_BINS: dict[str, float] = {"bin_s": 1, "throughput_bin_rps": 10, "latency_bin_ms": 100}
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +116,7 @@ def test_an_empty_window_names_what_fills_the_table(store: Store) -> None:
 
 
 def test_heatmap_limits_and_facts(store: Store) -> None:
-    query = heatmap.HeatmapQuery(model="chat", slo_ms=300, min_bin_requests=4)
+    query = heatmap.HeatmapQuery(model="chat", slo_ms=300, min_bin_requests=4, **FIXED_BINS)
     report = heatmap.build(store, WINDOW, query)
     assert report.main.name == "bins" and [t.name for t in report.others] == ["limits"]
     bins = report.main.records()
@@ -131,7 +134,7 @@ def test_heatmap_limits_and_facts(store: Store) -> None:
 
 def test_heatmap_bins_start_at_the_first_whole_bin_in_the_window(store: Store) -> None:
     window = Window(T0 + timedelta(seconds=2.5), END, "given")
-    query = heatmap.HeatmapQuery(model="chat", table=heatmap.HeatmapTable.windows)
+    query = heatmap.HeatmapQuery(model="chat", table=heatmap.HeatmapTable.windows, **FIXED_BINS)
     report = heatmap.build(store, window, query)
     starts = report.main.rows.column("start").to_pylist()
     assert starts[0] == T0 + timedelta(seconds=3)
@@ -140,7 +143,9 @@ def test_heatmap_bins_start_at_the_first_whole_bin_in_the_window(store: Store) -
 
 
 def test_the_picture_drawn_from_the_json_is_the_analytics_picture(store: Store) -> None:
-    query = heatmap.HeatmapQuery(model="chat", slo_ms=300, table=heatmap.HeatmapTable.cells)
+    query = heatmap.HeatmapQuery(
+        model="chat", slo_ms=300, table=heatmap.HeatmapTable.cells, **FIXED_BINS
+    )
     report = heatmap.build(store, WINDOW, query)
     back = Report.from_document(json.loads(json.dumps(report.document())))
     (drawn,) = heatmaps_of(back)
@@ -175,6 +180,8 @@ def test_golden_latency(store: Store, width: int) -> None:
 
 @pytest.mark.parametrize("width", [80, 160])
 def test_golden_heatmap(store: Store, width: int) -> None:
-    query = heatmap.HeatmapQuery(by=heatmap.HeatmapBy.model, slo_ms=300, min_bin_requests=4)
+    query = heatmap.HeatmapQuery(
+        by=heatmap.HeatmapBy.model, slo_ms=300, min_bin_requests=4, **FIXED_BINS
+    )
     report = heatmap.build(store, WINDOW, query)
     assert_golden(f"heatmap_{width}", table_text(report, width, Output.table))

@@ -160,7 +160,14 @@ def test_latency_table(requests_store: Store, text: str) -> None:
 def test_heatmap_table(requests_store: Store, text: str) -> None:
     requests_store.execute("DELETE FROM requests")
     _requests(requests_store, text, 200, step_s=0.1)
-    query = heatmap.HeatmapQuery(by=heatmap.HeatmapBy.model, slo_ms=40.0, min_bin_requests=1)
+    query = heatmap.HeatmapQuery(
+        by=heatmap.HeatmapBy.model,
+        slo_ms=40.0,
+        min_bin_requests=1,
+        bin_s=1,
+        throughput_bin_rps=10,
+        latency_bin_ms=100,
+    )
     report = heatmap.build(requests_store, WINDOW, query)
     stdout, stderr = capture(lambda: print_report(report, Output.table))
     assert shown(text) in stdout and f"model {shown(text)}: " in stderr

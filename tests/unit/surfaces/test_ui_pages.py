@@ -318,7 +318,12 @@ def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
     at = page(app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SLO_MS="1000"), "heatmap")
     # Chord (10 rps, 0.1 s) -> (50 rps, 1.5 s): the 30 rps bin lies deepest below it; the
     # 50 rps bin (P95 1.5 s) is the first over the 1 s SLO, so 40 rps is the safe maximum.
-    assert metrics(at) == {"Requests": "525", "Knee": "30/s", "Safe max throughput": "40/s"}
+    assert metrics(at) == {
+        "Requests": "525",
+        "Knee": "30/s",
+        "P95 SLO": "1.00s",
+        "Safe max throughput": "40/s",
+    }
     quantiles, bins = frames(at)
     latencies = [r["latency_s"] for r in request_rows() if r["model"] == "llm-a" and r["ok"]]
     exact = report_on(db, "latency", by="model").main
@@ -335,7 +340,8 @@ def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
     heat, curve = charts(at)
     cells, slo, knee, safe = heat["layer"]
     assert sum(c["count"] for c in cells["data"]["values"]) == 525
-    assert {c["latency_lo_ms"] for c in cells["data"]["values"]} == {100, 600, 1500}
+    # 50 ms latency bins from the data (P99 1.5 s in about 40 bins).
+    assert {c["latency_lo_ms"] for c in cells["data"]["values"]} == {100, 150, 600, 1500}
     assert [layer["data"]["values"][0]["value"] for layer in (slo, knee, safe)] == [1000, 30, 40]
     assert curve["layer"][1]["data"]["values"][0]["value"] == 1000
 
@@ -345,6 +351,26 @@ def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
     # The other model has its own heatmap.
     at.selectbox(key="model").select("llm-b").run()
     assert metrics(at)["Requests"] == "5"
+
+
+def test_heatmap_page_on_its_defaults_finds_the_knee_and_says_no_slo_is_set(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No SLO configured and no bins given: the bins the report takes from the data (1 s time
+    bins at about 35 requests/s, 10 rps over 10-50 rps) still find the knee, and the page
+    says plainly that no SLO is set rather than showing a safe maximum at a made-up one."""
+    at = page(app_on(monkeypatch, SITS_UI_DB=str(db)), "heatmap")
+    assert metrics(at) == {
+        "Requests": "525",
+        "Knee": "30/s",
+        "P95 SLO": "none set",
+        "Safe max throughput": "needs an SLO",
+    }
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("no P95 SLO set for llm-a, so no safe maximum") for c in captions)
+    assert any(c.startswith("bins from the data: 1 s time bins") for c in captions)
+    heat, _curve = charts(at)
+    assert len(heat["layer"]) == 2  # the cells and the knee: no SLO line, no safe maximum
 
 
 def test_fragmentation_page_shows_fgd_causes_smf_and_trend_clusters(
