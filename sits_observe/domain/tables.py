@@ -410,6 +410,33 @@ DRA_ALLOCATIONS = TableSpec(
     "DRA devices allocated to claims and the pods using them, per inventory snapshot",
 )
 
+# -- GPU attribution from the kubelet (schema version 10, docs/collectors/podresources.md) --
+
+GPU_ATTRIBUTION = TableSpec(
+    "gpu_attribution",
+    _schema(
+        ("ts", TS, "sample time of the GPU (the read time for an unresolved holder), UTC"),
+        ("node", pa.string(), "Kubernetes node name"),
+        ("gpu_uuid", pa.string(), "GPU UUID of the sample; NULL = the holder names no sample"),
+        ("mig_profile", pa.string(), "MIG profile of the sample; NULL = whole GPU"),
+        ("mig_instance_id", pa.int32(), "MIG GPU-instance id of the sample; NULL = whole GPU"),
+        ("bucket", pa.string(), "pod (one pod holds it) | unattributed"),
+        ("reason", pa.string(), "why unattributed: shared | ambiguous | no-holder | unresolved"),
+        ("holders", pa.int32(), "containers holding the device (0 = none)"),
+        ("namespace", pa.string(), "holder's namespace; NULL = no holder"),
+        ("pod", pa.string(), "holder's pod"),
+        ("container", pa.string(), "holder's container"),
+        ("source", pa.string(), "device-plugin | dra: how the kubelet gave the device"),
+        ("resource", pa.string(), "device-plugin resource name, or the DRA driver"),
+        ("device", pa.string(), "device-plugin device id, or the DRA pool/device"),
+        ("claim", pa.string(), "DRA claim as namespace/name; NULL = device plugin"),
+        ("share_id", pa.string(), "DRA share of a device with consumable capacity"),
+        ("fb_used_bytes", pa.int64(), "framebuffer used by the sampled GPU"),
+        ("gpu_util_ratio", pa.float64(), "utilisation of the sampled GPU"),
+    ),
+    "per GPU sample (and per held device without one): the pods the kubelet says hold it",
+)
+
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
@@ -429,6 +456,7 @@ TABLES: dict[str, TableSpec] = {
         SYNC_DELAYS,
         DRA_DEVICES,
         DRA_ALLOCATIONS,
+        GPU_ATTRIBUTION,
     )
 }
 

@@ -66,6 +66,7 @@ _OTHER_TABLES = (
     "gpu_topology",
     "gpu_links",
     "sync_delays",
+    "gpu_attribution",
 )
 
 _GPU_ROLLUP = """

@@ -98,6 +98,12 @@ def agent(
         None, "--nvml/--no-nvml", help="read GPUs through NVML (default: on without --dcgm-url)"
     ),
     vllm_url: list[str] = typer.Option([], "--vllm-url", help="vLLM /metrics URL; repeatable"),
+    pod_resources_socket: Path | None = typer.Option(
+        None,
+        "--pod-resources-socket",
+        help="the kubelet's pod-resources socket (/var/lib/kubelet/pod-resources/kubelet.sock): "
+        "GPU samples are attributed to the pods holding each GPU (gpu_attribution)",
+    ),
     server_url: list[str] = typer.Option(
         [],
         "--server-url",
@@ -132,6 +138,7 @@ def agent(
                 server_urls=server_url,
                 cgroup_slow_every=settings.cgroup_slow_every,
                 topology=TOPOLOGY.validate(flags, what="agent"),
+                pod_resources=pod_resources_socket,
             ),
             spool_dir=spool_dir,
             metrics=endpoint,
@@ -274,18 +281,21 @@ def collector_factories(
     server_urls: list[str] | tuple[str, ...] = (),
     cgroup_slow_every: int = 1,
     topology: TopologyFlags | None = None,
+    pod_resources: Path | None = None,
 ) -> list[Callable[[Any], Collector]]:
     """One factory per collector the flags ask for; each takes the shared scrape client.
 
     ``nvml`` None means "NVML when no DCGM URL is given, if this build has the collector";
-    True insists (a missing collector is an error), False never.
+    True insists (a missing collector is an error), False never. With ``pod_resources`` (the
+    kubelet's socket) the GPU collectors' samples are attributed to pods.
 
     Collector modules are imported here, lazily: a node without vLLM never loads its parser.
     """
     factories: list[Callable[[Any], Collector]] = []
+    gpu = _attributor(pod_resources, node)
     for url in dcgm_urls:
         dcgm = _collector_class("sits_observe.collectors.dcgm_collector", "DcgmCollector")
-        factories.append(_factory(dcgm, url, node=node, with_client=True))
+        factories.append(gpu(_factory(dcgm, url, node=node, with_client=True)))
     if cgroup_root is not None:
         cgroup = _collector_class("sits_observe.collectors.cgroup.collector", "CgroupCollector")
         factories.append(_factory(cgroup, cgroup_root, node=node, slow_every=cgroup_slow_every))
@@ -297,7 +307,7 @@ def collector_factories(
                 raise
             log.warning("NVML collector not in this build; GPUs are read only through DCGM")
         else:
-            factories.append(_factory(nvml_cls, node=node))
+            factories.append(gpu(_factory(nvml_cls, node=node)))
     for url in vllm_urls:
         vllm = _collector_class("sits_observe.collectors.inference.vllm", "VllmCollector")
         factories.append(_factory(vllm, url, node=node, with_client=True))
@@ -311,6 +321,25 @@ def collector_factories(
             "--sys-root, --topology or --sync-delay-url at least once"
         )
     return factories
+
+
+Factory = Callable[[Any], Collector]
+
+
+def _attributor(socket: Path | None, node: str) -> Callable[[Factory], Factory]:
+    """What a GPU collector's factory becomes: unchanged without the kubelet's socket; with
+    it, a factory of the collector wrapped to attribute its samples to pods (one client of
+    the socket shared by the GPU collectors)."""
+    if socket is None:
+        return lambda make: make
+    client_cls = _collector_class("sits_observe.collectors.podresources", "PodResourcesClient")
+    wrapper = _collector_class("sits_observe.collectors.podresources", "PodAttributed")
+    client = client_cls(socket)
+
+    def wrap(make: Factory) -> Factory:
+        return lambda http: cast(Collector, wrapper(make(http), client, node=node))
+
+    return wrap
 
 
 def _topology_factories(

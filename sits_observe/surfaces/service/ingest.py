@@ -76,6 +76,8 @@ AGENT_TABLES = (
     "gpu_topology",
     "gpu_links",
     "sync_delays",
+    # the kubelet's pod-resources join (docs/collectors/podresources.md)
+    "gpu_attribution",
 )
 
 #: Media types accepted for the wire format (the generic one for hand-made clients).
