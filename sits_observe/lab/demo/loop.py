@@ -22,15 +22,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import yaml
-from fastapi import FastAPI
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
 
 from sits_observe.collectors.kube.gpu import hami_allocation
 from sits_observe.control.controller.kube import KubeJson
@@ -67,19 +66,7 @@ def demo_scheduler_config(path: Path, service_url: str, *, serves_bind: bool) ->
             f"scheduler configuration {path} not found; the demo runs kube-scheduler with the "
             "repository's deploy/scheduler-config.yaml (pass --scheduler-config FILE)"
         )
-    config = load_scheduler_config(path)
-    base = urlsplit(service_url)
-    extenders = tuple(
-        replace(
-            e,
-            url_prefix=urlunsplit(
-                (base.scheme, base.netloc, urlsplit(e.url_prefix).path, "", "")
-            ).rstrip("/"),
-            bind_verb=e.bind_verb if serves_bind else "",
-        )
-        for e in config.extenders
-    )
-    return replace(config, extenders=extenders, source=f"{config.source} (demo: {service_url})")
+    return load_scheduler_config(path).pointed_at(service_url, serves_bind=serves_bind)
 
 
 def seed_cluster(api: k8s_client.ApiClient, *, quota_gpus: int, inference: Sequence[str]) -> None:
@@ -116,7 +103,7 @@ def seed_cluster(api: k8s_client.ApiClient, *, quota_gpus: int, inference: Seque
                 raise
 
 
-def serves_bind(app: FastAPI) -> bool:
+def serves_bind(app: Starlette) -> bool:
     """Whether the service app registered the extender's ``POST /scheduler/bind`` (it does
     only with Kubernetes API access)."""
     return any(getattr(route, "path", None) == BIND_PATH for route in app.routes)

@@ -14,13 +14,17 @@ pass at a time by :mod:`.experiment_run` instead of running in its own thread:
   DuckDB file, its inventory loop, and one agent per node (the same :class:`AgentLoop`,
   collectors and shipper as ``sits-observe agent``), collecting on a coarser simulated interval
   than the scheduler's step;
-- the live kube-scheduler (the scheduler model) with the arm's extenders. The sits extender is
-  called in process through the service's own request handling
-  (:class:`~sits_observe.lab.replay.extender.HandlerTransport` over
-  :class:`~sits_observe.control.extender.handler.ExtenderHandler`), against a view built from
-  this run's store by the service's builder (:func:`~sits_observe.control.extender.view.build_view`)
-  and rebuilt after every inventory snapshot, plus the bind verb's assumed pods; the bind verb
-  writes the GPU hint and the Binding through the emulator;
+- the live kube-scheduler (the scheduler model) with the arm's extenders, called over HTTP as
+  kube-scheduler calls them (:class:`~sits_observe.lab.scheduler.http.HttpExtenderTransport`):
+  the sits extender is the service's own extender app (``serve --extender-port``'s:
+  :func:`~sits_observe.surfaces.service.extender.create_extender_app` over
+  :class:`~sits_observe.control.extender.handler.ExtenderHandler`) on a loopback port, its
+  view built from this run's store by the service's builder
+  (:func:`~sits_observe.control.extender.view.build_view`) and rebuilt after every inventory
+  snapshot (on the simulated clock, not by the service's timer), plus the bind verb's assumed
+  pods; the bind verb writes the GPU hint and the Binding through the emulator; the lab's
+  scheduler, kubelets and workload controllers read informers
+  (:mod:`sits_observe.lab.kube.informer`) and write over HTTP;
 - the controller in ``--act`` mode (``kube-sits*`` arms): plan from the store, apply against the
   emulator, record in the store's ``decisions`` table.
 
@@ -30,8 +34,8 @@ prioritize and the GPU-hinting bind verb) with the controller; ``kube-sits-gpuhi
 verb where the configuration has none (the shipped one already binds: the same as
 ``kube-sits``); ``kube-sits-nobind`` drops the bind verb (HAMi's device plugin picks the GPU).
 
-The sits extender is not reached over HTTP here (the demo does that); the ingest is, as the
-agents' batches are. Nothing is placed by the experiment itself.
+The agents' batches reach the ingest over HTTP too. Nothing is placed by the experiment
+itself.
 """
 
 from __future__ import annotations
@@ -77,15 +81,23 @@ from sits_observe.lab.experiment.settings import ARM_DOCS, RULES_OFF, RULES_ON, 
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.kube.publish import KubePublisher
 from sits_observe.lab.kube.workloads import WorkloadDriver
-from sits_observe.lab.replay.extender import HandlerTransport, with_gpu_hint, without_bind
+from sits_observe.lab.replay.extender import with_gpu_hint, without_bind
 from sits_observe.lab.scheduler.config import SchedulerConfig, load_scheduler_config
+from sits_observe.lab.scheduler.http import HttpExtenderTransport
 from sits_observe.lab.scheduler.loop import LiveScheduler, SchedulerLoopSettings
 from sits_observe.lab.scheduler.model import Extender, KubeScheduler
 from sits_observe.lab.scheduler.nodes import read_gpu_request
 from sits_observe.store import Store
 from sits_observe.surfaces.service.app import create_app
-from sits_observe.surfaces.service.extender import ExtenderSettings
+from sits_observe.surfaces.service.extender import (
+    ExtenderEndpoints,
+    ExtenderMetrics,
+    ExtenderSettings,
+    create_extender_app,
+    view_source,
+)
 from sits_observe.surfaces.service.http.loopback import LoopbackService
+from sits_observe.surfaces.service.metrics import ServiceMetrics
 from sits_observe.surfaces.service.settings import ServiceSettings
 
 
@@ -215,7 +227,9 @@ class RunParts:
         self.service: LoopbackService | None = None
         self.runtime: SimulationRuntime | None = None
         self.views: ViewCache | None = None
-        self.transport: HandlerTransport | None = None
+        self.transport: HttpExtenderTransport | None = None
+        self.extender_metrics: ExtenderMetrics | None = None
+        self.extender_service: LoopbackService | None = None
         self.agents: list[AgentLoop] = []
         # One client for every agent's shipper: they post to one loopback service, one at a
         # time, and each new client loads the CA bundle (about 70 ms).
@@ -280,6 +294,10 @@ class RunParts:
             self.runtime.stop()
         if self._ship_client is not None:
             self._ship_client.close()
+        if self.transport is not None:
+            self.transport.close()
+        if self.extender_service is not None:
+            self.extender_service.stop()
         if self.service is not None:
             self.service.stop()
         self.emulator.stop()
@@ -322,13 +340,14 @@ class RunParts:
             pods=self.emulator.informer("pods").items,
         )
 
-    def _extender_transport(self, store: Store) -> HandlerTransport:
-        """The service's extender handling in process, over a view of this run's store."""
+    def _extender_transport(self, store: Store) -> HttpExtenderTransport:
+        """The service's extender app on a loopback port, over a view of this run's store."""
         settings = self.arm.extender_settings
         clock = self.clock
+        source = view_source(store, settings.view)
 
         def build(previous: ClusterView | None) -> ClusterView:
-            return build_view(store, clock.utc(), settings.view, previous)
+            return build_view(source, clock.utc(), settings.view, previous)
 
         # Rebuilt only by refresh_view (after each inventory snapshot), never in a thread.
         self.views = ViewCache(
@@ -352,7 +371,24 @@ class RunParts:
             clock=clock.utc,
             binder=binder,
         )
-        return HandlerTransport(handler, self.views)
+        metrics = ServiceMetrics()
+        self.extender_metrics = ExtenderMetrics(metrics.registry)
+        endpoints = ExtenderEndpoints(settings, self.views, self.extender_metrics, handler, source)
+        app = create_extender_app(endpoints, metrics, ServiceSettings().extender_http)
+        self.extender_service = LoopbackService(app, name="the experiment's extender").start()
+        self.config = self.config.pointed_at(self.extender_service.url)
+        return HttpExtenderTransport(registry=self.registry)
+
+    def extender_calls(self) -> dict[tuple[str, str], int]:
+        """The extender's calls by (verb, outcome), as the service counted them."""
+        if self.extender_metrics is None:
+            return {}
+        return {
+            (sample.labels["verb"], sample.labels["outcome"]): int(sample.value)
+            for metric in self.extender_metrics.calls.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total")
+        }
 
     def _controller(self, store: Store) -> ControllerLoop:
         """The controller in ``--act`` against the emulator, every clock simulated."""

@@ -236,9 +236,8 @@ class _Stepper:
             extender_calls=applied_by_action(
                 {
                     f"{verb}_{outcome}": n
-                    for (verb, outcome), n in (
-                        self.parts.transport.calls.items() if self.parts.transport else ()
-                    )
+                    for (verb, outcome), n in self.parts.extender_calls().items()
+                    if n
                 }
             ),
         )

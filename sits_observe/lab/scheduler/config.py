@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -83,6 +84,22 @@ class SchedulerConfig:
     def without_extenders(self) -> SchedulerConfig:
         """The same profile with no extender (kube-scheduler as shipped)."""
         return replace(self, extenders=(), source=f"{self.source}, extenders removed")
+
+    def pointed_at(self, service_url: str, *, serves_bind: bool = True) -> SchedulerConfig:
+        """The same profile with every extender's ``urlPrefix`` moved to ``service_url`` (its
+        path kept) and the ``bindVerb`` dropped unless the service binds."""
+        base = urlsplit(service_url)
+        extenders = tuple(
+            replace(
+                e,
+                url_prefix=urlunsplit(
+                    (base.scheme, base.netloc, urlsplit(e.url_prefix).path, "", "")
+                ).rstrip("/"),
+                bind_verb=e.bind_verb if serves_bind else "",
+            )
+            for e in self.extenders
+        )
+        return replace(self, extenders=extenders, source=f"{self.source} ({service_url})")
 
 
 def load_scheduler_config(path: str | Path) -> SchedulerConfig:

@@ -19,8 +19,11 @@ payload):
 4. a pod that fits nowhere stays Pending: its ``PodScheduled`` condition becomes False with
    reason ``Unschedulable`` and the cycle's message, and a ``FailedScheduling`` Event (type
    Warning, from ``default-scheduler``) says it as kube-scheduler words it (``0/N nodes are
-   available: ...``); a repeat of the same message raises the Event's ``count``, as the event
-   recorder aggregates;
+   available: ...``); a repeat of the same message is counted as client-go's events library
+   (``tools/events``, which kube-scheduler records with) counts an isomorphic event: the
+   second occurrence writes the Event's ``count`` (the series starts), later ones only count
+   in memory and are written on the library's 30-minute series heartbeat, and a series not
+   seen for 6 minutes ends (the next occurrence is a new Event);
 5. a pod that failed (unschedulable, or its bind failed) is retried after a backoff of
    ``initial_backoff_s`` doubling to ``max_backoff_s`` per attempt (kube-scheduler's
    ``podInitialBackoffSeconds`` 1 and ``podMaxBackoffSeconds`` 10).
@@ -96,11 +99,20 @@ class _Backoff:
     due_s: float = 0.0
 
 
+#: client-go ``tools/events``: a series is written again every 30 minutes and ends when not
+#: observed for 6 minutes.
+SERIES_HEARTBEAT_S = 1800.0
+SERIES_FINISH_S = 360.0
+
+
 @dataclass
 class _Reported:
     event: str
     message: str
+    seen_s: float
     count: int = 1
+    written: int = 1  # the count the API has
+    written_s: float = 0.0
 
 
 @dataclass
@@ -228,7 +240,7 @@ class LiveScheduler:
         if decision.node is None or decision.node_name is None:
             self._count_attempt("unschedulable")
             result.unschedulable[_key(pod)] = decision.message
-            self._report_unschedulable(pod, decision.message)
+            self._report_unschedulable(pod, decision.message, now_s)
             self._back_off(pod, now_s)
             return
         if not decision.bound_by and not self._bind(pod, decision.node_name):
@@ -300,16 +312,21 @@ class LiveScheduler:
             return False
         return True
 
-    def _report_unschedulable(self, pod: SchedPod, message: str) -> None:
+    def _report_unschedulable(self, pod: SchedPod, message: str, now_s: float) -> None:
         previous = self._reported.get(pod.uid)
         if previous is not None and previous.message == message:
-            previous.count += 1
-            self._bump_event(pod, previous)
-            return
-        self._set_condition(pod, message)
+            if now_s - previous.seen_s < SERIES_FINISH_S:
+                previous.count += 1
+                previous.seen_s = now_s
+                if previous.written == 1 or now_s - previous.written_s >= SERIES_HEARTBEAT_S:
+                    self._bump_event(pod, previous)
+                    previous.written, previous.written_s = previous.count, now_s
+                return
+        else:
+            self._set_condition(pod, message)
         name = self._create_event(pod, message)
         if name:
-            self._reported[pod.uid] = _Reported(name, message)
+            self._reported[pod.uid] = _Reported(name, message, now_s, written_s=now_s)
 
     def _set_condition(self, pod: SchedPod, message: str) -> None:
         at = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")

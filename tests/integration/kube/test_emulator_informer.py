@@ -3,6 +3,8 @@ before the request that made it is answered."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes import client as k8s_client
 
@@ -12,7 +14,7 @@ from sits_observe.lab.kube.emulator import KubeEmulator
 pytestmark = pytest.mark.k8s
 
 
-def _pod(name: str, namespace: str = "default") -> dict[str, object]:
+def _pod(name: str, namespace: str = "default") -> Any:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -21,8 +23,8 @@ def _pod(name: str, namespace: str = "default") -> dict[str, object]:
     }
 
 
-def _names(items: list[dict[str, object]]) -> list[tuple[str, str]]:
-    return [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]  # type: ignore[index]
+def _names(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]
 
 
 def test_an_informer_starts_from_the_live_objects_and_follows_every_write(
@@ -41,7 +43,7 @@ def test_an_informer_starts_from_the_live_objects_and_follows_every_write(
     core.delete_namespaced_pod("a", "team")
     items = {n: i for n, i in zip(_names(informer.items()), informer.items(), strict=True)}
     assert list(items) == [("default", "a"), ("default", "b")]
-    assert items[("default", "b")]["metadata"]["labels"] == {"x": "1"}  # type: ignore[index]
+    assert items[("default", "b")]["metadata"]["labels"] == {"x": "1"}
 
 
 def test_an_informer_sees_a_binding_and_a_replace_like_a_list_does(kube: KubeEmulator) -> None:

@@ -11,15 +11,16 @@ import threading
 import time
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from sits_observe.surfaces.service.http.sockets import bind
 
 
 class LoopbackService:
-    """``app`` on 127.0.0.1, a free port, in a daemon thread."""
+    """``app`` (the service's, or an extender port's) on 127.0.0.1, a free port, in a daemon
+    thread."""
 
-    def __init__(self, app: FastAPI, *, name: str = "the embedded service") -> None:
+    def __init__(self, app: Starlette, *, name: str = "the embedded service") -> None:
         self.app = app
         self.name = name
         self.sock = bind("127.0.0.1", 0, name)
