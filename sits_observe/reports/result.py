@@ -37,31 +37,42 @@ from sits_observe.reports.window import Window, parse_time, utc_text
 @dataclass(frozen=True)
 class Column:
     """One printed column: the row key, a short header, its unit; ``wide`` columns show only
-    with ``-o wide`` (or when named in ``--columns``)."""
+    with ``-o wide`` (or when named in ``--columns``); a ``wrap`` column (a sentence, such as
+    a reason) folds onto more lines in a narrow terminal instead of ending in an ellipsis."""
 
     name: str
     header: str
     unit: Unit = Unit.text
     wide: bool = False
+    wrap: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """The column for JSON."""
+        """The column for JSON (``wrap`` only where set)."""
         return {
             "name": self.name,
             "header": self.header,
             "unit": self.unit.value,
             "wide": self.wide,
+            **({"wrap": True} if self.wrap else {}),
         }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Column:
         """The inverse of :meth:`as_dict`."""
-        return cls(str(doc["name"]), str(doc["header"]), Unit(doc["unit"]), bool(doc["wide"]))
+        return cls(
+            str(doc["name"]),
+            str(doc["header"]),
+            Unit(doc["unit"]),
+            bool(doc["wide"]),
+            bool(doc.get("wrap", False)),
+        )
 
 
-def col(name: str, header: str, unit: Unit = Unit.text, *, wide: bool = False) -> Column:
+def col(
+    name: str, header: str, unit: Unit = Unit.text, *, wide: bool = False, wrap: bool = False
+) -> Column:
     """Shorthand for :class:`Column` in the report modules' column lists."""
-    return Column(name, header, unit, wide)
+    return Column(name, header, unit, wide, wrap)
 
 
 @dataclass(frozen=True)

@@ -114,11 +114,11 @@ def test_one_load_cycle_on_the_heatmap_s_defaults_and_the_demo_s_slo(
 def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     tmp_path: Path,
 ) -> None:
-    """``recommend`` with the flags the demo prints (DEMO_RECOMMEND_ARGS: its SLO and its
-    heatmap bins for the replica rule), over one load cycle of its servers: the replicas row
-    has a proposal, max(1, ceil(peak / safe maximum)), with its evidence. With the default
-    bins (1 s windows, 10 rps) every window falls in the lowest bin: the rule can only read
-    that bin's upper edge as the safe maximum, an upper bound."""
+    """``recommend`` with the flags the demo prints (DEMO_RECOMMEND_ARGS: its SLO), over one
+    load cycle of its servers: the replicas row has a proposal, max(1, ceil(peak / safe
+    maximum)), with its evidence, from the bins the rule takes from the pods' requests. With
+    fixed bins of 1 s windows and 10 rps every window falls in the lowest bin: the rule can
+    only read that bin's upper edge as the safe maximum, an upper bound."""
     requests, pods = one_cycle(7)
     db = tmp_path / "sits.duckdb"
     with Store.open(db) as store:
@@ -133,13 +133,12 @@ def test_the_demo_s_recommend_settings_size_replicas_at_the_slo_over_one_cycle(
     assert evidence["slo_s"] == DEMO_SLO_S and evidence["gpus_per_replica"] == 4
     safe, peak = evidence["safe_max_rps"], evidence["peak_rps"]
     assert safe is not None and safe > 0 and peak > 0, row["reason"]
+    assert not evidence["upper_bound"], row["reason"]
     assert row["proposed_value"] == max(1, math.ceil(peak / safe - 1e-9))
     assert evidence["proposed_gpus"] == 4 * row["proposed_value"]
-    assert row["confidence"] in ("high", "medium")
-    # The same without the heatmap flags: one 10 rps bin holds every window.
-    heatmap_flags = [i for i, a in enumerate(args) if a.startswith("--heatmap-")]
-    plain = [a for i, a in enumerate(args) if i not in heatmap_flags and i - 1 not in heatmap_flags]
-    outcome = CliRunner().invoke(app, [*plain, "-o", "json"])
+    # The same with fixed bins: one 10 rps bin holds every window.
+    fixed = ["--heatmap-bin-s", "1", "--heatmap-throughput-bin-rps", "10"]
+    outcome = CliRunner().invoke(app, [*args, *fixed, "-o", "json"])
     assert outcome.exit_code == 0, outcome.output
     (row,) = json.loads(outcome.stdout)["rows"]
     coarse = json.loads(row["evidence"])

@@ -187,8 +187,8 @@ def test_reading_through_the_service_gives_the_file_s_answer(
 def test_the_demo_s_recommend_command_names_idle_gpus_and_sizes_gpu_memory_per_stack(
     demo_db: Path,
 ) -> None:
-    """The command the demo prints (DEMO_RECOMMEND_ARGS), its history floors scaled from a
-    6-minute run (120 s, 20 samples) to this fixture's 25-60 s: the idle notebook's whole GPU,
+    """The command the demo prints (DEMO_RECOMMEND_ARGS), the history floors (60 s, 20
+    samples) lowered to this fixture's 25-60 s: the idle notebook's whole GPU,
     and GPU memory in the vLLM servers' form and in whole GPUs. Replicas at the SLO need a
     load cycle (tests/integration/test_demo_heatmap.py); here the row names the servers."""
     args = dict(zip(DEMO_RECOMMEND_ARGS[::2], DEMO_RECOMMEND_ARGS[1::2], strict=True))

@@ -32,9 +32,12 @@ rightsizing.md has the worked example):
   therefore widens the bounds (12 h: upper x 3), never the target.
 - **Caps**: no value exceeds the GPU's framebuffer (``max_allowed_bytes``, VPA's
   ``maxAllowed``); a capped value says so.
-- **Not enough data**: fewer than ``min_points`` samples (krr's ``points_required``, 100) or
-  less than ``min_history_s`` of history gives no proposal, only the reason. VPA has no such
-  floor; it is what keeps a two-minute history from being sized.
+- **Not enough data**: fewer than ``min_points`` samples (20; krr's ``points_required`` is
+  100) or less than ``min_history_s`` of history (60 s) gives no proposal, only the reason.
+  VPA has no such floor and answers from the first sample, its confidence widening the
+  bounds; these floors only keep a pod's first seconds (its model loading) from being sized,
+  and the ``recommend`` report shows the history behind every proposal beside its confidence
+  (low under 2 days).
 
 Everything is vectorised over workloads (polars group-bys, numpy bucket maths), so a week of
 one-minute samples of 10,000 pods is one pass (bench/bench_recommend_scale.py).
@@ -110,11 +113,14 @@ class RightsizingSettings(BaseModel):
     lower_confidence_exponent: float = Field(
         -2.0, ge=-10, le=10, description="exponent of the lower bound's confidence factor"
     )
+    # Floors that a short history clears (VPA has none; its confidence widens the bounds and
+    # the report shows the history behind each row): a P95 of fewer than 20 samples is their
+    # maximum, and the first minute of a pod is its model loading, not its working set.
     min_points: int = Field(
-        100, ge=1, le=10_000_000, description="fewest samples before a proposal (krr: 100)"
+        20, ge=1, le=10_000_000, description="fewest samples before a proposal (krr: 100)"
     )
     min_history_s: float = Field(
-        3600.0, ge=0, le=90 * 86_400, description="shortest history before a proposal, s"
+        60.0, ge=0, le=90 * 86_400, description="shortest history before a proposal, s"
     )
 
     @model_validator(mode="after")

@@ -133,26 +133,9 @@ DEMO_EXPORTER = ExporterSettings(
 #: and running nothing on it (:mod:`sits_observe.lab.cluster.pod_specs`): what ``recommend``'s
 #: idle-GPU rows are for.
 DEMO_IDLE_NOTEBOOKS = 1
-#: ``recommend``'s settings for a demo database: the right-sizing rule's history floors scaled
-#: to a run of minutes (its defaults, 100 points over an hour, answer "not enough data" for a
-#: 6-minute run by design), the demo's SLO for the replica rule and its heatmap bins (with the
-#: default 1 s x 10 rps bins every window falls in the lowest bin: only an upper bound).
-DEMO_RECOMMEND_ARGS = (
-    "--until",
-    "newest",
-    "--min-history-s",
-    "120",
-    "--min-points",
-    "20",
-    "--slo-ms",
-    f"{DEMO_SLO_S * 1000:g}",
-    "--heatmap-bin-s",
-    f"{DEMO_HEATMAP.window_s:g}",
-    "--heatmap-throughput-bin-rps",
-    f"{DEMO_HEATMAP.throughput_bin_rps:g}",
-    "--heatmap-min-bin-requests",
-    str(DEMO_HEATMAP.min_bin_requests),
-)
+#: ``recommend``'s flags for a demo database: the demo's SLO, for the replica rule (its
+#: history floors, heatmap bins and confidences suit a run of minutes on their own).
+DEMO_RECOMMEND_ARGS = ("--until", "newest", "--slo-ms", f"{DEMO_SLO_S * 1000:g}")
 
 
 def recommend_command(db: object) -> str:

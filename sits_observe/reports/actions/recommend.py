@@ -110,9 +110,11 @@ _COLUMNS = (
     col("action", "action"),
     col("current", "current"),
     col("proposed", "proposed"),
-    col("change_ratio", "change", Unit.ratio),
-    col("confidence", "conf"),
-    col("reason_short", "why", wide=True),
+    col("change_ratio", "change", Unit.ratio, wide=True),
+    col("backing", "conf"),
+    col("reason_short", "why", wrap=True),
+    col("confidence", "conf", wide=True),
+    col("history_s", "history", Unit.seconds, wide=True),
     col("kind", "kind", wide=True),
     col("target", "target", wide=True),
     col("workload", "workload", wide=True),
@@ -153,12 +155,18 @@ def build(
     )
     main = table_of("recommendations", "Recommendations", rows, _COLUMNS)
     notes += idle_notes
-    short = findings.not_enough(rows)
+    unset = [r for r in rows if r["action"] == "replicas" and r["reason"].startswith("no P95 SLO")]
+    short = findings.not_enough(rows) - len(unset)
     if short:
         notes.append(
             f"{short} row(s) have not enough data (proposed empty): gpu-memory needs "
             f">= {query.min_points} samples over >= {query.min_history_s:g} s, replicas a "
             "safe maximum at the SLO"
+        )
+    if unset:
+        notes.append(
+            f"{len(unset)} replicas row(s) have no P95 SLO set, so no proposal: set one per "
+            "model with --slo MODEL=SECONDS, or --slo-ms for every model"
         )
     if not rows and (query.namespace is not None or query.action is not None):
         notes.append("no recommendation matches --namespace / --action")

@@ -55,6 +55,7 @@ from sits_observe.errors import StoreError
 from sits_observe.reports.actions.recommend_plan import (
     MAX_REASON,
     RULE,
+    backing,
     change_ratio,
     days_confidence,
 )
@@ -91,8 +92,10 @@ def row(
     reason: str,
     evidence: dict[str, Any],
     workload: str | None = None,
+    history_s: float | None = None,
 ) -> dict[str, Any]:
-    """One ``recommend`` row of a finding (numbers shown in ``unit``)."""
+    """One ``recommend`` row of a finding (numbers shown in ``unit``), backed by
+    ``history_s`` seconds of data (None: a rule over the latest state)."""
     return {
         "kind": kind,
         "namespace": namespace,
@@ -106,6 +109,8 @@ def row(
         "unit": unit_name,
         "change_ratio": change_ratio(current, proposed),
         "confidence": confidence,
+        "history_s": history_s,
+        "backing": backing(confidence, history_s),
         "reason_short": _fit(reason_short),
         "reason": reason,
         "evidence": json.dumps(evidence, sort_keys=True, separators=(",", ":"), default=str),
@@ -224,6 +229,7 @@ def _held(
         reason=reason,
         evidence=evidence,
         workload=_key(namespace, workload),
+        history_s=held_h * 3600,
     )
 
 
@@ -316,6 +322,7 @@ def _sizing(z: WorkloadSizing) -> dict[str, Any]:
         reason=reason,
         evidence=evidence,
         workload=_key(z.namespace, z.workload),
+        history_s=m.history_s,
     )
 
 
@@ -345,7 +352,9 @@ def _replicas(r: ReplicaRecommendation) -> dict[str, Any]:
         "since": r.since,
         "until": r.until,
     }
-    if r.proposed_replicas is None or r.safe_max_rps is None:
+    if r.slo_s is None:
+        confidence, short = "none", f"no SLO set: --slo {r.model}=SECONDS"
+    elif r.proposed_replicas is None or r.safe_max_rps is None:
         confidence, short = "none", "not enough data: no safe maximum"
     else:
         measured = not r.upper_bound and r.pods_measured == len(r.pods)
@@ -369,6 +378,7 @@ def _replicas(r: ReplicaRecommendation) -> dict[str, Any]:
         reason=f"{r.reason} (model {r.model})",
         evidence=evidence,
         workload=_key(namespace, name),
+        history_s=r.history_s,
     )
 
 

@@ -72,6 +72,23 @@ MEDIUM_DAYS = 2.0
 RULE = "rule"
 
 
+def backing(confidence: str, history_s: float | None) -> str:
+    """The confidence with the history behind it, as the table shows it: ``low 5m``,
+    ``high 9d``, ``none 67s``; a rule over the latest state is just ``rule``."""
+    if history_s is None or confidence == RULE:
+        return confidence
+    return f"{confidence} {span_text(history_s)}"
+
+
+def span_text(seconds: float) -> str:
+    """A history in one unit, rounded down: ``45s``, ``5m``, ``23h``, ``9d``."""
+    whole = max(0, int(seconds))
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if whole >= 2 * size or (unit != "d" and whole >= size):
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
 def days_confidence(days: float | None) -> str:
     """``high`` (>= 7 days of history), ``medium`` (>= 2), ``low`` (less), ``none`` (no
     history)."""
@@ -159,6 +176,9 @@ def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
     proposed = _number(r["proposed"]) if spec.numeric else None
     quota = action in QUANTITY
     days = evidence.get("history_days")
+    confidence = _confidence(action, evidence, quota, days)
+    day_count = _float(days) if quota else None
+    history_s = None if day_count is None else day_count * 86_400
     return {
         "kind": r["kind"],
         # A Namespace (cluster-scoped) carries its own quota advice: its row is in its group.
@@ -172,7 +192,9 @@ def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
         "proposed_value": proposed,
         "unit": spec.unit,
         "change_ratio": change_ratio(current, proposed),
-        "confidence": _confidence(action, evidence, quota, days),
+        "confidence": confidence,
+        "history_s": history_s,
+        "backing": backing(confidence, history_s),
         "reason_short": short_reason(action, r["reason"] or "", evidence, settings),
         "reason": r["reason"],
         "evidence": _json(evidence),

@@ -150,13 +150,19 @@ def test_gpu_memory_in_two_stack_forms_with_the_change_from_what_is_held(store: 
 
 
 def test_replicas_at_the_slo_for_the_served_model(store: Store) -> None:
-    llm = by_key(report(store))[("serving/llm", "replicas")]
+    # A heatmap flag fixes the rule's bins (1 s x 10 rps, as the heatmap's fixed defaults).
+    fixed = report(store, slo_ms=1000, heatmap__min_bin_requests=20)
+    llm = by_key(fixed)[("serving/llm", "replicas")]
     # Safe maximum 10 rps per replica (the [10, 20) rps bin meets the 1 s SLO, [20, 30) breaks
     # it); the busiest minute holds 50 s x 12 + 10 s x 25 = 850 requests: 14.2 rps -> 2.
     assert (llm["current_value"], llm["proposed_value"], llm["change_ratio"]) == (1, 2, 1.0)
     evidence = json.loads(llm["evidence"])
     assert evidence["safe_max_rps"] == 10 and evidence["peak_rps"] == pytest.approx(850 / 60)
     assert evidence["model"] == "llama" and llm["confidence"] == "high"
+    # Without heatmap flags the bins come from the pod's requests (2 s x 2 rps at about 14
+    # requests/s): the 12 rps bin meets the SLO, still 2 replicas.
+    llm = by_key(report(store, slo_ms=1000))[("serving/llm", "replicas")]
+    assert (json.loads(llm["evidence"])["safe_max_rps"], llm["proposed_value"]) == (12, 2)
 
 
 def test_not_enough_data_leaves_the_proposal_empty(store: Store) -> None:
@@ -170,8 +176,16 @@ def test_not_enough_data_leaves_the_proposal_empty(store: Store) -> None:
     assert memory["current"] == "80Gi"  # what it holds now is still known
     replicas = rows[("finance/chat", "replicas")]
     assert replicas["proposed"] is None and replicas["confidence"] == "none"
+    # No SLO is configured: the row says so, and how to set one.
+    assert replicas["reason"].startswith("no P95 SLO set for m: set one with --slo m=SECONDS")
+    assert replicas["reason_short"] == "no SLO set: --slo m=SECONDS"
+    assert any(n.startswith("1 row(s) have not enough data") for n in r.notes)
+    assert any(n.startswith("2 replicas row(s) have no P95 SLO set") for n in r.notes)
+    fixed = report(store, slo_ms=1000, heatmap__min_bin_requests=20)
+    replicas = by_key(fixed)[("finance/chat", "replicas")]
+    assert replicas["proposed"] is None and replicas["confidence"] == "none"
     assert replicas["reason"].startswith("not enough data: no safe maximum")
-    assert any(n.startswith("2 row(s) have not enough data") for n in r.notes)
+    assert any(n.startswith("2 row(s) have not enough data") for n in fixed.notes)
 
 
 def tight_store(store: Store) -> None:
@@ -249,15 +263,16 @@ def test_every_controller_action_is_a_recommend_action_of_the_same_name() -> Non
 def test_the_replica_rules_heatmap_takes_flags_of_its_own(store: Store, tmp_path: Path) -> None:
     """``--heatmap-*`` set the nested heatmap settings of the replica rule: when no
     throughput bin holds enough requests to count, there is no safe maximum to size from."""
-    same = by_key(report(store, heatmap__min_bin_requests=20))[("serving/llm", "replicas")]
-    assert same["proposed_value"] == 2  # 20 is the default
-    llm = by_key(report(store, heatmap__min_bin_requests=1_000_000))[("serving/llm", "replicas")]
+    same = by_key(report(store, slo_ms=1000, heatmap__min_bin_requests=20))
+    assert same[("serving/llm", "replicas")]["proposed_value"] == 2  # 20 is the default
+    many = report(store, slo_ms=1000, heatmap__min_bin_requests=1_000_000)
+    llm = by_key(many)[("serving/llm", "replicas")]
     assert llm["proposed"] is None and llm["reason"].startswith("not enough data: no safe")
     db = tmp_path / "h.duckdb"
     with Store.open(db) as s:
         fill(s)
     args = ["recommend", "--db", str(db), "--until", "newest", "-o", "json", "-n", "serving"]
-    args += ["--action", "replicas"]
+    args += ["--action", "replicas", "--slo-ms", "1000"]
     outcome = CliRunner().invoke(app, [*args, "--heatmap-min-bin-requests", "1000000"])
     assert outcome.exit_code == 0, outcome.output
     assert [r["proposed"] for r in json.loads(outcome.stdout)["rows"]] == [None]
@@ -287,3 +302,54 @@ def test_offline_rows_of_owned_pods_go_to_their_workload() -> None:
     assert not memory["reason_short"].startswith("1 of 1 pods")  # the pod's own reason
     assert ("finance/p1", "memory-class") not in rows
     assert rows[("finance/chat", "priority-class")]["kind"] == "Deployment"
+
+
+def test_why_and_the_history_behind_each_row_show_by_default(store: Store) -> None:
+    """The table shows each row's short reason and its confidence with the history behind it
+    without ``-o wide``; at 100 columns the reason folds onto more lines instead of being cut."""
+    r = report(store)
+    headers = [c.header for c in r.main.columns if not c.wide]
+    assert headers == ["namespace", "name", "action", "current", "proposed", "conf", "why"]
+    rows = by_key(r)
+    idle = rows[("research/notebook", "idle-gpu")]
+    assert (idle["confidence"], idle["backing"]) == ("medium", "medium 1h")  # held 1h0m30s
+    quota = rows[("finance", "quota-gpu")]
+    assert quota["backing"] == f"{quota['confidence']} 3d"  # three daily snapshots
+    assert rows[("finance/p1", "time-slice")]["backing"] == "rule"
+    text = table_text(r, 100)
+    assert "…" not in text.split("\n")[1]  # no header cut
+    for word in rows[("research", "quota-gpu")]["reason_short"].split():
+        assert word in text
+
+
+def test_a_short_history_is_sized_with_a_low_confidence_that_says_how_short() -> None:
+    """Five minutes of samples once a second: the floors (20 samples, 60 s) are met, so the
+    workload gets a proposal, with ``low`` confidence and the 5 minutes behind it; krr's 100
+    samples over an hour (the floors before) answered "not enough data" here."""
+    start = T0 - timedelta(seconds=300)
+    pod = {"ts": T0, "pod_uid": "u", "namespace": "lab", "pod": "job-0", "node": "n1",
+           "phase": "Running", "gpu_request": 1, "workload": "job"}  # fmt: skip
+    samples = [
+        {"ts": start + timedelta(seconds=i), "node": "n1", "gpu_uuid": "GPU-9", "gpu_index": 0,
+         "model_name": H100, "namespace": "lab", "pod": "job-0", "fb_used_bytes": 6 * GIB,
+         "fb_free_bytes": 74 * GIB, "fb_total_bytes": 80 * GIB, "gpu_util_ratio": 0.9,
+         "dram_active_ratio": 0.5, "source": "sim"}
+        for i in range(301)
+    ]  # fmt: skip
+    with Store.open(":memory:") as s:
+        s.append_batch(
+            {"pods": pa.Table.from_pylist([pod]), "gpu_samples": pa.Table.from_pylist(samples)}
+        )
+        row = by_key(report(s))[("lab/job", "gpu-memory")]
+        assert row["proposed_value"] is not None and row["confidence"] == "low"
+        assert row["backing"] == "low 5m" and row["history_s"] == 300
+        old = by_key(report(s, min_points=100, min_history_s=3600))[("lab/job", "gpu-memory")]
+        assert old["proposed_value"] is None and old["reason"].startswith("not enough data")
+
+
+def test_the_demo_prints_a_plain_recommend_command() -> None:
+    from sits_observe.lab.demo.demo import recommend_command
+
+    assert recommend_command("d.duckdb") == (
+        "sits-observe recommend --db d.duckdb --until newest --slo-ms 40000"
+    )

@@ -95,7 +95,7 @@ def print_table(
     chosen = pick_columns(table, output, names)
     cells = [[human(row.get(c.name), c.unit) for c in chosen] for row in table.rows.to_pylist()]
     headers = [c.header for c in chosen]
-    widths = fit_widths(headers, cells, console.width)
+    widths = fit_widths(headers, cells, console.width, wrap=[c.wrap for c in chosen])
     rows = table.rows.num_rows
     view = data_table(
         title=f"{table.title} ({rows} row{'' if rows == 1 else 's'})",
@@ -106,11 +106,13 @@ def print_table(
     )
     for c, width in zip(chosen, widths, strict=True):
         numeric = c.unit not in (Unit.text, Unit.time, Unit.flag)
+        # Off a terminal the table has its natural width, so nothing folds: one row a line.
+        fold = c.wrap and width >= WRAP_MIN
         view.add_column(
             c.header,
             justify="right" if numeric else "left",
-            no_wrap=True,
-            overflow="ellipsis",
+            no_wrap=not fold,
+            overflow="fold" if fold else "ellipsis",
             width=width,
         )
     for line in cells:
@@ -128,19 +130,41 @@ def shown_len(text: str) -> int:
 _GAP = 3
 
 
-def fit_widths(headers: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> list[int]:
+#: Narrowest a folding column folds at; narrower, it is cut like the others (one line a row).
+WRAP_MIN = 16
+
+
+def fit_widths(
+    headers: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    width: int,
+    *,
+    wrap: Sequence[bool] | None = None,
+) -> list[int]:
     """Column widths for a table ``width`` cells wide: each column's natural width, and
-    when they do not fit, the widest columns cut down first, level by level (never below
-    their header, up to 12 cells), so short columns (a node, a count) stay whole and the
-    long ones (a reason, a pod name) end in an ellipsis."""
+    when they do not fit, the folding (``wrap``) columns narrowed to what the others leave
+    (they fold onto more lines), but not below :data:`WRAP_MIN`; then the widest other
+    columns cut down, level by level (never below their header, up to 12 cells), so short
+    columns (a node, a count) stay whole and the long ones (a pod name) end in an ellipsis;
+    the folding ones last."""
     natural = [
         max([shown_len(h), *(shown_len(line[i]) for line in cells)]) for i, h in enumerate(headers)
     ]
+    folding = list(wrap) if wrap is not None else [False] * len(headers)
     floors = [min(shown_len(h), 12) for h in headers]
     budget = width - _GAP * max(len(headers) - 1, 0)
     widths = list(natural)
+    if sum(widths) > budget and any(folding):
+        fixed = sum(w for w, f in zip(widths, folding, strict=True) if not f)
+        share = (budget - fixed) // sum(folding)
+        if share >= WRAP_MIN:
+            return [min(w, share) if f else w for w, f in zip(widths, folding, strict=True)]
+        # Too little room: the folding columns keep WRAP_MIN while the others are cut.
+        widths = [min(w, WRAP_MIN) if f else w for w, f in zip(widths, folding, strict=True)]
     while sum(widths) > budget:
-        shrinkable = [i for i, w in enumerate(widths) if w > floors[i]]
+        shrinkable = [i for i, w in enumerate(widths) if w > floors[i] and not folding[i]]
+        if not shrinkable:  # then the folding ones too
+            shrinkable = [i for i, w in enumerate(widths) if w > floors[i]]
         if not shrinkable:
             break
         widest = max(widths[i] for i in shrinkable)
