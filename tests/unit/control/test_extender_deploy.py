@@ -69,10 +69,15 @@ def test_objects_round_trip_through_the_client_models(name: str) -> None:
         assert api.sanitize_for_serialization(model) == doc
 
 
-def test_the_role_only_reads_nodes_and_pods() -> None:
+def test_the_role_only_reads_nodes_pods_and_dra_objects() -> None:
     rules = only("ClusterRole")["rules"]
     assert rules == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices", "resourceclaims"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     binding = only("ClusterRoleBinding")
     account = only("ServiceAccount")["metadata"]
