@@ -57,21 +57,47 @@ def pods() -> list[Pod]:
         "gpu.nvidia.com", NODE, "gpu-3-mig-3g40gb-9-0", cdi=("k8s.gpu.nvidia.com/claim=x",)
     )
     return [
-        Pod("serving", "llm-0", [Container("vllm", devices={"nvidia.com/gpu": [UUIDS[0]]}, cpu_ids=(2, 3))]),
-        Pod("serving", "llm-1", [
-            Container("vllm", claims={("serving", "llm-1-gpu-7qzrt"): [DraDevice("gpu.nvidia.com", NODE, "gpu-1")]}),
-            Container("sidecar"),
-        ]),
+        Pod(
+            "serving",
+            "llm-0",
+            [Container("vllm", devices={"nvidia.com/gpu": [UUIDS[0]]}, cpu_ids=(2, 3))],
+        ),
+        Pod(
+            "serving",
+            "llm-1",
+            [
+                Container(
+                    "vllm",
+                    claims={
+                        ("serving", "llm-1-gpu-7qzrt"): [DraDevice("gpu.nvidia.com", NODE, "gpu-1")]
+                    },
+                ),
+                Container("sidecar"),
+            ],
+        ),
         *(
-            Pod("batch", f"mps-{i}", [
-                Container("worker", claims={("batch", "mps-shared"): [DraDevice("gpu.nvidia.com", NODE, "gpu-2")]})
-            ])
+            Pod(
+                "batch",
+                f"mps-{i}",
+                [
+                    Container(
+                        "worker",
+                        claims={
+                            ("batch", "mps-shared"): [DraDevice("gpu.nvidia.com", NODE, "gpu-2")]
+                        },
+                    )
+                ],
+            )
             for i in range(2)
         ),
         Pod("batch", "mig-0", [Container("train", claims={("batch", "mig-0-claim"): [mig]})]),
-        Pod("batch", "mig-dp", [Container("main", devices={"nvidia.com/mig-1g.10gb": ["MIG-0b6f1c2d-aaaa"]})]),
+        Pod(
+            "batch",
+            "mig-dp",
+            [Container("main", devices={"nvidia.com/mig-1g.10gb": ["MIG-0b6f1c2d-aaaa"]})],
+        ),
         Pod("net", "rdma-0", [Container("main", devices={"rdma/hca": ["mlx5_0"]})]),
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture
