@@ -50,6 +50,7 @@ from sits_observe.analytics.placement.device_plugin import (
 )
 from sits_observe.lab.cluster.cluster import PodEvent, SimPod, SimulatedCluster
 from sits_observe.lab.kube.publish import WARMUP_S, running_status, spec_of
+from sits_observe.lab.kube.raw import MERGE_PATCH, call
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class SimulatedKubelet:
         clock: Callable[[], datetime] = _utc_now,
         pods: Callable[[], list[JsonObject]] | None = None,
     ) -> None:
+        self.api = api
         self.core = k8s_client.CoreV1Api(api)
         #: Reads the pods from an informer when given (:mod:`sits_observe.lab.kube.informer`);
         #: lists them otherwise.
@@ -409,14 +411,24 @@ class SimulatedKubelet:
 
     def _patch(self, namespace: str, name: str, body: JsonObject) -> None:
         try:
-            self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            call(self.api, "PATCH", _pod_path(namespace, name), body, content_type=MERGE_PATCH)
         except (ApiException, OSError) as exc:
             self.metrics.errors.labels("patch").inc()
             log.warning("patching pod %s/%s failed: %s", namespace, name, exc)
 
     def _patch_status(self, namespace: str, name: str, body: JsonObject) -> None:
         try:
-            self.core.patch_namespaced_pod_status(name, namespace, body, _preload_content=False)
+            call(
+                self.api,
+                "PATCH",
+                f"{_pod_path(namespace, name)}/status",
+                body,
+                content_type=MERGE_PATCH,
+            )
         except (ApiException, OSError) as exc:
             self.metrics.errors.labels("patch").inc()
             log.warning("patching the status of pod %s/%s failed: %s", namespace, name, exc)
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"

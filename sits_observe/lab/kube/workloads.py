@@ -48,6 +48,7 @@ from sits_observe.lab.cluster.pod_specs import (
     WorkloadGenerator,
 )
 from sits_observe.lab.kube.publish import owner_bodies, pending_pod_body
+from sits_observe.lab.kube.raw import call
 
 log = logging.getLogger(__name__)
 
@@ -295,10 +296,11 @@ class WorkloadDriver:
                 self._create_object(plural, spec.namespace, body)
             item.owners_created = True
         try:
-            self.core.create_namespaced_pod(
-                spec.namespace,
-                pending_pod_body(spec),  # type: ignore[arg-type]
-                _preload_content=False,
+            call(
+                self.api,
+                "POST",
+                f"/api/v1/namespaces/{spec.namespace}/pods",
+                pending_pod_body(spec),
             )
         except ApiException as exc:
             if exc.status == 409:  # created by an earlier try whose answer was lost
@@ -351,22 +353,14 @@ class WorkloadDriver:
 
     def _delete_pod(self, namespace: str, name: str) -> None:
         try:
-            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            call(self.api, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
         except ApiException as exc:
             if exc.status != 404:
                 self._errors.labels("delete").inc()
                 log.warning("deleting pod %s/%s failed: %s", namespace, name, exc.status)
 
     def _call(self, method: str, path: str, body: JsonObject | None) -> None:
-        """One request through the official client's ``call_api`` (no generated model)."""
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
-        _, url, headers, payload, _ = self.api.param_serialize(
-            method, path, header_params=headers, body=body
-        )
-        response = self.api.call_api(method, url, header_params=headers, body=payload)
-        response.read()  # type: ignore[no-untyped-call]
-        if int(response.status) >= 400:
-            raise ApiException(status=int(response.status), reason=str(response.reason))
+        call(self.api, method, path, body)
 
 
 def _owner_name(pod: JsonObject) -> str:
