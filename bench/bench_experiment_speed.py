@@ -11,11 +11,15 @@ Settings (``--size``, repeatable): ``default`` is the command's defaults (8 node
 one simulated hour); ``large`` is 50 nodes x 8 GPUs, 6 simulated hours; ``NxGxH`` any other
 (``4x8x0.1``). ``--against TREE`` runs every setting a second time with the package of another
 checkout (a ``git worktree`` of the code before a change), alternating the two per run so the
-machine's load falls on both alike, and prints the ratio.
+machine's load falls on both alike, and prints the ratio. ``--together`` also runs every arm
+and seed of each setting as the command does (``run_experiment``, runs side by side in worker
+processes, one per core by default) and prints the elapsed time per arm and seed: what a user
+waits for.
 
     python bench/bench_experiment_speed.py                       # default, both arms
     python bench/bench_experiment_speed.py --size large --arms kube-sits
     python bench/bench_experiment_speed.py --size 8x8x0.25 --against /tmp/before
+    python bench/bench_experiment_speed.py --together --seeds 2
 """
 
 from __future__ import annotations
@@ -50,6 +54,22 @@ result = run_job(settings, arm, seed)
 print(json.dumps({"wall_s": time.perf_counter() - started, "run_wall_s": result.wall_s}))
 """
 
+#: Run by the child with ``--together``: every arm and seed as ``sits-observe experiment`` runs
+#: them (its default ``jobs``), the elapsed seconds on stdout as JSON.
+_TOGETHER = """
+import json, sys, time
+from sits_observe.lab.experiment.experiment import run_experiment
+from sits_observe.lab.experiment.settings import ExperimentSettings
+arms = tuple(sys.argv[1].split(","))
+seeds, nodes, gpus = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+settings = ExperimentSettings(
+    arms=arms, seeds=seeds, nodes=nodes, gpus_per_node=gpus, hours=float(sys.argv[5])
+)
+started = time.perf_counter()
+run_experiment(settings)
+print(json.dumps({"wall_s": time.perf_counter() - started, "workers": settings.workers}))
+"""
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -75,13 +95,17 @@ def parse_size(text: str) -> tuple[int, int, float]:
         raise SystemExit(f"--size {text!r}: use default, large or NODESxGPUSxHOURS") from None
 
 
-def run_child(tree: Path, arm: str, seed: int, size: tuple[int, int, float]) -> tuple[float, float]:
-    """Wall and CPU seconds of one run with the package of ``tree``."""
+def run_child(
+    tree: Path, arm: str, seed: int, size: tuple[int, int, float], script: str = _CHILD
+) -> tuple[float, float]:
+    """Wall and CPU seconds of one run with the package of ``tree`` (with ``_TOGETHER``:
+    ``arm`` is the comma-separated arms, ``seed`` the number of seeds; the CPU seconds count
+    the worker processes too)."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONWARNINGS="ignore")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, arm, str(seed), *(str(x) for x in size)],
+        [sys.executable, "-c", script, arm, str(seed), *(str(x) for x in size)],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -103,6 +127,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="runs per arm and tree")
     parser.add_argument("--against", type=Path, help="another checkout to compare with")
+    parser.add_argument(
+        "--together", action="store_true", help="also every arm and seed as the command runs them"
+    )
+    parser.add_argument("--seeds", type=int, default=1, help="seeds with --together")
     args = parser.parse_args()
     sizes = args.size or ["default"]
     trees = [("this", ROOT)] + ([("against", args.against.resolve())] if args.against else [])
@@ -123,6 +151,28 @@ def main() -> None:
                     timings.append(timing)
                     print(json.dumps(timing.__dict__), flush=True)
     report(timings, sizes, [name for name, _ in trees])
+    if args.together:
+        together(args.arms, args.seeds, sizes, trees)
+
+
+def together(arms: str, seeds: int, sizes: list[str], trees: list[tuple[str, Path]]) -> None:
+    """Every arm and seed of each setting as ``sits-observe experiment`` runs them."""
+    runs = len(arms.split(",")) * seeds
+    print()
+    print(
+        f"{runs} runs at once as the command runs them ({os.cpu_count()} cores, its default jobs)"
+    )
+    print("| setting | code | elapsed s | elapsed s per arm and seed | CPU s | load 1 min |")
+    print("|---|---|---:|---:|---:|---:|")
+    for size in sizes:
+        for name, tree in trees:
+            load = os.getloadavg()[0]
+            wall_s, cpu_s = run_child(tree, arms, seeds, parse_size(size), _TOGETHER)
+            print(
+                f"| {size} | {name} | {wall_s:.1f} | {wall_s / runs:.1f} | {cpu_s:.1f} | "
+                f"{load:.1f} |",
+                flush=True,
+            )
 
 
 def report(timings: list[Timing], sizes: list[str], trees: list[str]) -> None:

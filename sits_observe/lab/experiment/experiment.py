@@ -2,8 +2,8 @@
 
 Composition root of the experiment (as :mod:`.demo` is of the demo): it validates the
 settings, runs every (arm, seed) through :func:`~.experiment_run.run_one` (in this process, or
-in ``jobs`` worker processes: each run has its own emulator, store and files, so they are
-independent and the result does not depend on ``jobs``), and assembles the
+in worker processes, one per core by default: each run has its own emulator, store and files,
+so they are independent and the result does not depend on ``jobs``), and assembles the
 :class:`ExperimentResult`: per arm the mean and min-max over seeds of every measure
 (:mod:`sits_observe.lab.experiment.measures`), per seed the target for each sits
 arm against ``kube-default``, the allocation and fragmentation over time (mean over seeds) for
@@ -117,10 +117,10 @@ def run_experiment(
 ) -> ExperimentResult:
     """Run every arm on every seed and measure them. ``on_run`` is told of each run as it
     ends; ``progress`` of each run's simulated time as it goes (from worker processes through
-    a queue when ``jobs`` is above 1)."""
+    a queue when more than one runs at once)."""
     jobs = [(arm, seed) for seed in settings.seed_list for arm in settings.arms]
     results: dict[tuple[str, int], RunResult] = {}
-    if settings.jobs == 1:
+    if settings.workers == 1:
         for arm, seed in jobs:
             results[(arm, seed)] = run_job(settings, arm, seed, progress)
             if on_run is not None:
@@ -129,7 +129,7 @@ def run_experiment(
         context = multiprocessing.get_context("spawn")
         with contextlib.ExitStack() as stack:
             pool = stack.enter_context(
-                ProcessPoolExecutor(max_workers=settings.jobs, mp_context=context)
+                ProcessPoolExecutor(max_workers=settings.workers, mp_context=context)
             )
             queue = None
             if progress is not None:

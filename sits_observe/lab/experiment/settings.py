@@ -14,6 +14,7 @@ size is ``--hours 6 --nodes 50``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,19 @@ BASELINE = "kube-default"
 FULL = "kube-sits"
 
 
+#: Memory one run may take at the largest default-like sizes (an 8x8x1 h run peaks near
+#: 0.6 GiB; 50 nodes for 6 hours, more): what ``jobs=0`` allows each worker.
+RUN_MEMORY_GIB = 2
+
+
+def _memory_gib() -> int:
+    """The machine's memory, GiB (a large number where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 30))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 20
+
+
 @dataclass(frozen=True)
 class Cadence:
     """How often, in simulated seconds, each part runs (all multiples of ``step_s``)."""
@@ -130,7 +144,13 @@ class ExperimentSettings(BaseModel):
     scheduler_config: Path = Field(
         SCHEDULER_CONFIG, description="KubeSchedulerConfiguration whose extenders sits arms call"
     )
-    jobs: int = Field(1, ge=1, le=64, description="runs at once, in worker processes")
+    jobs: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="runs at once, in worker processes (0: one per CPU core, at most one per "
+        f"{RUN_MEMORY_GIB} GiB of memory and the number of runs)",
+    )
     workdir: Path | None = Field(
         None,
         description="folder to keep each run's DuckDB file and node files in (none: a "
@@ -164,6 +184,14 @@ class ExperimentSettings(BaseModel):
         if not self.scheduler_config.is_file():
             raise ValueError(f"scheduler configuration {self.scheduler_config} not found")
         return self
+
+    @property
+    def workers(self) -> int:
+        """Runs at once: ``jobs``, or with 0 one per core, memory and run allowing."""
+        if self.jobs:
+            return self.jobs
+        runs = len(self.arms) * self.seeds
+        return max(1, min(os.cpu_count() or 1, _memory_gib() // RUN_MEMORY_GIB, runs))
 
     @property
     def seed_list(self) -> tuple[int, ...]:
