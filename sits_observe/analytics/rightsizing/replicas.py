@@ -18,7 +18,9 @@ For each model with requests in the window:
   queueing, not capacity;
 - **replicas** = max(``min_replicas``, ceil(peak / safe maximum)) (:func:`.capacity.
   replicas_needed`), **GPUs** = replicas x the largest ``gpu_request`` of the model's pods
-  (1 when the inventory does not say).
+  (1 when the inventory does not say); held to the GPUs the cluster has for the model (its
+  allocatable less what the other pods request in the latest snapshot, never below the
+  current replicas), the reason giving the count the peak needs.
 
 When the SLO held in every measured bin, the true safe maximum lies above the measured load
 and the replica count is an upper bound (said in the note). No safe maximum (too few requests
@@ -32,6 +34,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sits_observe.analytics.cluster_allocatable import cluster_allocatable
 from sits_observe.analytics.heatmap.bins import data_bins
 from sits_observe.analytics.heatmap.grid import compute_heatmaps
 from sits_observe.analytics.heatmap.knee import find_safe_max
@@ -118,6 +121,9 @@ class ReplicaRecommendation:
     #: Seconds from the model's first to its last request in the window: the history the
     #: proposal rests on.
     history_s: float = 0.0
+    #: Replicas the peak needs at the safe maximum, before holding the proposal to the GPUs
+    #: the cluster has for the model (None without a proposal).
+    needed_replicas: int | None = None
 
 
 _PEAK_SQL = """
@@ -235,23 +241,49 @@ def _one(
     if not safe:
         return rec
     lowest = min(safe, key=lambda v: v.throughput_lo_rps)
-    replicas = max(s.min_replicas, replicas_needed(peak, lowest.throughput_lo_rps))
+    needed = max(s.min_replicas, replicas_needed(peak, lowest.throughput_lo_rps))
     bound = lowest.exceeded_from_rps is None
     reason = (
         f"peak {peak:.3g} rps ({_quantile(s)} of {s.peak_window_s:g} s windows) / safe maximum "
-        f"{lowest.throughput_lo_rps:g} rps per replica at P95 <= {slo:g} s -> {replicas} "
+        f"{lowest.throughput_lo_rps:g} rps per replica at P95 <= {slo:g} s -> {needed} "
         f"replica(s) x {per_replica} GPU(s)"
     )
     if bound:
         reason += "; the SLO held at every measured load, so this is an upper bound"
+    room = _room_gpus(store, since, until, current * per_replica)
+    replicas = needed
+    if room is not None and needed * per_replica > room:
+        replicas = max(min(needed, current), room // per_replica)
+        reason += (
+            f"; held at {replicas} replica(s): the cluster has {room} GPU(s) for the model "
+            "(its allocatable less what the other pods request)"
+        )
     return replace(
         rec,
         proposed_replicas=replicas,
         proposed_gpus=replicas * per_replica,
+        needed_replicas=needed,
         safe_max_rps=lowest.throughput_lo_rps,
         upper_bound=bound,
         reason=reason,
     )
+
+
+_REQUESTED_SQL = """
+SELECT sum(coalesce(gpu_request, 0)) FROM pods
+WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts >= ? AND ts < ?)
+  AND coalesce(phase, '') NOT IN ('Succeeded', 'Failed')
+"""
+
+
+def _room_gpus(store: Store, since: datetime, until: datetime, own_gpus: int) -> int | None:
+    """GPUs the model could hold: the cluster's allocatable less what the other pods request
+    in the latest inventory snapshot (None when the inventory does not say)."""
+    held = cluster_allocatable(store, since, until)
+    if held is None or held.gpus is None:
+        return None
+    requested = store.scalar(_REQUESTED_SQL, [utc_naive(since), utc_naive(until)])
+    return max(0, held.gpus - int(requested or 0) + own_gpus)
 
 
 _SPAN_SQL = """

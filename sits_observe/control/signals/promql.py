@@ -286,11 +286,24 @@ class PromQLSignalSource:
         if window.gpu_namespaces_only:
             gpu = full.filter((pl.col("resource") == "nvidia_com_gpu") & (pl.col("peak") > 0))
             full = full.join(gpu.select("namespace").unique(), on="namespace", how="semi")
-        totals = _allocatable(self._ksm(at, window, since))
+        ksm = self._ksm(at, window, since)
+        totals = _allocatable(ksm)
+        first = self._guarded(
+            "namespaces",
+            lambda: self._reads.namespace_first_seen(start, at, self.settings.promql_ksm_step_s),
+            {"namespace": pl.String(), "first_at": pl.Datetime("us")},
+        )
+        newest = pl.lit(ksm.pods_at, pl.Datetime("us"))
+        history = first.select(
+            "namespace",
+            ((newest - pl.col("first_at")).dt.total_microseconds() / 1e6).alias("history_s"),
+        )
         return (
             full.sort("day")
             .group_by("namespace", "resource", maintain_order=True)
             .agg(pl.col("peak").alias("daily_peaks"))
+            .join(_running(ksm), on=["namespace", "resource"], how="left")
+            .join(history, on="namespace", how="left")
             .select(
                 "namespace",
                 pl.col("resource").replace_strict(_QUOTA_OF),
@@ -298,6 +311,8 @@ class PromQLSignalSource:
                 pl.col("resource")
                 .replace_strict(totals, return_dtype=pl.Float64)
                 .alias("allocatable"),
+                pl.col("running").fill_null(0.0),
+                pl.col("history_s").cast(pl.Float64),
             )
             .sort("resource", "namespace")
         )
@@ -378,6 +393,32 @@ def _pod_subjects(ksm: KsmInventory) -> pl.DataFrame:
         if r["node"] and r["namespace"] and r["pod"] and (r["phase"] or "") not in _DONE
     ]
     return pl.DataFrame(rows, schema=POD_SUBJECTS)
+
+
+def _running(ksm: KsmInventory) -> pl.DataFrame:
+    """What each namespace's pods that are not Succeeded / Failed request in the KSM
+    snapshot, by KSM resource name (the DuckDB source's latest inventory snapshot)."""
+    pods = pl.from_arrow(ksm.pods)
+    assert isinstance(pods, pl.DataFrame)
+    columns = {"nvidia_com_gpu": "gpu_request", "cpu": "cpu_request_milli"}
+    columns["memory"] = "memory_request_bytes"
+    if pods.height == 0:
+        return pl.DataFrame(
+            schema={"namespace": pl.String(), "resource": pl.String(), "running": pl.Float64()}
+        )
+    live = pods.filter(
+        pl.col("namespace").is_not_null()
+        & ~pl.col("phase").fill_null("").is_in(["Succeeded", "Failed"])
+    )
+    return pl.concat(
+        [
+            live.group_by("namespace").agg(
+                pl.lit(resource).alias("resource"),
+                pl.col(column).fill_null(0).sum().cast(pl.Float64).alias("running"),
+            )
+            for resource, column in columns.items()
+        ]
+    )
 
 
 def _allocatable(ksm: KsmInventory) -> dict[str, float | None]:

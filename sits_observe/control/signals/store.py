@@ -39,7 +39,9 @@ sample tables:
 - namespace peaks: per day, the largest sum of the namespace's pod requests (GPUs,
   milli-CPU, bytes) over any one inventory snapshot, for ``history_days``; namespaces that
   never requested a GPU get no quota advice unless ``gpu_namespaces_only`` is off; with the
-  cluster's allocatable of each resource (latest node snapshot) the rule holds quotas under.
+  cluster's allocatable of each resource (latest node snapshot) the rule holds quotas under,
+  what the namespace's pods request in the latest snapshot (``running``: no quota below it)
+  and the seconds from its first snapshot to the latest (``history_s``: VPA's confidence).
 
 The node signal families (fragmentation, interference) and the tenants are computed each
 under a guard (:func:`~sits_observe.control.signals.source.guarded`): a family without
@@ -251,12 +253,20 @@ WITH snap AS (
     GROUP BY namespace, ts
 ), daily AS (
     SELECT namespace, date_trunc('day', ts) AS day, max(gpu) AS gpu, max(cpu) AS cpu,
-           max(mem) AS mem
+           max(mem) AS mem, min(ts) AS first_ts
     FROM snap GROUP BY ALL
+), newest AS (
+    SELECT max(ts) AS ts FROM snap
+), latest AS (
+    SELECT namespace, gpu, cpu, mem FROM snap WHERE ts = (SELECT ts FROM newest)
 )
-SELECT namespace, list(gpu ORDER BY day) AS gpu, list(cpu ORDER BY day) AS cpu,
-       list(mem ORDER BY day) AS mem, max(gpu) AS max_gpu
-FROM daily GROUP BY namespace ORDER BY namespace
+SELECT d.namespace, list(d.gpu ORDER BY d.day) AS gpu, list(d.cpu ORDER BY d.day) AS cpu,
+       list(d.mem ORDER BY d.day) AS mem, max(d.gpu) AS max_gpu,
+       coalesce(any_value(n.gpu), 0) AS gpu_now, coalesce(any_value(n.cpu), 0) AS cpu_now,
+       coalesce(any_value(n.mem), 0) AS mem_now,
+       (epoch_us((SELECT ts FROM newest)) - epoch_us(min(d.first_ts))) / 1e6 AS history_s
+FROM daily d LEFT JOIN latest n USING (namespace)
+GROUP BY d.namespace ORDER BY d.namespace
 """
 
 
@@ -286,6 +296,8 @@ def _namespaces(
             pl.lit(resource).alias("resource"),
             pl.col(column).alias("daily_peaks"),
             pl.lit(totals[resource], pl.Float64).alias("allocatable"),
+            pl.col(f"{column}_now").cast(pl.Float64).alias("running"),
+            pl.col("history_s").cast(pl.Float64),
         )
         for resource, column in ((QUOTA_GPU, "gpu"), (QUOTA_CPU, "cpu"), (QUOTA_MEMORY, "mem"))
     ]

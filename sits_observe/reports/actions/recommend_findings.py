@@ -21,7 +21,9 @@ Confidence (the ``confidence`` column), each a stated rule:
   >= 24 h (a whole daily cycle), medium >= 1 h, low below;
 - ``replicas``: high when every serving pod has a safe maximum and the SLO broke inside the
   measured load (the limit is measured), medium when the SLO held at every measured load
-  (the count is an upper bound) or some pods had none, ``none`` without a proposal;
+  (the count is an upper bound) or some pods had none; and never above what the days of
+  request history allow on VPA's scale (:func:`.recommend_plan.days_confidence`: minutes of
+  data are ``low``); ``none`` without a proposal;
 - ``stranded-gpu``: ``rule`` (FGD over the latest inventory).
 """
 
@@ -68,6 +70,15 @@ WASTE_KINDS: tuple[Kind, ...] = KINDS
 WORKLOAD = "Workload"
 HIGH_HELD_H = 24.0
 MEDIUM_HELD_H = 1.0
+
+
+DAY_S = 86_400.0
+_RANK = {"none": 0, "low": 1, "medium": 2, "high": 3}
+
+
+def weaker(*levels: str) -> str:
+    """The lowest of confidence ``levels`` (none < low < medium < high)."""
+    return min(levels, key=lambda level: _RANK[level])
 
 
 def held_confidence(hours: float) -> str:
@@ -349,6 +360,8 @@ def _replicas(r: ReplicaRecommendation) -> dict[str, Any]:
         "current_gpus": r.current_gpus,
         "proposed_gpus": r.proposed_gpus,
         "upper_bound": r.upper_bound,
+        "needed_replicas": r.needed_replicas,
+        "history_s": r.history_s,
         "since": r.since,
         "until": r.until,
     }
@@ -358,8 +371,11 @@ def _replicas(r: ReplicaRecommendation) -> dict[str, Any]:
         confidence, short = "none", "not enough data: no safe maximum"
     else:
         measured = not r.upper_bound and r.pods_measured == len(r.pods)
-        confidence = "high" if measured else "medium"
+        # The measurement's quality, and no more than the history behind it allows.
+        confidence = weaker("high" if measured else "medium", days_confidence(r.history_s / DAY_S))
         short = f"peak {r.peak_rps:.3g} rps, {r.safe_max_rps:g} rps each"
+        if r.needed_replicas is not None and r.needed_replicas > r.proposed_replicas:
+            short = f"needs {r.needed_replicas}; the cluster has room for {r.proposed_replicas}"
     # The object is the serving workload; a model several workloads serve is named itself.
     name = r.workloads[0] if len(r.workloads) == 1 else r.model
     evidence["workloads"] = list(r.workloads)

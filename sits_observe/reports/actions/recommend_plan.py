@@ -90,9 +90,9 @@ def span_text(seconds: float) -> str:
 
 
 def days_confidence(days: float | None) -> str:
-    """``high`` (>= 7 days of history), ``medium`` (>= 2), ``low`` (less), ``none`` (no
-    history)."""
-    if days is None or days <= 0:
+    """``high`` (>= 7 days of history), ``medium`` (>= 2), ``low`` (less, down to a single
+    snapshot), ``none`` (history unknown)."""
+    if days is None:
         return "none"
     if days >= HIGH_DAYS:
         return "high"
@@ -178,7 +178,9 @@ def _row(r: dict[str, Any], settings: ControllerSettings) -> dict[str, Any]:
     days = evidence.get("history_days")
     confidence = _confidence(action, evidence, quota, days)
     day_count = _float(days) if quota else None
-    history_s = None if day_count is None else day_count * 86_400
+    history_s = _float(evidence.get("history_s"))
+    if history_s is None and day_count is not None:  # a queue row: one day per daily peak
+        history_s = day_count * 86_400
     return {
         "kind": r["kind"],
         # A Namespace (cluster-scoped) carries its own quota advice: its row is in its group.
@@ -228,9 +230,16 @@ def _cap_note(row: dict[str, Any]) -> str | None:
         return None
     unit, counts = QUANTITY[action], _COUNTS[action]
     row["reason_short"] = f"held at {capped_by}"
+    factor, days = _float(evidence.get("confidence_factor")), _float(evidence.get("history_days"))
+    # Under two days VPA's confidence widens the estimate more than the caps let through.
+    widened = (
+        f" (x{factor:,.0f} by VPA's confidence for {span_text(days * 86_400)} of history)"
+        if factor is not None and days is not None and factor > 1.5
+        else ""
+    )
     return (
-        f"{row['target']} {action}: the rule gives {human(raw, unit)}{counts}, held at "
-        f"{capped_by} ({row['proposed']}{counts})"
+        f"{row['target']} {action}: the rule gives {human(raw, unit)}{counts}{widened}, held "
+        f"at {capped_by} ({row['proposed']}{counts})"
     )
 
 
@@ -250,7 +259,8 @@ def short_reason(
     if unit is not None and isinstance(peak, int | float) and isinstance(days, int | float):
         q = settings.quota
         factor = (1.0 + q.margin_ratio) * float(evidence.get("confidence_factor") or 1.0)
-        return f"{days:g}-day p{q.percentile_ratio * 100:g} peak {human(peak, unit)} x {factor:.2f}"
+        span = span_text(float(days) * 86_400)
+        return f"{span} p{q.percentile_ratio * 100:g} peak {human(peak, unit)} x {factor:.2f}"
     pods = _COMBINED.match(reason)  # a workload's row: "k of n pods: <the pod's reason>"
     if pods is None:
         return clip(reason)

@@ -25,7 +25,10 @@ samples would be millions of points a pass, so the store reduces them:
   counted (app containers only): equal to the inventory's effective request whenever no
   init container asks for more than the app containers and no sidecar asks for anything.
   A day that ended more than :data:`SETTLE` before ``until`` is read once and kept (its peak
-  no longer changes), so a controller pass over 14 days asks one subquery, not 15.
+  no longer changes), so a controller pass over 14 days asks one subquery, not 15. With it,
+  the first grid point each namespace requested anything
+  (:meth:`PromQLSignalReads.namespace_first_seen`): the start of the history behind the
+  peaks, VPA's confidence in the quota rule.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ PEAKS_SCHEMA: dict[str, pl.DataType] = {
     "pod": pl.String(),
     "peak_bytes": pl.Int64(),
 }
+FIRST_SCHEMA: dict[str, pl.DataType] = {
+    "namespace": pl.String(),
+    "first_at": pl.Datetime("us"),
+}
 DAILY_SCHEMA: dict[str, pl.DataType] = {
     "namespace": pl.String(),
     "resource": pl.String(),
@@ -80,6 +87,8 @@ class PromQLSignalReads:
         self._ksm = ksm_matchers
         #: Finished whole days' rows by ``(day, step_s)`` (module docstring).
         self._finished: dict[tuple[datetime, float], list[tuple[str, str, datetime, float]]] = {}
+        #: Finished whole days' first grid point per namespace, by ``(day, step_s)``.
+        self._first_finished: dict[tuple[datetime, float], dict[str, datetime]] = {}
 
     def pod_memory_peaks(self, until: datetime, window_s: float) -> pl.DataFrame:
         """The largest ``fb_used_bytes`` per pod in ``(until - window_s, until]`` (naive UTC),
@@ -140,6 +149,46 @@ class PromQLSignalReads:
             if namespace and resource in _RESOURCES and math.isfinite(value):
                 rows.append((namespace, resource, day, value * _RESOURCES[resource]))
         return rows
+
+    def namespace_first_seen(self, start: datetime, until: datetime, step_s: float) -> pl.DataFrame:
+        """Per namespace, the first grid point of ``(start, until]`` at which its live pods
+        request anything (:data:`FIRST_SCHEMA`): the start of the history behind its peaks,
+        as the DuckDB source takes its first inventory snapshot. One subquery a day,
+        ``min_over_time(timestamp(S)[day:step])`` (a store caps the points of one subquery:
+        VictoriaMetrics at 30,000, under 14 days at 30 s), whole days kept as the peaks are."""
+        step = _ms(timedelta(seconds=step_s))
+        first: dict[str, datetime] = {}
+        day = datetime(start.year, start.month, start.day)
+        while day <= until:
+            end = min(day + _DAY - _MS, until)
+            low = max(day - _MS, start)
+            whole = low == day - _MS and day + _DAY + SETTLE <= until
+            key = (day, step_s)
+            if whole and key in self._first_finished:
+                found = self._first_finished[key]
+            else:
+                found = self._day_first(low, end, step) if end > low else {}
+                if whole:
+                    self._first_finished[key] = found
+            for namespace, at in found.items():
+                first.setdefault(namespace, at)  # days in order: the earliest is kept
+            day += _DAY
+        for old in [
+            k for k in self._first_finished if k[0] < datetime(start.year, start.month, start.day)
+        ]:
+            del self._first_finished[old]
+        return pl.DataFrame(list(first.items()), schema=FIRST_SCHEMA, orient="row")
+
+    def _day_first(self, low: datetime, end: datetime, step: str) -> dict[str, datetime]:
+        summed = f"sum by (namespace) ({self._summed_requests(step)})"
+        expr = f"min_over_time(timestamp({summed})[{_ms(end - low)}:{step}])"
+        found = {}
+        for s in self._client.query(expr, end):
+            value = float(s.values[-1]) if s.values.size else math.nan
+            namespace = s.labels.get("namespace")
+            if namespace and math.isfinite(value):
+                found[namespace] = datetime(1970, 1, 1) + timedelta(seconds=value)
+        return found
 
     def _summed_requests(self, step: str) -> str:
         extra = f",{self._ksm}" if self._ksm else ""

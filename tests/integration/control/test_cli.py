@@ -27,8 +27,8 @@ GIB = 1024**3
 NOW = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 KEYS = {
     "kind", "namespace", "name", "target", "action", "current", "proposed", "current_value",
-    "proposed_value", "unit", "change_ratio", "confidence", "reason_short", "reason",
-    "evidence", "workload",
+    "proposed_value", "unit", "change_ratio", "confidence", "history_s", "backing",
+    "reason_short", "reason", "evidence", "workload",
 }  # fmt: skip
 
 
@@ -172,16 +172,18 @@ def test_recommend_prints_every_recommendation_with_the_documented_keys(db: Path
     assert ("Node", "n1", "fragmentation") in got and ("Node", "n2", "fragmentation") in got
     quota = got[("Namespace", "finance", "quota-gpu")]
     # A Namespace is cluster-scoped; its quota advice is listed in its own namespace's group.
-    assert quota["namespace"] == "finance" and json.loads(quota["evidence"])["history_days"] == 3
-    assert quota["confidence"] == "medium"  # 3 days of daily peaks: >= 2, under 7
-    assert (quota["target"], quota["proposed"], quota["proposed_value"]) == ("finance", "5", 5)
-    # 2 pods x 16 GiB, p95 of 3 days x 1.15 x confidence (1 + 1/3) = 49.07 GiB: as a
-    # Kubernetes quantity rounded up; the exact bytes the controller writes stay beside it.
+    # Three daily snapshots span two days: VPA's confidence is the history's length.
+    assert quota["namespace"] == "finance" and json.loads(quota["evidence"])["history_days"] == 2
+    assert quota["confidence"] == "medium" and quota["backing"] == "medium 2d"  # >= 2, under 7
+    # p95 of 3 GPUs x 1.15 x confidence (1 + 1/2) = 5.2 GPUs, rounded up.
+    assert (quota["target"], quota["proposed"], quota["proposed_value"]) == ("finance", "6", 6)
+    # 2 pods x 16 GiB x 1.15 x 1.5 = 55.2 GiB: as a Kubernetes quantity rounded up; the exact
+    # bytes the controller writes (whole MiB) stay beside it.
     memory = got[("Namespace", "finance", "quota-memory")]
-    assert (memory["proposed"], memory["proposed_value"]) == ("50Gi", 52685701120)
-    assert memory["reason_short"] == "3-day p95 peak 32Gi x 1.53"
+    assert (memory["proposed"], memory["proposed_value"]) == ("56Gi", 59270758400)
+    assert memory["reason_short"] == "2d p95 peak 32Gi x 1.72"
     cpu = got[("Namespace", "finance", "quota-cpu")]
-    assert (cpu["proposed"], cpu["proposed_value"], cpu["unit"]) == ("12267m", 12267, "milli-CPU")
+    assert (cpu["proposed"], cpu["proposed_value"], cpu["unit"]) == ("13800m", 13800, "milli-CPU")
     only = recommend_json(db, "--action", "memory-class", "--namespace", "finance")
     assert {r["action"] for r in only} == {"memory-class"}
     # p1's workload chat has rows of its own: GPU memory and replicas, not enough data yet.
@@ -201,10 +203,10 @@ def test_recommend_yaml_and_table(db: Path) -> None:
     lines = table.stdout.splitlines()
     assert lines[0] == f"Recommendations ({len(recommend_json(db))} rows)"
     assert any(li.split()[:2] == ["finance", "p1"] for li in lines)  # namespace, then object
-    assert "50Gi" in table.stdout and "12267m" in table.stdout
-    # One line per recommendation, none cut at 100 columns (the short reason is -o wide).
-    assert len(lines) == 3 + len(recommend_json(db)) and all(len(li) <= 100 for li in lines)
-    assert "…" not in table.stdout
+    assert "56Gi" in table.stdout and "13800m" in table.stdout
+    # Off a terminal: natural width, one line per recommendation, nothing cut or folded.
+    assert len(lines) == 3 + len(recommend_json(db))
+    assert "…" not in table.stdout and "SLA violation 100.0% > 5%" in table.stdout
 
 
 def test_kubectl_sits_recommend(db: Path) -> None:

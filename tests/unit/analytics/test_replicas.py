@@ -107,3 +107,40 @@ def test_no_safe_maximum_is_not_enough_data(store: Store) -> None:
     (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), settings)
     assert rec.proposed_replicas is None and rec.proposed_gpus is None
     assert rec.reason.startswith("not enough data: no safe maximum")
+
+
+def test_replicas_are_held_to_the_gpus_the_cluster_has_for_the_model(store: Store) -> None:
+    """The peak needs 3 replicas x 2 GPUs (test above); a 6-GPU cluster where another pod
+    holds 2 GPUs has room for 4 of them: the proposal stays at the 2 replicas that fit, and
+    the reason gives the 3 the peak needs."""
+    store.append_batch(
+        {
+            "nodes": pa.Table.from_pylist(
+                [{"ts": T0, "node": "n1", "gpu_allocatable": 6, "ready": True}]
+            ),
+            "pods": pa.Table.from_pylist(
+                [{"ts": T0, "pod_uid": "o", "namespace": "train", "pod": "job-0",
+                  "gpu_request": 2, "phase": "Running", "node": "n1"}]
+            ),
+        }
+    )  # fmt: skip
+    settings = ReplicaSettings(slo_ms=500, peak_window_s=1.0, heatmap=HEAT)
+    (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), settings)
+    assert (rec.needed_replicas, rec.proposed_replicas, rec.proposed_gpus) == (3, 2, 4)
+    assert "held at 2 replica(s): the cluster has 4 GPU(s) for the model" in rec.reason
+
+
+def test_the_history_behind_a_proposal_is_the_span_of_its_requests(store: Store) -> None:
+    settings = ReplicaSettings(slo_ms=500, peak_window_s=1.0, heatmap=HEAT)
+    (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), settings)
+    assert SECONDS - 1 < rec.history_s < SECONDS
+
+
+def test_no_slo_set_is_a_row_that_says_how_to_set_one(store: Store) -> None:
+    (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), ReplicaSettings())
+    assert rec.slo_s is None and rec.proposed_replicas is None
+    assert rec.current_replicas == 2 and rec.gpus_per_replica == 2
+    assert rec.reason.startswith("no P95 SLO set for llama: set one with --slo llama=SECONDS")
+    own = ReplicaSettings(slo_ms=100, slo=("llama=0.5",), peak_window_s=1.0, heatmap=HEAT)
+    (rec,) = replicas_at_slo(store, T0, T0 + timedelta(seconds=SECONDS), own)
+    assert rec.slo_s == 0.5 and rec.proposed_replicas == 3  # its own SLO wins over slo_ms

@@ -57,29 +57,31 @@ def test_the_plan_as_of_the_newest_sample(store: Store) -> None:
     prio = rows[("finance/p1", "priority-class")]
     assert (prio["current"], prio["proposed"]) == ("throughput-guaranteed", "best-effort")
     memory = rows[("finance", "quota-memory")]
+    # Three daily snapshots two days apart: VPA's confidence 2 days, 32Gi x 1.15 x 1.5.
     assert (memory["kind"], memory["proposed"], memory["proposed_value"]) == (
         "Namespace",
-        "50Gi",
-        52685701120,
+        "56Gi",
+        math.ceil(32 * GIB * 1.15 * 1.5 / 2**20) * 2**20,
     )
-    assert json.loads(memory["evidence"])["history_days"] == 3
-    assert rows[("finance", "quota-cpu")]["proposed"] == "12267m"
+    assert json.loads(memory["evidence"])["history_days"] == 2
+    assert rows[("finance", "quota-cpu")]["proposed"] == "13800m"
 
 
 def test_the_window_start_cuts_every_look_back(store: Store) -> None:
     # The last 5 s: 5 requests of p1 (still ~30 ms P95 > 10 ms) and one inventory snapshot,
-    # so one day of peaks: the quotas grow by a larger confidence factor (VPA: 1 + 1/1 days).
+    # so no history to speak of: VPA's confidence counts it as one sample, 1/1440 of a day,
+    # and widens the estimate x 1441; the cap holds it.
     rows = by_key(report(store, since="5s"))
     assert rows[("finance/p1", "time-slice")]["proposed"] == "25ms"
     gpu = rows[("finance", "quota-gpu")]
-    assert json.loads(gpu["evidence"])["history_days"] == 1
-    # 3 GPUs x 1.15 x 2 = 6.9, held at the largest daily peak x 2 = 6.
-    assert gpu["proposed_value"] == 6
-    assert json.loads(gpu["evidence"])["uncapped"] == pytest.approx(6.9)
+    assert json.loads(gpu["evidence"])["history_days"] == 0
+    # 3 GPUs x 1.15 x 1441, held at the largest daily peak x 2 = 6.
+    assert gpu["proposed_value"] == 6 and gpu["confidence"] == "low"
+    assert json.loads(gpu["evidence"])["uncapped"] == pytest.approx(3 * 1.15 * 1441)
     # Until a time before the requests and samples: only the earlier inventory is read.
     early = by_key(report(store, until=(T0 - timedelta(hours=1)).isoformat()))
     assert ("finance/p1", "time-slice") not in early and ("n1", "fragmentation") not in early
-    assert json.loads(early[("finance", "quota-gpu")]["evidence"])["history_days"] == 2
+    assert json.loads(early[("finance", "quota-gpu")]["evidence"])["history_days"] == 1
 
 
 def test_filters_and_an_empty_window(store: Store) -> None:
@@ -158,7 +160,8 @@ def test_replicas_at_the_slo_for_the_served_model(store: Store) -> None:
     assert (llm["current_value"], llm["proposed_value"], llm["change_ratio"]) == (1, 2, 1.0)
     evidence = json.loads(llm["evidence"])
     assert evidence["safe_max_rps"] == 10 and evidence["peak_rps"] == pytest.approx(850 / 60)
-    assert evidence["model"] == "llama" and llm["confidence"] == "high"
+    # A measured limit, but a minute of requests: low (VPA's days of history).
+    assert evidence["model"] == "llama" and llm["confidence"] == "low"
     # Without heatmap flags the bins come from the pod's requests (2 s x 2 rps at about 14
     # requests/s): the 12 rps bin meets the SLO, still 2 replicas.
     llm = by_key(report(store, slo_ms=1000))[("serving/llm", "replicas")]
@@ -190,7 +193,8 @@ def test_not_enough_data_leaves_the_proposal_empty(store: Store) -> None:
 
 def tight_store(store: Store) -> None:
     """One 8-GPU node; namespace big asks for 6 GPUs in its one snapshot: the quota rule
-    gives 6 x 1.15 x (1 + 1/1 day) = 13.8 GPUs, held at the cluster's 8 (under 6 x 2)."""
+    gives 6 x 1.15 x (1 + 1440) GPUs (one snapshot is one minute to VPA's confidence), held at
+    the cluster's 8 (under 6 x 2)."""
     node = {"ts": T0, "node": "n1", "gpu_allocatable": 8, "gpu_product": H100,
             "gpu_memory_bytes": 80 * GIB, "cpu_allocatable_milli": 64_000,
             "memory_allocatable_bytes": 512 * GIB, "ready": True, "labels_json": "{}"}  # fmt: skip
@@ -210,9 +214,13 @@ def test_a_quota_is_never_proposed_above_the_cluster() -> None:
     gpu = by_key(r)[("big", "quota-gpu")]
     assert (gpu["proposed"], gpu["proposed_value"]) == ("8", 8)
     evidence = json.loads(gpu["evidence"])
-    assert (evidence["uncapped"], evidence["allocatable"]) == (pytest.approx(13.8), 8)
+    assert (evidence["uncapped"], evidence["allocatable"]) == (pytest.approx(6 * 1.15 * 1441), 8)
     assert gpu["reason_short"] == "held at the cluster's allocatable"
-    assert any("big quota-gpu: the rule gives 14 GPUs, held at the cluster" in n for n in r.notes)
+    assert any(
+        "big quota-gpu: the rule gives 9,943 GPUs (x1,441 by VPA's confidence for 0s of "
+        "history), held at the cluster" in n
+        for n in r.notes
+    )
     assert r.facts["allocatable_gpus"] == 8
     # CPU stays under the node's 64 cores: held at its peak x 2 (2 x 2 cores), not the cluster.
     cpu = json.loads(by_key(r)[("big", "quota-cpu")]["evidence"])
@@ -225,7 +233,7 @@ def test_change_and_confidence_rules() -> None:
         recommend_plan.change_ratio(None, 3) is None and recommend_plan.change_ratio(0, 3) is None
     )
     days = [recommend_plan.days_confidence(d) for d in (None, 0, 1.9, 2, 6.9, 7)]
-    assert days == ["none", "none", "low", "medium", "medium", "high"]
+    assert days == ["none", "low", "low", "medium", "medium", "high"]
     # Every controller action can be asked for with --action.
     assert {str(a) for a in ACTIONS} <= {str(a) for a in recommend.RecommendAction}
 
@@ -314,7 +322,7 @@ def test_why_and_the_history_behind_each_row_show_by_default(store: Store) -> No
     idle = rows[("research/notebook", "idle-gpu")]
     assert (idle["confidence"], idle["backing"]) == ("medium", "medium 1h")  # held 1h0m30s
     quota = rows[("finance", "quota-gpu")]
-    assert quota["backing"] == f"{quota['confidence']} 3d"  # three daily snapshots
+    assert quota["backing"] == f"{quota['confidence']} 2d"  # daily snapshots over two days
     assert rows[("finance/p1", "time-slice")]["backing"] == "rule"
     text = table_text(r, 100)
     assert "…" not in text.split("\n")[1]  # no header cut

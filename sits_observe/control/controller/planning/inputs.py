@@ -63,6 +63,13 @@ NAMESPACE_SIGNALS: dict[str, pl.DataType] = {
     # The cluster's allocatable of the resource (latest node snapshot), in the same unit;
     # null = unknown (no proposal is then held under it).
     "allocatable": pl.Float64(),
+    # What the namespace's pods (Pending ones too, as a ResourceQuota counts them) request in
+    # the latest inventory snapshot, in the same unit: no proposal goes below it; null =
+    # unknown.
+    "running": pl.Float64(),
+    # Seconds of history behind the peaks: from the namespace's first snapshot in the
+    # look-back to the latest; null = one day per daily peak.
+    "history_s": pl.Float64(),
 }
 
 #: One row per scheduler queue with measured use (:mod:`.rules_queues`).

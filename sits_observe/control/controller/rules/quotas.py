@@ -27,7 +27,7 @@ from sits_observe.analytics.classes import rules as class_rules
 from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.planning.model import ACTIONS, ENGINE, QUOTA_ACTIONS
 from sits_observe.control.controller.rules.levels import empty, finish, fmt, hysteresis_band
-from sits_observe.control.controller.settings import QUOTA_MEMORY, ControllerSettings
+from sits_observe.control.controller.settings import QUOTA_GPU, QUOTA_MEMORY, ControllerSettings
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -179,17 +179,28 @@ def qos_quotas(pods: pl.DataFrame, settings: ControllerSettings) -> pl.LazyFrame
 # -- namespace quotas ----------------------------------------------------------------------
 
 
+#: The least history VPA's confidence counts: one sample a minute (``getConfidence`` in
+#: ``vertical-pod-autoscaler/pkg/recommender/logic/estimator.go`` takes min(history days,
+#: samples / 1440)), so a single snapshot is 1/1440 of a day, not zero.
+MIN_CONFIDENCE_DAYS = 1 / 1440
+
+
 def confidence_factor(days: float, settings: ControllerSettings) -> float:
-    """VPA's upper-bound widening ``(1 + multiplier / days) ** exponent`` (days >= 1)."""
+    """VPA's upper-bound widening ``(1 + multiplier / days) ** exponent``, the confidence
+    ``days`` the history in days (at least :data:`MIN_CONFIDENCE_DAYS`): x2 at one day,
+    +7 % at 14 days, and wide open under an hour (the caps then hold the quota)."""
     q = settings.quota
-    return float((1.0 + q.confidence_multiplier / max(days, 1.0)) ** q.confidence_exponent)
+    return float(
+        (1.0 + q.confidence_multiplier / max(days, MIN_CONFIDENCE_DAYS)) ** q.confidence_exponent
+    )
 
 
 def peak_sizing(frame: pl.LazyFrame, settings: ControllerSettings, held: pl.Expr) -> pl.LazyFrame:
     """The quota rule on ``frame``'s ``daily_peaks`` (rows without any are dropped), shared
     by the namespace and the queue quotas (:mod:`.rules_queues`).
 
-    Adds ``_quantile`` (the ``percentile_ratio`` quantile of the peaks), ``_days``,
+    Adds ``_quantile`` (the ``percentile_ratio`` quantile of the peaks), ``_days`` (the
+    history in days: ``history_s`` when the frame has it, else one per daily peak),
     ``_latest``, ``_confidence`` (:func:`confidence_factor`), ``_raw`` (quantile x (1 +
     margin) x confidence), ``_peak_cap`` (the largest peak x ``peak_factor_max``), ``_held``
     (``held``: what the cluster holds, in the unit the value is written in; null = no limit),
@@ -197,6 +208,9 @@ def peak_sizing(frame: pl.LazyFrame, settings: ControllerSettings, held: pl.Expr
     at; null when none).
     """
     q = settings.quota
+    counted = pl.col("daily_peaks").list.len().cast(pl.Float64)
+    names = frame.collect_schema().names()
+    days = counted if "history_s" not in names else pl.col("history_s") / 86_400.0
     return (
         frame.filter(pl.col("daily_peaks").list.len() > 0)
         .with_columns(
@@ -204,14 +218,16 @@ def peak_sizing(frame: pl.LazyFrame, settings: ControllerSettings, held: pl.Expr
             .list.eval(pl.element().quantile(q.percentile_ratio, "linear"))
             .list.first()
             .alias("_quantile"),
-            pl.col("daily_peaks").list.len().cast(pl.Float64).alias("_days"),
+            days.fill_null(counted).alias("_days"),
             pl.col("daily_peaks").list.last().alias("_latest"),
         )
         .with_columns(
             (
-                (1.0 + q.confidence_multiplier / pl.col("_days").clip(lower_bound=1.0)).pow(
-                    q.confidence_exponent
-                )
+                (
+                    1.0
+                    + q.confidence_multiplier
+                    / pl.col("_days").clip(lower_bound=MIN_CONFIDENCE_DAYS)
+                ).pow(q.confidence_exponent)
             ).alias("_confidence"),
         )
         .with_columns(
@@ -241,12 +257,12 @@ def sizing_reason(action: Action, settings: ControllerSettings) -> pl.Expr:
         pl.format(
             "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} ({} day(s) of history)",
             pl.lit(f"{q.percentile_ratio * 100:g}"),
-            pl.col("_days").cast(pl.Int64),
+            pl.col("daily_peaks").list.len(),
             fmt(pl.col("_quantile"), 1),
             pl.lit(unit),
             pl.lit(f"{q.margin_ratio:g}"),
             fmt(pl.col("_confidence"), 3),
-            pl.col("_days").cast(pl.Int64),
+            fmt(pl.col("_days"), 3),
         ),
         pl.format(
             "; {} {}, held at {}", fmt(pl.col("_raw"), 1), pl.lit(unit), pl.col("_capped_by")
@@ -260,6 +276,7 @@ def sizing_evidence() -> list[pl.Expr]:
     return [
         pl.col("_quantile").alias("peak_quantile"),
         pl.col("_days").alias("history_days"),
+        (pl.col("_days") * 86_400.0).alias("history_s"),
         pl.col("_latest").alias("latest_daily_peak"),
         pl.col("_confidence").alias("confidence_factor"),
         pl.col("_raw").alias("uncapped"),
@@ -284,9 +301,11 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
         .then((pl.col("allocatable") / _MIB).floor() * _MIB)
         .otherwise(pl.col("allocatable").floor())
     )
-    frame = peak_sizing(
-        namespaces.lazy().filter(pl.col("resource").is_in(list(QUOTA_ACTIONS))), settings, held
-    )
+    for column in ("running", "history_s"):
+        if column not in namespaces.columns:
+            namespaces = namespaces.with_columns(pl.lit(None, pl.Float64()).alias(column))
+    asked = namespaces.lazy().filter(pl.col("resource").is_in(list(QUOTA_ACTIONS)))
+    frame = _shared(peak_sizing(_keys_asked_for(asked), settings, held))
 
     # A Namespace is cluster-scoped: advice annotated on it has no namespace.
     namespace = (
@@ -309,6 +328,62 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
         for resource, action in QUOTA_ACTIONS.items()
     ]
     return pl.concat(parts)
+
+
+def _keys_asked_for(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows a quota should have a key for. A CPU or memory key is left out where the
+    namespace's pods request none (in any daily peak or now): ResourceQuota then refuses
+    every pod that does not state that request (Kubernetes "Resource Quotas": "if the quota
+    has a value specified for requests.cpu ... every incoming container must make an
+    explicit request"), so a 1-CPU quota would lock out the GPU notebooks it was sized
+    from. And it is left out where the managed quota exists and holds a GPU key but not this
+    one: a GPU-only quota stays GPU-only."""
+    gpu = pl.col("resource") == QUOTA_GPU
+    none_asked = (pl.col("daily_peaks").list.max().fill_null(0.0) <= 0) & (
+        pl.col("running").fill_null(0.0) <= 0
+    )
+    has_gpu_key = (
+        (gpu & pl.col("current").is_not_null())
+        .any()
+        .over(["quota_kind", "quota_name", "namespace"])
+    )
+    gpu_only = (pl.col("quota_kind") == "ResourceQuota") & pl.col("current").is_null() & has_gpu_key
+    return frame.filter(gpu | ~(none_asked | gpu_only))
+
+
+def _in_unit(value: pl.Expr, *, up: bool) -> pl.Expr:
+    """``value`` rounded to the unit its quota is written in (MiB of memory; whole GPUs and
+    milli-CPU), up or down."""
+    memory = pl.col("resource") == QUOTA_MEMORY
+    scaled = pl.when(memory).then(value / _MIB).otherwise(value)
+    whole = scaled.ceil() if up else scaled.floor()
+    return pl.when(memory).then(whole * _MIB).otherwise(whole)
+
+
+def _shared(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Each proposal at least what the namespace's pods request now (``running``, rounded up
+    to the unit; a quota below it refuses their next replacement), and the proposals of one
+    resource summing to at most the cluster's allocatable: when they pass it, each keeps its
+    running requests and the rest of the allocatable is shared in proportion to what each
+    asked above them (rounded down, so the sum stays under). Rows without an allocatable are
+    left as :func:`peak_sizing` made them."""
+    floor = _in_unit(pl.col("running").fill_null(0.0), up=True)
+    group = ["resource", "_held"]
+    value = pl.min_horizontal(pl.max_horizontal("_value", "_floor"), "_held")
+    lifted = frame.with_columns(_floor=pl.min_horizontal(floor, "_held")).with_columns(
+        _value=pl.when(pl.col("_held").is_null()).then("_value").otherwise(value)
+    )
+    total, floors = pl.col("_value").sum().over(group), pl.col("_floor").sum().over(group)
+    room = pl.col("_held") - floors
+    share = _in_unit((pl.col("_value") - pl.col("_floor")) * room / (total - floors), up=False)
+    over = pl.col("_held").is_not_null() & (total > pl.col("_held"))
+    shared = pl.when(room > 0).then(pl.col("_floor") + share).otherwise(pl.col("_floor"))
+    return lifted.with_columns(
+        _capped_by=pl.when(over)
+        .then(pl.lit("the cluster's allocatable, shared among the namespaces"))
+        .otherwise("_capped_by"),
+        _value=pl.when(over).then(shared).otherwise("_value"),
+    ).drop("_floor")
 
 
 def round_values(action: Action, values: FloatArray) -> FloatArray:

@@ -143,15 +143,18 @@ def fit_widths(
 ) -> list[int]:
     """Column widths for a table ``width`` cells wide: each column's natural width, and
     when they do not fit, the folding (``wrap``) columns narrowed to what the others leave
-    (they fold onto more lines), but not below :data:`WRAP_MIN`; then the widest other
-    columns cut down, level by level (never below their header, up to 12 cells), so short
-    columns (a node, a count) stay whole and the long ones (a pod name) end in an ellipsis;
-    the folding ones last."""
+    (they fold onto more lines) when that is at least :data:`WRAP_MIN`; otherwise the widest
+    columns cut down, level by level (never below their header, up to 12 cells; a folding
+    one never below :data:`WRAP_MIN`), so short columns (a node, a count) stay whole and the
+    long ones (a pod name) end in an ellipsis."""
     natural = [
         max([shown_len(h), *(shown_len(line[i]) for line in cells)]) for i, h in enumerate(headers)
     ]
     folding = list(wrap) if wrap is not None else [False] * len(headers)
-    floors = [min(shown_len(h), 12) for h in headers]
+    floors = [
+        max(min(shown_len(h), 12), min(natural[i], WRAP_MIN) if folding[i] else 0)
+        for i, h in enumerate(headers)
+    ]
     budget = width - _GAP * max(len(headers) - 1, 0)
     widths = list(natural)
     if sum(widths) > budget and any(folding):
@@ -159,12 +162,8 @@ def fit_widths(
         share = (budget - fixed) // sum(folding)
         if share >= WRAP_MIN:
             return [min(w, share) if f else w for w, f in zip(widths, folding, strict=True)]
-        # Too little room: the folding columns keep WRAP_MIN while the others are cut.
-        widths = [min(w, WRAP_MIN) if f else w for w, f in zip(widths, folding, strict=True)]
     while sum(widths) > budget:
-        shrinkable = [i for i, w in enumerate(widths) if w > floors[i] and not folding[i]]
-        if not shrinkable:  # then the folding ones too
-            shrinkable = [i for i, w in enumerate(widths) if w > floors[i]]
+        shrinkable = [i for i, w in enumerate(widths) if w > floors[i]]
         if not shrinkable:
             break
         widest = max(widths[i] for i in shrinkable)
