@@ -55,8 +55,10 @@ STEP_S = 15
 SCRAPES = 20
 #: vLLM's token buckets (build_1_2_5_buckets up to a 10k context).
 TOKEN_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
-MEDICAL_SLA_S = 0.12  # ClassSettings' default for "medical": inside the bucket (0, 0.3]
+MEDICAL_SLA_S = 0.12  # the spec's example for "medical": inside the bucket (0, 0.3]
 GOVERNMENT_SLA_S = 0.3  # a bucket bound
+#: The spec's namespace SLA example, configured (no namespace has an SLA by default).
+SLA_EXAMPLE = ("finance=0.015", f"medical={MEDICAL_SLA_S}", f"government={GOVERNMENT_SLA_S}")
 assert GOVERNMENT_SLA_S in E2E_BOUNDS and E2E_BOUNDS[0] > MEDICAL_SLA_S
 
 _RS = ("ReplicaSet", "llm-5d8f7c9b4")
@@ -219,7 +221,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
 
 
 def _both(loaded: Loaded, window: Window | None = None, **settings: Any) -> tuple[Report, Report]:
-    query = classes.ClassQuery(**settings)
+    query = classes.ClassQuery(**{"sla": SLA_EXAMPLE, **settings})
     duck = classes.build(loaded.store, window or loaded.window, query)
     prom = classes.build_promql(PromQLReader(loaded.client), window or loaded.window, query)
     return duck, prom

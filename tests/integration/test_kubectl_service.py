@@ -123,7 +123,7 @@ def test_kubectl_sits_recommend_reads_through_a_running_serve(tmp_path: Path) ->
         assert table.returncode == 0, table.stderr
         assert table.stdout == kubectl("recommend", "--db", str(copy), *NEWEST).stdout
         lines = table.stdout.splitlines()
-        assert any(li.split()[:2] == ["finance", "p1"] for li in lines) and "50Gi" in table.stdout
+        assert any(li.split()[:2] == ["finance", "p1"] for li in lines) and "56Gi" in table.stdout
 
         # The same through the app in-process, the source from the environment, with the
         # settings passed on as query parameters.
@@ -133,7 +133,7 @@ def test_kubectl_sits_recommend_reads_through_a_running_serve(tmp_path: Path) ->
         )
         assert code == 0, stderr
         wanted = from_file(copy, action="quota-memory", namespace="finance").document()
-        assert json.loads(stdout) == wanted and [r["proposed"] for r in wanted["rows"]] == ["50Gi"]
+        assert json.loads(stdout) == wanted and [r["proposed"] for r in wanted["rows"]] == ["56Gi"]
         code, _, stderr = in_process("recommend", *source[:2], "--token-file", str(tmp_path / "x"))
         assert code == 2 and "token" in stderr
         bad = tmp_path / "bad.token"

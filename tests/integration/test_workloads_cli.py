@@ -222,8 +222,9 @@ def test_baseline_compare_runs(db: Path) -> None:
 
 def test_classes_json(db: Path) -> None:
     code, stdout, stderr = invoke(
-        "classes", "--db", str(db), "-o", "json", "--fragmentation-ratio", "0.75"
-    )
+        "classes", "--db", str(db), "-o", "json", "--fragmentation-ratio", "0.75",
+        "--sla", "finance=0.015",
+    )  # fmt: skip
     assert code == 0, stderr
     rows = {r["name"]: r for r in json.loads(stdout)["rows"]}
     assert set(rows) == {"chat-1", "chat-2", "train-0", "gpu-b"}
@@ -371,7 +372,7 @@ def _golden_report(db: Path, name: str, **values: Any) -> Report:
     [
         ("interference", "interference", {"numa_miss": ["n1=0.5"]}),
         ("baseline", "baseline", {}),
-        ("classes", "classes", {"fragmentation_ratio": 0.75}),
+        ("classes", "classes", {"fragmentation_ratio": 0.75, "sla": ["finance=0.015"]}),
     ],
 )
 @pytest.mark.parametrize("width", [80, 160])

@@ -2,7 +2,9 @@
 
 SPEC "Namespace SLA example: finance 15 ms P99, medical 120 ms, government 300 ms; under load
 on one tenant, the others must stay inside their SLA, else non-critical work is throttled".
-A tenant is a namespace; its SLA is ``ClassSettings.namespace_sla_p99_s``.
+A tenant is a namespace; its SLA is configuration (``ClassSettings.namespace_sla_p99_s``; none
+by default, the SPEC's table is an example in docs/analytics/tenants.md), and only a tenant
+with one can be pushed out of it.
 
 Method (:class:`~.settings.TenantSettings` holds every threshold):
 
@@ -97,16 +99,18 @@ used AS (
 
 @dataclass(frozen=True)
 class TenantSla:
-    """One tenant with an SLA over the window."""
+    """One tenant over the window: a namespace with requests, or one with an SLA."""
 
     namespace: str
-    sla_p99_s: float
+    #: Its P99 SLA, seconds (None: none configured).
+    sla_p99_s: float | None
     requests: int
     #: Exact P99 over every request of the window (None: no request).
     p99_s: float | None
-    #: Bins with a P99 (enough requests), and those whose P99 is above the SLA.
-    bins: int
-    bins_out_of_sla: int
+    #: Bins with a P99 (enough requests), and those whose P99 is above the SLA (None
+    #: without an SLA).
+    bins: int | None
+    bins_out_of_sla: int | None
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,8 @@ class TenantInterference:
 
 @dataclass(frozen=True)
 class TenantReport:
-    """The tenants with an SLA and the interference findings, strongest correlation first."""
+    """The tenants (namespaces with requests, and those with an SLA) and the interference
+    findings, strongest correlation first."""
 
     tenants: tuple[TenantSla, ...]
     findings: tuple[TenantInterference, ...]
@@ -294,26 +299,27 @@ def _tenants(
         _query(
             store,
             f"SELECT namespace, count(*) AS requests, quantile_cont(latency_s, {_P99}) AS p99_s "
-            f"FROM requests WHERE {where} AND list_contains($victims::VARCHAR[], namespace) "
-            "GROUP BY namespace",
-            {**named, "victims": sorted(slas)},
+            f"FROM requests WHERE {where} AND namespace IS NOT NULL GROUP BY namespace",
+            named,
         )
     )
     totals = {r["namespace"]: r for r in overall.iter_rows(named=True)} if overall.height else {}
     counted = p99.filter(pl.col("requests") >= settings.min_requests_per_bin)
     out = []
-    for namespace in sorted(slas):
-        sla = float(slas[namespace])
+    for namespace in sorted(set(totals) | set(slas)):
+        sla = slas.get(namespace)
         mine = counted.filter(pl.col("namespace") == namespace)
         total = totals.get(namespace)
         out.append(
             TenantSla(
                 namespace=namespace,
-                sla_p99_s=sla,
+                sla_p99_s=None if sla is None else float(sla),
                 requests=0 if total is None else int(total["requests"]),
                 p99_s=None if total is None else float(total["p99_s"]),
-                bins=mine.height,
-                bins_out_of_sla=int((mine.get_column("p99_s") > sla).sum()),
+                bins=None if sla is None else mine.height,
+                bins_out_of_sla=None
+                if sla is None
+                else int((mine.get_column("p99_s") > sla).sum()),
             )
         )
     return tuple(out)
@@ -326,7 +332,8 @@ def tenant_report(
     slas: Mapping[str, float],
     settings: TenantSettings,
 ) -> TenantReport:
-    """Every tenant with an SLA in ``[since, until)`` and the interference findings."""
+    """Every tenant in ``[since, until)`` (a namespace with requests, or with an SLA) and the
+    interference findings (victims: the tenants with an SLA)."""
     p99 = p99_bins(store, since, until, slas, settings)
     load = load_bins(store, since, until, slas, settings)
     found = detect(p99, load, slas, settings)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -180,6 +181,18 @@ class ControllerSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sla_into_classes(cls, data: Any) -> Any:
+        """The ``sla`` flags go to ``classes.sla`` (one place holds the SLAs)."""
+        if not isinstance(data, dict) or not data.get("sla"):
+            return data
+        classes = data.get("classes") or {}
+        if isinstance(classes, BaseModel):
+            classes = classes.model_dump()
+        items = (data["sla"],) if isinstance(data["sla"], str) else tuple(data["sla"])
+        return {**data, "classes": {**classes, "sla": (*classes.get("sla", ()), *items)}}
+
     # -- mode and loop ------------------------------------------------------------------
     mode: Mode = Field(
         Mode.DRY_RUN,
@@ -197,6 +210,12 @@ class ControllerSettings(BaseModel):
     )
 
     # -- decision rules -----------------------------------------------------------------
+    sla: tuple[str, ...] = Field(
+        (),
+        description="NAMESPACE=SECONDS: a namespace's P99 latency SLA (repeat for each; "
+        "finance=0.015), the priority-class, elastic and tenant-throttle rules' input; none: "
+        "no namespace has an SLA and those rules leave every pod alone",
+    )
     classes: ClassSettings = Field(
         default_factory=ClassSettings,
         description="the spec's memory classes, QoS tiers, time slices and priority classes",

@@ -94,6 +94,12 @@ class RecommendFilters(BaseModel):
         json_schema_extra={"flags": ["-n", "--namespace"]},
     )
     action: RecommendAction | None = Field(None, description="only this action")
+    sla: tuple[str, ...] = Field(
+        (),
+        description="NAMESPACE=SECONDS: a namespace's P99 latency SLA (repeat for each), for the "
+        "controller's SLA rules (priority class, tenant throttle); none: they leave every "
+        "namespace alone",
+    )
 
 
 class RecommendQuery(ReplicaSettings, RightsizingSettings, IdleSettings, RecommendFilters):
@@ -141,7 +147,8 @@ def build(
     # resolution) before ``until`` keeps to ``ts < until``.
     at = window.until - timedelta(microseconds=1)
     since = window.since or DAWN
-    rows, notes, plan, capacity = plan_rows(store, window, at, ControllerSettings(), queues=queues)
+    controller = ControllerSettings(sla=query.sla)
+    rows, notes, plan, capacity = plan_rows(store, window, at, controller, queues=queues)
     idle, idle_notes = findings.waste(
         store, since, window.until, window.seconds, _settings(IdleSettings, query)
     )

@@ -1,14 +1,17 @@
 """Report ``tenants``: which tenant's load pushes which other tenant out of its P99 SLA.
 
-Tenants are namespaces; their SLAs are the SPEC's (finance 15 ms, medical 120 ms, government
-300 ms P99) unless ``sla`` gives others. The method is :mod:`sits_observe.analytics.serving.tenants`
+Tenants are the namespaces with requests in the window; their SLAs are configuration
+(``--sla NAMESPACE=SECONDS``; none by default: the SPEC's finance 15 ms, medical 120 ms,
+government 300 ms P99 is an example in docs/analytics/tenants.md), and a namespace with an SLA
+but no request is listed too. The method is :mod:`sits_observe.analytics.serving.tenants`
 (docs/analytics/tenants.md): each tenant's exact P99 per bin against each other tenant's load
 on the same nodes, split into high-load and low-load bins.
 
 Main table: one row per finding, "``aggressor`` pushes ``victim`` out of its SLA", with the
 victim's P99 over its requests in the high-load bins and in the low-load bins, its SLA, the
 aggressor's mean load on each side, the correlation and the bin counts, strongest first.
-``tenants``: every tenant with an SLA, its P99 over the window and its bins out of SLA. The
+``tenants``: every tenant, its SLA, its P99 over the window and, with an SLA, its bins out of
+it. The
 controller's ``tenant-throttle`` action (docs/controller.md "Tenant isolation") acts on the
 same findings; ``recommend`` lists its rows.
 """
@@ -19,10 +22,10 @@ from dataclasses import asdict
 
 from pydantic import Field, field_validator
 
-from sits_observe.analytics.classes.settings import ClassSettings
 from sits_observe.analytics.serving.settings import TenantSettings
 from sits_observe.analytics.serving.tenants import tenant_report
 from sits_observe.domain.units import Unit
+from sits_observe.domain.validation import named_seconds
 from sits_observe.reports.result import Report, col, table_of
 from sits_observe.reports.spec import ReportSpec, require_rows
 from sits_observe.reports.window import Window
@@ -31,38 +34,24 @@ from sits_observe.store import Store
 FILLED_BY = "`sits-observe ingest requests`, the inference collectors or `sits-observe demo`"
 
 
-def _slas(items: tuple[str, ...]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in items:
-        namespace, sep, text = item.partition("=")
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = float("nan")
-        if not sep or not namespace or not seconds > 0:
-            raise ValueError(f"{item!r}: use NAMESPACE=SECONDS with SECONDS > 0 (finance=0.015)")
-        out[namespace] = seconds
-    return out
-
-
 class TenantsQuery(TenantSettings):
     """Settings of the ``tenants`` report: the detection's, and the SLAs."""
 
     sla: tuple[str, ...] = Field(
         (),
-        description="NAMESPACE=SECONDS: a tenant's P99 SLA (repeat for each); none = the "
-        "spec's finance 0.015, medical 0.120, government 0.300",
+        description="NAMESPACE=SECONDS: a tenant's P99 SLA (repeat for each; finance=0.015); "
+        "none: tenants are listed without one and none can be pushed out of it",
     )
 
     @field_validator("sla")
     @classmethod
     def _check_sla(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        _slas(value)
+        named_seconds(value, "NAMESPACE", "finance=0.015")
         return value
 
     def slas(self) -> dict[str, float]:
         """namespace -> P99 SLA, seconds."""
-        return _slas(self.sla) if self.sla else dict(ClassSettings().namespace_sla_p99_s)
+        return named_seconds(self.sla, "NAMESPACE", "finance=0.015")
 
 
 _FINDINGS = (
@@ -104,10 +93,18 @@ def build(store: Store, window: Window, query: TenantsQuery) -> Report:
         _FINDINGS,
     )
     tenants = table_of(
-        "tenants", "Tenants with an SLA", [asdict(t) for t in result.tenants], _TENANTS
+        "tenants",
+        "Tenants: namespaces with requests, and those with an SLA",
+        [asdict(t) for t in result.tenants],
+        _TENANTS,
     )
     notes = []
-    if not result.findings:
+    if not slas:
+        notes.append(
+            "no tenant SLA is set, so no tenant can be pushed out of one: set them with --sla "
+            "NAMESPACE=SECONDS (docs/analytics/tenants.md has an example)"
+        )
+    elif not result.findings:
         notes.append(
             "no tenant's load moves with another's P99 out of its SLA (bins of "
             f"{query.bin_s:g} s, >= {query.min_requests_per_bin} requests, >= "
@@ -115,7 +112,7 @@ def build(store: Store, window: Window, query: TenantsQuery) -> Report:
         )
     quiet = [t.namespace for t in result.tenants if t.requests == 0]
     if quiet:
-        notes.append(f"no request in the window from {', '.join(quiet)}")
+        notes.append(f"no request in the window from {', '.join(quiet)} (an SLA is set for it)")
     facts = {
         "slas_s": slas,
         "bin_s": query.bin_s,

@@ -58,7 +58,7 @@ EXPORTER = SettingFlags(ExporterSettings, prefix="exporter", panel="Derived sign
 #: file (grafana/alerts/) holds the same defaults, and a flag would make the two disagree.
 ALERTING = SettingFlags(AlertingSettings, prefix="alert", panel="Alerting")
 NOTIFY = SettingFlags(NotifySettings, prefix="alert", skip=("external_url",), panel="Alerting")
-CONTROLLER = SettingFlags(ControllerSettings, prefix="controller", only=("mode",))
+CONTROLLER = SettingFlags(ControllerSettings, prefix="controller", only=("mode", "sla"))
 #: The extender's switches, view and scoring (``--extender-view-*``, ``--extender-scoring-*``).
 EXTENDER = SettingFlags(ExtenderSettings, prefix="extender", panel="Scheduler extender")
 LOG = SettingFlags(LogSettings)

@@ -31,6 +31,9 @@ KEYS = {
     "reason_short", "reason", "evidence", "workload",
 }  # fmt: skip
 
+#: finance's SLA from the SPEC's example, configured (no namespace has an SLA by default).
+SLA_FLAGS = ("--sla", "finance=0.015")
+
 
 def fill(db: Path) -> None:
     """A two-node H100 cluster: finance/p1 (1 GPU, slow, 3 GiB) and finance/p2 (2 GPUs)."""
@@ -135,7 +138,7 @@ def db(tmp_path: Path) -> Path:
 
 def recommend_doc(db: Path, *extra: str) -> dict[str, Any]:
     """``recommend`` as of the store's newest row (the fixture's ``NOW``), as JSON."""
-    args = ["recommend", "--db", str(db), "--until", "newest", "-o", "json", *extra]
+    args = ["recommend", "--db", str(db), "--until", "newest", "-o", "json", *SLA_FLAGS, *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     doc: dict[str, Any] = json.loads(result.stdout)
@@ -194,7 +197,7 @@ def test_recommend_prints_every_recommendation_with_the_documented_keys(db: Path
 
 
 def test_recommend_yaml_and_table(db: Path) -> None:
-    args = ["recommend", "--db", str(db), "--until", "newest"]
+    args = ["recommend", "--db", str(db), "--until", "newest", *SLA_FLAGS]
     result = CliRunner().invoke(app, [*args, "-o", "yaml"])
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(result.stdout)["rows"] == recommend_json(db)
@@ -212,7 +215,7 @@ def test_recommend_yaml_and_table(db: Path) -> None:
 def test_kubectl_sits_recommend(db: Path) -> None:
     plugin = Path(sys.executable).parent / "kubectl-sits"
     result = subprocess.run(
-        [str(plugin), "recommend", "--db", str(db), "--until", "newest", "-o", "json"],
+        [str(plugin), "recommend", "--db", str(db), "--until", "newest", "-o", "json", *SLA_FLAGS],
         capture_output=True,
         text=True,
         timeout=120,

@@ -38,6 +38,9 @@ GPU = "requests.nvidia.com/gpu"
 FAST = [0.005 + i * 0.0001 for i in range(20)]
 SLOW = [0.020 + i * 0.001 for i in range(20)]
 
+#: The SPEC's namespace SLA example, configured (no namespace has an SLA by default).
+SLAS = ("finance=0.015", "medical=0.12", "government=0.3")
+
 
 def _naive(ts: datetime) -> datetime:
     return ts.replace(tzinfo=None)
@@ -159,9 +162,11 @@ def test_dry_run_recommends_act_steps_the_quota_down_within_the_safety(
     install(kube)
     recorder = StoreRecorder(db, ControllerMetrics(CollectorRegistry()), "r1")
     ref = f"ResourceQuota batch/{QUOTA}"
-    assert _pass(kube, db, ControllerSettings(), recorder, NOW) == {ref: "recommended"}
+    # With no SLA configured nothing is pushed out of one: no throttle.
+    assert _pass(kube, db, ControllerSettings(), recorder, NOW) == {}
+    assert _pass(kube, db, ControllerSettings(sla=SLAS), recorder, NOW) == {ref: "recommended"}
     assert _quota(kube)["spec"]["hard"][GPU] == "10"  # dry-run writes nothing
-    act = ControllerSettings(mode="act")
+    act = ControllerSettings(mode="act", sla=SLAS)
     assert _pass(kube, db, act, recorder, NOW) == {ref: "applied"}
     quota = _quota(kube)
     # min(quota 10, 8 non-critical GPUs in use) x (1 - 0.25) = 6.
@@ -187,7 +192,7 @@ def test_dry_run_recommends_act_steps_the_quota_down_within_the_safety(
 def test_the_cooldown_spaces_two_steps(kube: KubeJson, db: Store) -> None:
     install(kube)
     recorder = StoreRecorder(db, ControllerMetrics(CollectorRegistry()), "r1")
-    act = ControllerSettings(mode="act")
+    act = ControllerSettings(mode="act", sla=SLAS)
     ref = f"ResourceQuota batch/{QUOTA}"
     assert _pass(kube, db, act, recorder, NOW) == {ref: "applied"}
     # One minute later the finding still stands, but the quota changed under 300 s ago.
@@ -196,14 +201,14 @@ def test_the_cooldown_spaces_two_steps(kube: KubeJson, db: Store) -> None:
     assert _quota(kube)["spec"]["hard"][GPU] == "6"
     # After the cooldown (and with the detection window widened to still see the bins):
     # min(6, 8) x 0.75 = 4.5 -> 4.
-    wide = ControllerSettings(mode="act", tenant_window_s=1800)
+    wide = ControllerSettings(mode="act", tenant_window_s=1800, sla=SLAS)
     assert _pass(kube, db, wide, recorder, NOW + timedelta(minutes=6)) == {ref: "applied"}
     assert _quota(kube)["spec"]["hard"][GPU] == "4"
 
 
 def test_the_tenants_report_and_recommend_rows(db: Store) -> None:
     window = Window(_naive(NOW - timedelta(minutes=15)), _naive(NOW), "given")
-    report = tenants.build(db, window, tenants.TenantsQuery())
+    report = tenants.build(db, window, tenants.TenantsQuery(sla=SLAS))
     [row] = report.main.records()
     assert (row["aggressor"], row["victim"], row["bins_high"], row["bins_low"]) == (
         "batch",
@@ -215,7 +220,8 @@ def test_the_tenants_report_and_recommend_rows(db: Store) -> None:
     assert row["victim_p99_low_s"] == pytest.approx(0.0069)
     sla = {r["namespace"]: r for r in report.table("tenants").records()}
     assert sla["finance"]["bins_out_of_sla"] == 5 and sla["medical"]["requests"] == 0
-    rec = recommend.build(db, window, recommend.RecommendQuery(action="tenant-throttle"))
+    query = recommend.RecommendQuery(action="tenant-throttle", sla=SLAS)
+    rec = recommend.build(db, window, query)
     [r] = rec.main.records()
     # Offline: no cluster objects, so the advice is on the Namespace, from the 8 GPUs in use.
     assert (r["kind"], r["name"], r["current"], r["proposed"]) == ("Namespace", "batch", "8", "6")

@@ -143,7 +143,8 @@ def test_the_throttle_brings_the_victim_back_inside_its_sla(kube: KubeJson, db: 
         "/api/v1/namespaces/batch/resourcequotas",
         body={"metadata": {"name": QUOTA}, "spec": {"hard": {GPU: "8"}}},
     )
-    settings = ControllerSettings(mode="act")
+    # finance's SLA, the spec's example, configured (no namespace has an SLA by default).
+    settings = ControllerSettings(mode="act", sla=("finance=0.015",))
     now = {"at": T0}
     recorder = StoreRecorder(db, ControllerMetrics(CollectorRegistry()), "r1")
     applier = Applier(

@@ -32,7 +32,9 @@ from sits_observe.analytics.settings import GB_PER_S, GIB
 from sits_observe.analytics.topology.settings import DEFAULT_LINKS, find_link_capacity
 from sits_observe.errors import UnknownNameError
 
-S = ClassSettings()
+#: The SPEC's namespace SLA example, configured (no namespace has an SLA by default).
+SLA_EXAMPLE = ("finance=0.015", "medical=0.12", "government=0.3")
+S = ClassSettings(sla=SLA_EXAMPLE)
 T0 = datetime(2026, 1, 1)
 
 
@@ -218,6 +220,8 @@ def test_priority_classes_are_the_specs() -> None:
         "best-effort": 1_000,
     }
     assert S.namespace_sla_p99_s == {"finance": 0.015, "medical": 0.120, "government": 0.300}
+    # The SLAs are configuration: none by default, so no namespace misses one.
+    assert ClassSettings().namespace_sla_p99_s == {}
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,9 @@ from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.store import SignalMetrics, signals_from_store
 from sits_observe.store import Store
 
-S = ControllerSettings()
+S = ControllerSettings(
+    sla=("finance=0.015", "medical=0.12", "government=0.3")
+)  # the SPEC's example SLAs
 T0 = datetime(2026, 3, 1, 12, 0, 0)
 AT = T0 + timedelta(seconds=30)
 H100 = "NVIDIA H100 80GB HBM3"

@@ -39,7 +39,12 @@ def store() -> Iterator[Store]:
         yield s
 
 
+#: The SPEC's namespace SLA example, configured as a user would (none by default).
+SLA_EXAMPLE = ("finance=0.015", "medical=0.12", "government=0.3")
+
+
 def report(store: Store, since: str | None = None, until: str = "newest", **values: Any) -> Report:
+    values.setdefault("sla", SLA_EXAMPLE)
     spec = recommend.SPEC
     return run_report(spec, store, WindowRequest.parse(since, until), spec.validate(values))
 
