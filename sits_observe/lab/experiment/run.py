@@ -15,7 +15,8 @@ components would interleave within a second, made fixed so a seed gives one resu
    passes (``controller_every_s``), and the allocation is sampled (``sample_every_s``).
 
 The agents start once every inference replica runs (their vLLM scrapes are fixed at start,
-as in the demo). At the end the agents and the inventory take a last pass, and what the
+as in the demo). At the end the agents and the inventory take a last pass (unless the last step
+took it), and what the
 production path stored (request latencies, GPU utilisation, pod start times, applied
 decisions) is read back from the run's DuckDB file into the :class:`RunTimeline`.
 """
@@ -155,8 +156,12 @@ class _Stepper:
                 self._sample()
             if self.progress is not None and k % every["sample"] == 0:
                 self.progress(parts.arm.name, parts.seed, now, steps * cadence.step_s)
-        self._collect()
-        self._snapshot()
+        # The last pass, unless the last step just took it: a second snapshot at the same
+        # simulated time would add its rows to that snapshot (the store's chunked snapshots).
+        if steps % every["collect"]:
+            self._collect()
+        if steps % every["inventory"]:
+            self._snapshot()
         return self._timeline()
 
     # -- per step ---------------------------------------------------------------------

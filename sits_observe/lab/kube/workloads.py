@@ -9,9 +9,11 @@ What the ReplicaSet, Job and StatefulSet controllers would do for the workloads 
   has some) are kept at their one pod the same way;
 - Jobs and notebooks arrive on the simulated clock (the cluster's ``now_s``); each arrival
   creates its owner (Job or StatefulSet) and its Pending pod. A creation the API refuses, a
-  ResourceQuota's 403 above all, is counted and retried with exponential backoff (1 s doubling
-  to 10 s, the scheduler's own pod backoff), oldest first; at most ``max_waiting`` refused
-  creations wait, beyond that the newest arrival is dropped and counted;
+  ResourceQuota's 403 above all, is counted and retried as the Job controller retries a failed
+  sync: client-go's default controller rate limiter, 5 ms doubling per failure to 1,000 s (so a
+  Job refused for half an hour has tried about 17 times, and learns that quota freed up only at
+  its next try: what Kueue exists for), oldest first; at most ``max_waiting`` refused creations
+  wait, beyond that the newest arrival is dropped and counted;
 - finished pods (``Succeeded`` / ``Failed``) of Jobs and notebooks are deleted with their
   owner, as a Job with ``ttlSecondsAfterFinished: 0`` is.
 - the tenants of the generator's :class:`~sits_observe.lab.cluster.pod_specs.TenantScenario`
@@ -65,9 +67,15 @@ class DriverSettings(BaseModel):
 
     tick_s: float = Field(0.5, gt=0, le=60, description="seconds between two passes")
     retry_initial_s: float = Field(
-        1.0, gt=0, le=600, description="first retry delay of a refused creation, seconds"
+        0.005,
+        gt=0,
+        le=600,
+        description="first retry delay of a refused creation, seconds (client-go's default "
+        "controller rate limiter, which the Job and ReplicaSet controllers requeue with)",
     )
-    retry_max_s: float = Field(10.0, gt=0, le=3600, description="longest retry delay, seconds")
+    retry_max_s: float = Field(
+        1000.0, gt=0, le=3600, description="longest retry delay, seconds (the same limiter's)"
+    )
     max_waiting: int = Field(
         100, ge=1, le=100_000, description="refused creations that may wait for a retry"
     )

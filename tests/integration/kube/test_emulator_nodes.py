@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -290,3 +291,34 @@ def test_a_creation_the_quota_refuses_is_counted_and_retried_with_backoff(
     driver.sync_once()
     assert [p["metadata"]["name"] for p in kube.objects("pods")] == [job.name]
     assert driver.counts.outcomes["created"] == 1 and driver.waiting == 0
+
+
+def test_a_refused_job_backs_off_as_the_job_controller_does_by_default(
+    kube: KubeEmulator, core: k8s_client.CoreV1Api, cluster: SimulatedCluster
+) -> None:
+    """client-go's default controller rate limiter: 5 ms doubling per failure to 1,000 s, so a
+    Job refused for an hour tries about 20 times, not every 10 s."""
+    core.create_namespaced_resource_quota(
+        "training",
+        {"metadata": {"name": "sits-quota"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}},
+    )
+    now = [0.0]
+    driver = WorkloadDriver(
+        kube.api_client(),
+        cluster.workloads,
+        sim_now=lambda: now[0],
+        settings=DriverSettings(arrivals=False, inference=False),
+        pods=kube.informer("pods").items,
+    )
+    driver.submit(first(cluster, "batch"))
+    tries = []
+    for step in range(1800):  # an hour of 2-second passes
+        now[0] = step * 2.0
+        before = driver.counts.outcomes["rejected_quota"]
+        driver.sync_once()
+        if driver.counts.outcomes["rejected_quota"] > before:
+            tries.append(now[0])
+    # Every pass while the delay is under 2 s (5 ms x 2^8 = 1.28 s), then 2.56 s, 5.12 s, ...
+    assert tries[:9] == [2.0 * k for k in range(9)]
+    gaps = [b - a for a, b in pairwise(tries)]
+    assert gaps[-1] >= 600 and len(tries) < 25
