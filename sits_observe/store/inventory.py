@@ -121,7 +121,11 @@ def store_inventory(
                 _add_to_latest(con, name, latest[0], latest[1])
                 times = [t for t in times if t != first]
             if len(times) == 1 and latest is not None:
-                _append_one(con, name, times[0], latest, settings.full_snapshot_every_s)
+                at = times[0]
+                rows = data.filter(pc.equal(data.column("ts"), pa.scalar(at, data["ts"].type)))
+                _append_one(
+                    con, name, at, latest, full_every_s=settings.full_snapshot_every_s, rows=rows
+                )
             elif times:
                 _append_snapshots(
                     con,
@@ -168,13 +172,16 @@ def _append_one(
     name: str,
     at: datetime,
     latest: tuple[datetime, datetime],
+    *,
     full_every_s: float,
+    rows: pa.Table,
 ) -> None:
-    """The next snapshot (the live case, one per append): each open version equal to an
-    incoming row continues, the others are closed at ``at`` and the unmatched rows opened.
-    Open versions and rows are paired by a hash of their content and their rank among rows
-    of that hash, then compared column by column: a hash collision can only close and reopen
-    an equal row (more storage), never continue a different one."""
+    """The next snapshot (the live case, one per append; ``rows`` are its rows): each open
+    version equal to an incoming row continues, the others are closed at ``at`` and the
+    unmatched rows opened. Rows and open versions are paired by their content, column by
+    column (NULLs equal), each open version at most once, so identical rows stay as many
+    versions. Paired in Python over the two small tables: one statement joining every column
+    with window functions cost more to plan than the rows cost to compare."""
     [epoch_at] = _epochs([at], latest[1], full_every_s)
     versions = VERSIONS[name]
     columns = content_columns(name)
@@ -189,46 +196,49 @@ def _append_one(
             [epoch_at, at, at],
         )
         return
-    same = " AND ".join(f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in columns)
-    # Materialised once, so each incoming row keeps its number through both statements.
-    _fetch(
-        con,
-        "CREATE OR REPLACE TEMP TABLE _inventory_rows AS "
-        f"SELECT row_number() OVER () AS nid, {cols} FROM _inventory_in WHERE ts = ?",
-        [at],
-    )
-    _fetch(
-        con,
-        f"""
-CREATE OR REPLACE TEMP TABLE _inventory_match AS
-WITH o AS (
-    SELECT rowid AS rid, {cols}, row_number() OVER (PARTITION BY hash({cols})) AS copy,
-           hash({cols}) AS h
-    FROM {versions} WHERE valid_to IS NULL
-),
-n AS (
-    SELECT nid, {cols}, row_number() OVER (PARTITION BY hash({cols})) AS copy,
-           hash({cols}) AS h
-    FROM _inventory_rows
-)
-SELECT o.rid, n.nid FROM o JOIN n ON o.h = n.h AND o.copy = n.copy AND {same}
-""",
-    )
-    _fetch(
-        con,
-        f"UPDATE {versions} SET valid_to = ? WHERE valid_to IS NULL "
-        "AND rowid NOT IN (SELECT rid FROM _inventory_match)",
-        [at],
-    )
-    _fetch(
-        con,
-        f"INSERT INTO {versions} (epoch_at, valid_from, valid_to, {cols}) "
-        f"SELECT ?, ?, NULL, {cols} FROM _inventory_rows "
-        "WHERE nid NOT IN (SELECT nid FROM _inventory_match)",
-        [epoch_at, at],
-    )
-    _fetch(con, "DROP TABLE _inventory_match")
-    _fetch(con, "DROP TABLE _inventory_rows")
+    current = con.sql(f"SELECT rowid AS rid, {cols} FROM {versions} WHERE valid_to IS NULL")
+    open_versions = current.to_arrow_table()
+    by_content: dict[tuple[Any, ...], list[int]] = {}
+    for rid, content in zip(
+        open_versions.column("rid").to_pylist(), _contents(open_versions, columns), strict=True
+    ):
+        by_content.setdefault(content, []).append(rid)
+    opened: list[int] = []
+    for index, content in enumerate(_contents(rows, columns)):
+        rids = by_content.get(content)
+        if rids:
+            rids.pop()  # continues
+        else:
+            opened.append(index)
+    closed = [rid for rids in by_content.values() for rid in rids]
+    if closed:
+        con.register("_inventory_closed", pa.table({"rid": pa.array(closed, pa.int64())}))
+        try:
+            _fetch(
+                con,
+                f"UPDATE {versions} SET valid_to = ? "
+                "WHERE rowid IN (SELECT rid FROM _inventory_closed)",
+                [at],
+            )
+        finally:
+            con.unregister("_inventory_closed")
+    if opened:
+        con.register("_inventory_opened", rows.take(pa.array(opened, pa.int64())))
+        try:
+            _fetch(
+                con,
+                f"INSERT INTO {versions} (epoch_at, valid_from, valid_to, {cols}) "
+                f"SELECT ?, ?, NULL, {cols} FROM _inventory_opened",
+                [epoch_at, at],
+            )
+        finally:
+            con.unregister("_inventory_opened")
+
+
+def _contents(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
+    """Each row of ``table`` as a tuple of its ``columns`` (Python values: equal when the
+    stored values are, NULL as None)."""
+    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
 
 
 def _append_snapshots(
