@@ -46,7 +46,8 @@ class AffinityQuery(BaseModel):
     rules: Path | None = Field(
         None,
         description="device affinity rules YAML (as --extender-scoring-affinity-file) to "
-        "check placed pods against; none: no violations table rows",
+        "check placed pods against; 'example': the example rules the package ships; none: no "
+        "violations table rows",
     )
 
 

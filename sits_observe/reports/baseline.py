@@ -34,7 +34,7 @@ from sits_observe.analytics.source import SnapshotServerWindows
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError, UnknownNameError
 from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
-from sits_observe.reports.result import Column, Report, col, table_of
+from sits_observe.reports.result import Column, Report, col, sorted_rows, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, parse_time
 from sits_observe.store import Store
@@ -193,7 +193,12 @@ def _report(
         raise NoDataError(f"no {table} rows to baseline in {where} ({window.describe()})")
     result = compare_runs(frames, query.metric, keys, query)
     labels: Mapping[str, str] = labels_of() if "gpu_uuid" in keys else {}
-    rows = [_row(b, labels) for b in result]
+    # Runs in the order given, then each series by name (node, GPU, pod), numbers by value.
+    order = {label: i for i, (label, _) in enumerate(frames)}
+    rows = sorted(
+        sorted_rows([_row(b, labels) for b in result], ("gpu", *keys)),
+        key=lambda r: order.get(r["run"], len(order)),
+    )
     unit = _unit(query.metric)
     main = table_of("baselines", f"baseline of {table}.{query.metric}", rows, _columns(query, unit))
     notes.append(f"excluded = {exclusion_reason(query)}")

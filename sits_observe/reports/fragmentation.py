@@ -143,7 +143,7 @@ _NODES = (
     col("node", "node"),
     col("gpu_model", "model"),
     col("gpu_count", "GPUs", Unit.integer),
-    col("cpu_free_milli", "CPU free", Unit.milli_cpu),
+    col("cpu_free_milli", "free cores", Unit.milli_cpu),
     col("idle_milli", "idle GPUs", Unit.milli_gpu),
     col("frag_milli", "frag GPUs", Unit.milli_gpu),
     col("frag_ratio", "frag", Unit.ratio),

@@ -21,6 +21,7 @@ are ISO-8601 UTC strings; NaN and infinities are ``null``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -66,6 +67,23 @@ class Column:
             bool(doc["wide"]),
             bool(doc.get("wrap", False)),
         )
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(value: object) -> tuple[Any, ...]:
+    """A sort key that orders numbers inside text by value (``gpu-node-2/9`` before
+    ``gpu-node-2/10``), None last: how a person expects node, GPU and pod names listed."""
+    if value is None:
+        return (1,)
+    parts = _DIGITS.split(str(value))
+    return (0, *((int(p), "") if i % 2 else (0, p) for i, p in enumerate(parts)))
+
+
+def sorted_rows(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[Any]:
+    """``rows`` ordered by ``keys`` (:func:`natural_key` each)."""
+    return sorted(rows, key=lambda r: tuple(natural_key(r.get(k)) for k in keys))
 
 
 def col(

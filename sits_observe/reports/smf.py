@@ -30,7 +30,7 @@ from sits_observe.analytics.fragmentation.smf_summary import summarize_smf
 from sits_observe.domain.units import Unit
 from sits_observe.errors import NoDataError
 from sits_observe.reports.inventory.names import gpu_labels, gpu_labels_of
-from sits_observe.reports.result import Column, Report, col, table_of
+from sits_observe.reports.result import Column, Report, col, sorted_rows, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
@@ -140,7 +140,10 @@ def _report(
         raw = alignment.rows
         main = table_of("samples", "SMF fragmentation rate, aligned samples", raw, _present(raw))
     else:
-        rows = [_row(s, labels) for s in summarize_smf(alignment, query.by)]
+        rows = sorted_rows(
+            [_row(s, labels) for s in summarize_smf(alignment, query.by)],
+            ("namespace", "pod", "container", "node", "gpu"),
+        )
         title = f"SMF fragmentation rate by {query.by.value}"
         main = table_of(query.by.value, title, rows, _COLUMNS[query.by])
     unlinked = table_of(

@@ -203,14 +203,23 @@ def estimate_max_seqs(
 
 
 def recommend(
-    estimates: Sequence[BatchingEstimate], *, p99_limit_s: float, headroom_ratio: float
+    estimates: Sequence[BatchingEstimate],
+    *,
+    p99_limit_s: float,
+    headroom_ratio: float,
+    queueing: bool = False,
 ) -> BatchingEstimate | None:
     """The setting to use, among those not saturated whose P99 is within ``p99_limit_s``:
     of those whose capacity is at least the load x (1 + ``headroom_ratio``), the lowest P99
     (ties to the smaller batch, then the shorter window: the least change that does it); when
-    none has that headroom, the most capacity. None when no setting meets the limit."""
+    none has that headroom, the most capacity. A ``queueing`` server (requests wait) serves
+    less than its load, which the observed throughput then only bounds from below: the most
+    capacity, so the advice does not stop at a headroom over a load it never saw. None when
+    no setting meets the limit."""
     fits = [e for e in estimates if not e.saturated and e.p99_s <= p99_limit_s]
     roomy = [e for e in fits if e.capacity_rps >= e.load_rps * (1.0 + headroom_ratio)]
+    if queueing:
+        roomy = []
     if roomy:
         return min(roomy, key=lambda e: (e.p99_s, e.setting.max_batch, e.setting.window_s))
     if not fits:

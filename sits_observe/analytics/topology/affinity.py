@@ -264,18 +264,29 @@ def _from_config_map(document: Mapping[str, Any], source: str) -> Any:
         raise ConfigError(f"{source}: {CONFIG_MAP_KEY} is not YAML: {exc}") from exc
 
 
+#: The example rules, shipped with the package (the same manifest as the repository's
+#: deploy/affinity-rules.yaml): ``example`` names them wherever a rules file is asked for.
+EXAMPLE_RULES = Path(__file__).with_name("affinity-rules.yaml")
+EXAMPLE = "example"
+
+
 def load_affinity_rules(path: str | Path) -> AffinityRules:
     """The rules in the YAML file ``path``: a rules document, or a ConfigMap manifest holding
-    one (deploy/affinity-rules.yaml is an example).
+    one; ``example`` is the example the package ships (:data:`EXAMPLE_RULES`).
 
     yaml is imported here, not at the top: ``serve`` imports this module (the extender's
     scoring) before its port is up, and needs yaml only when it is given a rules file."""
     import yaml
 
+    if str(path) == EXAMPLE:
+        path = EXAMPLE_RULES
     try:
         document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"cannot read affinity rules {path}: {exc}") from exc
+        raise ConfigError(
+            f"cannot read affinity rules {path}: {exc.strerror or exc}; '{EXAMPLE}' reads the "
+            f"example rules the package ships ({EXAMPLE_RULES})"
+        ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"affinity rules {path} are not YAML: {exc}") from exc
     return parse_affinity_rules(document, source=f"affinity rules {path}")

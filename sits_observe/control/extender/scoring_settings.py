@@ -134,7 +134,7 @@ class ScoringSettings(BaseModel):
         None,
         description="YAML file of device affinity rules (model pattern -> GPU products or "
         "generations and precisions; docs/extender.md 'Device affinity') the filter enforces; "
-        "none: off",
+        "'example': the example rules the package ships; none: off",
     )
     affinity: AffinityRules | None = Field(
         None, description="the device affinity rules (read from affinity_file when given)"

@@ -70,7 +70,7 @@ _NODES = (
     col("fb_used_bytes", "FB used", Unit.bytes),
     col("power_w", "power/GPU", Unit.watts),
     col("memory_allocatable_bytes", "memory", Unit.bytes),
-    col("cpu_allocatable_milli", "CPU", Unit.milli_cpu, wide=True),
+    col("cpu_allocatable_milli", "CPU cores", Unit.milli_cpu, wide=True),
     col("gpus_sampled", "sampled", Unit.integer, wide=True),
     col("max_gpu_util_ratio", "util max", Unit.ratio, wide=True),
     col("fb_used_ratio", "FB mean", Unit.ratio, wide=True),

@@ -24,6 +24,7 @@ second.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,25 +82,31 @@ class BatchingQuery(BaseModel):
 
 
 _MAIN_COLUMNS = (
-    col("server", "server"),
+    col("server", "server", wide=True),
     col("model", "model"),
-    col("kind", "kind"),
+    col("gpu", "GPU"),
+    col("pods", "pods", Unit.integer, wide=True),
+    col("kind", "kind", wide=True),
     col("windows", "windows", Unit.integer, wide=True),
-    col("running", "running", Unit.number),
+    col("running", "batch", Unit.number),
+    col("cap_now", "cap now", Unit.number, wide=True),
     col("waiting", "waiting", Unit.number, wide=True),
-    col("throughput_rps", "throughput", Unit.rate),
+    col("throughput_rps", "served", Unit.rate),
     col("p99_s", "P99", Unit.seconds),
     col("p99_source", "P99 from", wide=True),
     col("est_p99_now_s", "est P99 now", Unit.seconds, wide=True),
     col("recommended", "recommended"),
     col("est_p99_s", "est P99", Unit.seconds),
-    col("est_capacity_rps", "est capacity", Unit.rate),
-    col("est_gpu_busy_ratio", "est GPU busy", Unit.ratio),
-    col("status", "status"),
+    col("est_capacity_rps", "capacity", Unit.rate),
+    col("est_gpu_busy_ratio", "est GPU busy", Unit.ratio, wide=True),
+    col("status", "status", wrap=True),
+    col("why", "why", wide=True),
+    col("step_shape", "step shape", wide=True),
 )
 _CANDIDATE_COLUMNS = (
-    col("server", "server"),
+    col("server", "server", wide=True),
     col("model", "model"),
+    col("gpu", "GPU"),
     col("setting", "setting"),
     col("batch_size", "batch", Unit.number),
     col("capacity_rps", "capacity", Unit.rate),
@@ -109,40 +116,64 @@ _CANDIDATE_COLUMNS = (
     col("recommended", "chosen", Unit.flag),
 )
 
+#: The GPU a server group runs on, as its pods' inventory names it (``H100``, ``A100``, ...).
+_GPU_NAME = re.compile(r"(?<![A-Z0-9])([ABHL]\d{2,3}[A-Z]?)(?![0-9])")
+
+
+def gpu_label(types: str | None) -> str | None:
+    """``NVIDIA-H100-80GB-HBM3`` -> ``H100``; None when no GPU name is found."""
+    found = _GPU_NAME.search((types or "").upper())
+    return None if found is None else found.group(1)
+
 
 def _observed(store: Store, window: Window, query: BatchingQuery) -> list[dict[str, Any]]:
-    """Per server and model: windows, means of running / waiting / throughput / mean latency,
-    the median window P99 estimate, and the exact P99 from ``requests`` where there is one."""
-    where = "completed > 0 AND ts < ?"
+    """Per server, model and GPU (the server group: replicas of one model on one GPU kind are
+    alike, different GPUs are not): windows, pods, per-replica means of running / waiting /
+    throughput / mean latency, the median window P99 estimate, and the exact P99 from
+    ``requests`` where there is one."""
+    where = "w.completed > 0 AND w.ts < ?"
     params: list[object] = [utc_naive(window.until)]
     if window.since is not None:
-        where += " AND ts >= ?"
+        where += " AND w.ts >= ?"
         params.append(utc_naive(window.since))
     if query.model is not None:
-        where += " AND model = ?"
+        where += " AND w.model = ?"
         params.append(query.model)
+    # The GPU of each pod: its newest inventory row that names one.
+    gpus = (
+        "WITH g AS (SELECT pod, arg_max(gpu_types, ts) AS gpu_types FROM pods"
+        " WHERE pod IS NOT NULL AND gpu_types IS NOT NULL GROUP BY pod)"
+    )
     rows = store.query(
-        "SELECT server, model, count(*) AS windows, avg(requests_running) AS running,"
-        " avg(requests_waiting) AS waiting, sum(completed) / sum(window_s) AS throughput_rps,"
-        " sum(latency_mean_s * completed) / sum(completed) AS latency_mean_s,"
-        " median(latency_p99_s) AS p99_estimate_s"
-        f" FROM server_windows WHERE {where} GROUP BY server, model ORDER BY server, model",
+        f"{gpus} SELECT w.server, w.model, g.gpu_types, count(*) AS windows,"
+        " count(DISTINCT w.pod) AS pods, avg(w.requests_running) AS running,"
+        " avg(w.requests_waiting) AS waiting, sum(w.completed) / sum(w.window_s) AS throughput_rps,"
+        # Windows where requests wait: the running batch is at the cap in force, and what the
+        # server serves then is its capacity under it.
+        " max(w.requests_running) FILTER (WHERE w.requests_waiting > 0) AS cap_now,"
+        " sum(w.completed) FILTER (WHERE w.requests_waiting > 0)"
+        "   / sum(w.window_s) FILTER (WHERE w.requests_waiting > 0) AS saturated_rps,"
+        " sum(w.latency_mean_s * w.completed) / sum(w.completed) AS latency_mean_s,"
+        " median(w.latency_p99_s) AS p99_estimate_s"
+        f" FROM server_windows w LEFT JOIN g USING (pod) WHERE {where}"
+        " GROUP BY ALL ORDER BY w.server, w.model, g.gpu_types",
         params,
     ).to_pylist()
     exact_where = where.replace(
-        "completed > 0", "ok IS DISTINCT FROM false AND isfinite(latency_s)"
+        "w.completed > 0", "w.ok IS DISTINCT FROM false AND isfinite(w.latency_s)"
     )
     exact = {
-        r["model"]: r["p99_s"]
+        (r["model"], r["gpu_types"]): r["p99_s"]
         for r in store.query(
-            f"SELECT model, quantile_cont(latency_s, 0.99) AS p99_s FROM requests"
-            f" WHERE {exact_where} GROUP BY model",
+            f"{gpus} SELECT w.model, g.gpu_types, quantile_cont(w.latency_s, 0.99) AS p99_s"
+            f" FROM requests w LEFT JOIN g USING (pod) WHERE {exact_where} GROUP BY ALL",
             params,
         ).to_pylist()
     }
     observed: list[dict[str, Any]] = []
     for row in rows:
-        observed.append({**row, "p99_exact_s": exact.get(row["model"])})
+        p99 = exact.get((row["model"], row["gpu_types"]))
+        observed.append({**row, "gpu": gpu_label(row["gpu_types"]), "p99_exact_s": p99})
     return observed
 
 
@@ -163,7 +194,7 @@ def _estimates(
     """The kind of row, its candidates' estimates and the estimated P99 of the setting now
     (unbatched for window rows; the observed P99 for max_num_seqs rows); raises ValueError
     (the caller's "not enough data") when a series the kind needs is missing."""
-    profile = PROFILES[query.gpu]
+    profile = PROFILES[step_shape(row, query)]
     running, p99 = _finite(row["running"]), row["p99_s"]
     throughput = _finite(row["throughput_rps"])
     if throughput is None or throughput <= 0:
@@ -172,6 +203,11 @@ def _estimates(
         if p99 is None:
             raise ValueError("no P99 (latency histogram or requests)")
         observed = ObservedBatching(running, throughput, p99)
+        cap_now, saturated = _finite(row.get("cap_now")), _finite(row.get("saturated_rps"))
+        if cap_now is not None and cap_now >= 1 and saturated is not None and saturated > 0:
+            # A server that queues shows its capacity at the cap in force: the model starts
+            # from there, so that cap's estimate is what the server did, not more.
+            observed = ObservedBatching(cap_now, saturated, p99)
         settings = [BatchingSetting(max_batch=m) for m in query.max_num_seqs]
         estimates = [estimate_max_seqs(observed, s, profile) for s in settings]
         return "max_num_seqs", estimates, p99
@@ -190,6 +226,28 @@ def _estimates(
     return "window", [estimate_window(throughput, s, step) for s in settings], now
 
 
+def step_shape(row: dict[str, Any], query: BatchingQuery) -> str:
+    """The calibrated step-time shape of a server group: its GPU's, where one is calibrated,
+    else ``query.gpu``."""
+    gpu = (row.get("gpu") or "").lower()
+    return gpu if gpu in PROFILES else query.gpu
+
+
+def _why(chosen: BatchingEstimate, estimates: list[BatchingEstimate], queueing: bool) -> str:
+    most = max(e.capacity_rps for e in estimates if not e.saturated)
+    if queueing:
+        return (
+            "the most capacity within the P99 limit: the server queues, so its load is above "
+            "what it serves"
+        )
+    if chosen.capacity_rps < most:
+        return (
+            "the least change with the headroom at the lowest P99; larger caps add capacity "
+            "the load does not use"
+        )
+    return "the most capacity within the P99 limit"
+
+
 def build(store: Store, window: Window, query: BatchingQuery) -> Report:
     """The ``batching`` report over ``window``."""
     require_rows(store, window, "server_windows", FILLED_BY)
@@ -199,7 +257,8 @@ def build(store: Store, window: Window, query: BatchingQuery) -> Report:
         exact = _finite(row["p99_exact_s"])
         row["p99_s"] = exact if exact is not None else _finite(row["p99_estimate_s"])
         row["p99_source"] = "exact" if exact is not None else "estimate"
-        out = {k: row[k] for k in ("server", "model", "windows", "running", "waiting")}
+        keys = ("server", "model", "gpu", "pods", "windows", "running", "cap_now", "waiting")
+        out = {k: row[k] for k in keys} | {"step_shape": step_shape(row, query), "why": None}
         out |= {"throughput_rps": row["throughput_rps"], "p99_s": row["p99_s"]}
         out |= {"p99_source": row["p99_source"] if row["p99_s"] is not None else None}
         try:
@@ -209,41 +268,69 @@ def build(store: Store, window: Window, query: BatchingQuery) -> Report:
             continue
         out |= {"kind": kind, "est_p99_now_s": now_p99_s}
         limit = query.p99_limit_s or row["p99_s"] * (1 + query.p99_slack_ratio)
-        chosen = recommend(estimates, p99_limit_s=limit, headroom_ratio=query.headroom_ratio)
+        queueing = (row["waiting"] or 0) > 0
+        chosen = recommend(
+            estimates, p99_limit_s=limit, headroom_ratio=query.headroom_ratio, queueing=queueing
+        )
         candidates.extend(_candidate(row, kind, e, e is chosen) for e in estimates)
         if chosen is None:
             main.append(_empty(f"no candidate keeps P99 <= {limit:.3g} s") | out)
             continue
-        status = "ok" if not (row["waiting"] or 0) > 0 else "queues: load above throughput"
         main.append(
             out
             | {
                 "recommended": _label(chosen, kind),
                 "est_p99_s": chosen.p99_s,
                 "est_capacity_rps": chosen.capacity_rps,
-                "est_gpu_busy_ratio": chosen.gpu_busy_ratio,
-                "status": status,
+                "est_gpu_busy_ratio": _busy(chosen, kind),
+                "status": "queues" if queueing else "ok",
+                "why": _why(chosen, estimates, queueing),
             }
         )
-    notes = (
+    shapes = sorted({r["step_shape"] for r in main})
+    notes = [
         "estimates from the queueing model of docs/analytics/batching.md over the calibrated "
-        f"{query.gpu} step-time shape; load = the observed throughput",
-        "window rows assume the server runs unbatched now (its mean latency = one step)",
+        f"step-time shape of each group's GPU ({', '.join(shapes) or query.gpu}; --gpu where "
+        "none is calibrated); load = the observed throughput per replica",
+    ]
+    if any(r["kind"] == "window" for r in main):
+        notes.append(
+            "window rows assume the server runs unbatched now (its mean latency = one step)"
+        )
+    if any(r["status"] == "queues" for r in main):
+        notes.append(
+            "queues: requests wait, so the load is above what the server serves; its advice "
+            "is the most capacity within the P99 limit"
+        )
+    if any(r["kind"] == "max_num_seqs" for r in main):
+        notes.append(
+            "GPU busy is left out for max_num_seqs rows: a continuously batching server with "
+            "a request running is busy all the time, whatever its cap"
+        )
+    tables = (table_of("candidates", "Every candidate setting", candidates, _CANDIDATE_COLUMNS),)
+    main_table = table_of(
+        "batching", "Batching advice per model and GPU (per replica)", main, _MAIN_COLUMNS
     )
-    tables = (table_of("candidates", "every candidate setting", candidates, _CANDIDATE_COLUMNS),)
-    main_table = table_of("batching", "batching advice per server and model", main, _MAIN_COLUMNS)
-    return Report("batching", window, main_table, tables, notes, query.model_dump(mode="json"))
+    return Report(
+        "batching", window, main_table, tables, tuple(notes), query.model_dump(mode="json")
+    )
+
+
+def _busy(e: BatchingEstimate, kind: str) -> float | None:
+    """The estimated GPU busy ratio where the model says something: window rows only."""
+    return None if kind == "max_num_seqs" else e.gpu_busy_ratio
 
 
 def _candidate(row: dict[str, Any], kind: str, e: BatchingEstimate, chosen: bool) -> dict[str, Any]:
     return {
         "server": row["server"],
         "model": row["model"],
+        "gpu": row["gpu"],
         "setting": _label(e, kind),
         "batch_size": e.batch_size,
         "capacity_rps": e.capacity_rps,
         "p99_s": e.p99_s,
-        "gpu_busy_ratio": e.gpu_busy_ratio,
+        "gpu_busy_ratio": _busy(e, kind),
         "saturated": e.saturated,
         "recommended": chosen,
     }
@@ -258,6 +345,7 @@ def _empty(status: str) -> dict[str, Any]:
         "est_capacity_rps": None,
         "est_gpu_busy_ratio": None,
         "status": status,
+        "why": None,
     }
 
 

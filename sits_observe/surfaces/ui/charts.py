@@ -18,6 +18,22 @@ def _axis(percent: bool) -> Spec:
     return {"format": ".0%"} if percent else {}
 
 
+#: A time axis as the tables write times: UTC, 24-hour clock (Vega-Lite's default is the
+#: browser's zone and a 12-hour clock, 06:51 for 18:51).
+TIME_FORMAT = "%H:%M"
+
+
+def time_axis(field: str) -> Spec:
+    """The x encoding of a time series: UTC scale, 24-hour labels, the date in the tooltip."""
+    return {
+        "field": field,
+        "type": "temporal",
+        "title": "time (UTC)",
+        "scale": {"type": "utc"},
+        "axis": {"format": TIME_FORMAT, "formatType": "utc", "labelOverlap": True},
+    }
+
+
 def over_time_spec(
     rows: Sequence[Mapping[str, Any]],
     *,
@@ -35,7 +51,7 @@ def over_time_spec(
         "transform": [{"fold": list(lines.values()), "as": ["measure", "value"]}],
         "mark": {"type": "line", "point": True, "tooltip": True},
         "encoding": {
-            "x": {"field": x, "type": "temporal", "title": "time (UTC)"},
+            "x": time_axis(x),
             "y": {
                 "field": "value",
                 "type": "quantitative",
@@ -65,7 +81,7 @@ def grouped_over_time_spec(
         "transform": [{"calculate": f"datum.{y} * {scale!r}", "as": "value"}],
         "mark": {"type": "line", "point": True, "tooltip": True},
         "encoding": {
-            "x": {"field": x, "type": "temporal", "title": "time (UTC)"},
+            "x": time_axis(x),
             "y": {"field": "value", "type": "quantitative", "title": y_title},
             "color": {"field": group, "type": "nominal"},
         },
@@ -78,19 +94,21 @@ def heatmap_spec(
     *,
     latency_bin_ms: float,
     throughput_bin_rps: float,
-    slo_ms: float | None,
+    slo_s: float | None,
     knee_rps: float | None,
     safe_max_rps: float | None,
     title: str,
 ) -> Spec:
-    """Requests per (throughput, latency) cell; the SLO as a horizontal rule, the knee and
-    the safe maximum as vertical rules."""
+    """Requests per (throughput, latency) cell, latency in seconds as the tables give it; the
+    SLO as a horizontal rule, the knee and the safe maximum as vertical rules."""
+    bin_s = latency_bin_ms / 1000
     layers: list[Spec] = [
         {
             "data": {"values": list(cells)},
             "transform": [
                 {"calculate": f"datum.throughput_lo_rps + {throughput_bin_rps!r}", "as": "hi_rps"},
-                {"calculate": f"datum.latency_lo_ms + {latency_bin_ms!r}", "as": "hi_ms"},
+                {"calculate": "datum.latency_lo_ms / 1000", "as": "latency_lo_s"},
+                {"calculate": f"datum.latency_lo_s + {bin_s!r}", "as": "hi_s"},
             ],
             "mark": {"type": "rect", "tooltip": True},
             "encoding": {
@@ -100,8 +118,8 @@ def heatmap_spec(
                     "title": "throughput of the time bin, requests/s",
                 },
                 "x2": {"field": "hi_rps"},
-                "y": {"field": "latency_lo_ms", "type": "quantitative", "title": "latency, ms"},
-                "y2": {"field": "hi_ms"},
+                "y": {"field": "latency_lo_s", "type": "quantitative", "title": "latency, s"},
+                "y2": {"field": "hi_s"},
                 "color": {
                     "field": "count",
                     "type": "quantitative",
@@ -111,8 +129,8 @@ def heatmap_spec(
             },
         }
     ]
-    if slo_ms is not None:
-        layers.append(_rule("y", slo_ms, "SLO (P95), ms", "#d62728"))
+    if slo_s is not None:
+        layers.append(_rule("y", slo_s, "SLO (P95), s", "#d62728"))
     if knee_rps is not None:
         layers.append(_rule("x", knee_rps, "knee, requests/s", "#ff7f0e"))
     if safe_max_rps is not None:
@@ -131,27 +149,26 @@ def _rule(axis: str, value: float, label: str, colour: str) -> Spec:
     }
 
 
-def p95_curve_spec(bins: Sequence[Mapping[str, Any]], *, slo_ms: float | None) -> Spec:
-    """P50, P95 and P99 per throughput bin (seconds in the rows, ms on the axis): the
-    evidence for the knee and the safe maximum."""
+def p95_curve_spec(bins: Sequence[Mapping[str, Any]], *, slo_s: float | None) -> Spec:
+    """P50, P95 and P99 per throughput bin, in seconds as the tables give them: the evidence
+    for the knee and the safe maximum."""
     layers: list[Spec] = [
         {
             "data": {"values": list(bins)},
             "transform": [
                 {"fold": ["p50_s", "p95_s", "p99_s"], "as": ["field", "latency_s"]},
-                {"calculate": "datum.latency_s * 1000", "as": "latency_ms"},
                 {"calculate": "upper(substring(datum.field, 0, 3))", "as": "quantile"},
             ],
             "mark": {"type": "line", "point": True, "tooltip": True},
             "encoding": {
                 "x": {"field": "throughput_lo_rps", "type": "quantitative", "title": "requests/s"},
-                "y": {"field": "latency_ms", "type": "quantitative", "title": "latency, ms"},
+                "y": {"field": "latency_s", "type": "quantitative", "title": "latency, s"},
                 "color": {"field": "quantile", "type": "nominal"},
             },
         }
     ]
-    if slo_ms is not None:
-        layers.append(_rule("y", slo_ms, "SLO (P95), ms", "#d62728"))
+    if slo_s is not None:
+        layers.append(_rule("y", slo_s, "SLO (P95), s", "#d62728"))
     return {"title": "Latency per throughput bin", "layer": layers, "height": 260}
 
 

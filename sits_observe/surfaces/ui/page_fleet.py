@@ -90,8 +90,7 @@ def _charts(report: Report) -> None:
                 y="p95_s",
                 group="model",
                 title=latency.title,
-                y_title="P95 latency, ms",
-                scale=1000.0,
+                y_title="P95 latency, s",
             ),
             width="stretch",
         )

@@ -78,7 +78,6 @@ def render(reader: Reader, settings: UiSettings) -> None:
     heat = reader.report("heatmap", {**values, "model": model, "table": "cells"})
     limits = heat.table("limits")
     slo_s = limits.rows.column("slo_s")[0].as_py()
-    slo_ms = None if slo_s is None else slo_s * 1000
     cols = st.columns(4)
     cols[0].metric("Requests", cell(limits, 0, "requests"))
     cols[1].metric("Knee", cell(limits, 0, "knee_rps"))
@@ -96,7 +95,7 @@ def render(reader: Reader, settings: UiSettings) -> None:
             records(heat.main, ["throughput_lo_rps", "latency_lo_ms", "count"]),
             latency_bin_ms=float(facts["latency_bin_ms"]),
             throughput_bin_rps=float(facts["throughput_bin_rps"]),
-            slo_ms=slo_ms,
+            slo_s=slo_s,
             knee_rps=knee,
             safe_max_rps=safe,
             title=f"{model}: requests per cell",
@@ -109,7 +108,7 @@ def render(reader: Reader, settings: UiSettings) -> None:
     st.vega_lite_chart(
         spec=p95_curve_spec(
             records(bins, ["throughput_lo_rps", "p50_s", "p95_s", "p99_s"]),
-            slo_ms=slo_ms,
+            slo_s=slo_s,
         ),
         width="stretch",
     )

@@ -301,6 +301,17 @@ def test_fleet_page_shows_the_fleet_report_in_human_units(
     }
     assert drops[["collector", "reason", "dropped"]].values.tolist() == [["dcgm", "nan", "7"]]
     shares, idle, p95 = charts(at)
+    # Times as the tables write them: UTC on a 24-hour clock (18:51, not 06:51 PM in the
+    # browser's zone); latency in seconds.
+    for chart in (shares, idle, p95):
+        x = chart["encoding"]["x"]
+        assert (x["scale"]["type"], x["axis"]["format"], x["axis"]["formatType"]) == (
+            "utc",
+            "%H:%M",
+            "utc",
+        )
+    assert p95["encoding"]["y"]["title"] == "P95 latency, s"
+    assert "1000" not in json.dumps(p95["transform"])
     first = shares["data"]["values"][0]
     assert (first["allocation"], first["fragmentation"]) == (0.25, pytest.approx(1 / 3))
     assert {r["idle GPUs"] for r in idle["data"]["values"]} == {0}
@@ -342,8 +353,11 @@ def test_heatmap_page_shows_knee_safe_max_and_the_slo_line(
     assert sum(c["count"] for c in cells["data"]["values"]) == 525
     # 50 ms latency bins from the data (P99 1.5 s in about 40 bins).
     assert {c["latency_lo_ms"] for c in cells["data"]["values"]} == {100, 150, 600, 1500}
-    assert [layer["data"]["values"][0]["value"] for layer in (slo, knee, safe)] == [1000, 30, 40]
-    assert curve["layer"][1]["data"]["values"][0]["value"] == 1000
+    # Seconds on every latency axis and rule, as the tables write them.
+    assert [layer["data"]["values"][0]["value"] for layer in (slo, knee, safe)] == [1.0, 30, 40]
+    assert curve["layer"][1]["data"]["values"][0]["value"] == 1.0
+    assert heat["layer"][0]["encoding"]["y"]["title"] == "latency, s"
+    assert curve["layer"][0]["encoding"]["y"]["title"] == "latency, s"
 
     # A tighter SLO moves the safe maximum down: 0.6 s breaks at the 40 rps bin.
     at.sidebar.number_input[0].set_value(500.0).run()

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console
+from rich.text import Text
 
 from sits_observe.domain.units import Unit, human
 from sits_observe.errors import UnknownNameError
@@ -93,17 +94,27 @@ def print_table(
 ) -> None:
     """One table of a report, human units, one row per line (see :func:`fit_widths`)."""
     chosen = pick_columns(table, output, names)
-    cells = [[human(row.get(c.name), c.unit) for c in chosen] for row in table.rows.to_pylist()]
+    records = table.rows.to_pylist()
+    cells = [[human(row.get(c.name), c.unit) for c in chosen] for row in records]
+    if names is None:
+        kept = fitting_columns(
+            [c.header for c in chosen], cells, console.width, wrap=[c.wrap for c in chosen]
+        )
+        if kept < len(chosen):
+            left_out = chosen[kept:]
+            note(
+                f"{table.name}: {len(left_out)} more column(s) need a wider terminal "
+                f"({', '.join(c.header for c in left_out)}; --columns picks them)"
+            )
+            chosen, cells = chosen[:kept], [line[:kept] for line in cells]
     headers = [c.header for c in chosen]
     widths = fit_widths(headers, cells, console.width, wrap=[c.wrap for c in chosen])
     rows = table.rows.num_rows
-    view = data_table(
-        title=f"{table.title} ({rows} row{'' if rows == 1 else 's'})",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        show_edge=False,
-        title_justify="left",
-    )
+    # The title is a line of its own, never wrapped to the table's width (a narrow table
+    # would break it mid-phrase); a terminal narrower than the title cuts it with an ellipsis.
+    title = f"{table.title} ({rows} row{'' if rows == 1 else 's'})"
+    console.print(Text(shown(title), no_wrap=True, overflow="ellipsis"))
+    view = data_table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for c, width in zip(chosen, widths, strict=True):
         numeric = c.unit not in (Unit.text, Unit.time, Unit.flag)
         # Off a terminal the table has its natural width, so nothing folds: one row a line.
@@ -118,6 +129,45 @@ def print_table(
     for line in cells:
         view.add_row(*line)
     console.print(view)
+
+
+def fitting_columns(
+    headers: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    width: int,
+    *,
+    wrap: Sequence[bool] | None = None,
+) -> int:
+    """How many leading columns fit ``width`` cells at their floors (:func:`_floors`: the
+    header whole, a value of up to 12 cells whole): a header cut to ``serv…`` names nothing
+    and a number cut to ``10.…`` says nothing, so a column that cannot fit is left out (and
+    named in a note) rather than cut below that."""
+    floors = _floors(headers, cells, wrap)
+    used = 0
+    for i, floor in enumerate(floors):
+        used += floor + (_GAP if i else 0)
+        if used > width and i > 0:
+            return i
+    return len(headers)
+
+
+def _natural(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> list[int]:
+    return [
+        max([shown_len(h), *(shown_len(line[i]) for line in cells)]) for i, h in enumerate(headers)
+    ]
+
+
+def _floors(
+    headers: Sequence[str], cells: Sequence[Sequence[str]], wrap: Sequence[bool] | None
+) -> list[int]:
+    """The narrowest each column is cut: its header whole, and its values up to 12 cells
+    (a folding column's up to :data:`WRAP_MIN`) whole."""
+    natural = _natural(headers, cells)
+    folding = list(wrap) if wrap is not None else [False] * len(headers)
+    return [
+        max(shown_len(h), min(natural[i], WRAP_MIN if folding[i] else 12))
+        for i, h in enumerate(headers)
+    ]
 
 
 def shown_len(text: str) -> int:
@@ -144,17 +194,12 @@ def fit_widths(
     """Column widths for a table ``width`` cells wide: each column's natural width, and
     when they do not fit, the folding (``wrap``) columns narrowed to what the others leave
     (they fold onto more lines) when that is at least :data:`WRAP_MIN`; otherwise the widest
-    columns cut down, level by level (never below their header, up to 12 cells; a folding
-    one never below :data:`WRAP_MIN`), so short columns (a node, a count) stay whole and the
-    long ones (a pod name) end in an ellipsis."""
-    natural = [
-        max([shown_len(h), *(shown_len(line[i]) for line in cells)]) for i, h in enumerate(headers)
-    ]
+    columns cut down, level by level, never below their floors (:func:`_floors`: the header
+    and short values whole), so short columns (a node, a count) stay whole and the long ones
+    (a pod name) end in an ellipsis."""
+    natural = _natural(headers, cells)
     folding = list(wrap) if wrap is not None else [False] * len(headers)
-    floors = [
-        max(min(shown_len(h), 12), min(natural[i], WRAP_MIN) if folding[i] else 0)
-        for i, h in enumerate(headers)
-    ]
+    floors = _floors(headers, cells, wrap)
     budget = width - _GAP * max(len(headers) - 1, 0)
     widths = list(natural)
     if sum(widths) > budget and any(folding):
