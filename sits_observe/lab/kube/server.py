@@ -149,6 +149,8 @@ class Emulator(kmock.KubernetesEmulator):
         self._usage: dict[tuple[str, str], dict[str, Decimal]] = {}
         #: In-process watchers' queues by resource (:meth:`watch_in_process`).
         self.watchers: dict[kmock.resource, list[EventQueue]] = {}
+        #: The names of the live objects by (resource, namespace), from the announced changes.
+        self._live_names: dict[tuple[kmock.resource, str | None], dict[str, None]] = {}
         self._buses = _FeedBuses(self._feed)
         for spec in RESOURCES:
             res = kmock.resource(spec.group, spec.version, spec.plural)
@@ -188,7 +190,18 @@ class Emulator(kmock.KubernetesEmulator):
         self.watchers[resource] = [q for q in queues if q is not queue]  # deques compare by items
 
     def _feed(self, resource: kmock.resource, items: tuple[Any, ...]) -> None:
-        """Copy each event once to every in-process watcher of ``resource``."""
+        """Keep :attr:`_live_names`, and copy each event once to every in-process watcher of
+        ``resource``."""
+        for item in items:
+            meta = (item.get("object") or {}).get("metadata") or {}
+            name = meta.get("name")
+            if not isinstance(name, str):
+                continue
+            names = self._live_names.setdefault((resource, meta.get("namespace")), {})
+            if item.get("type") == "DELETED":
+                names.pop(name, None)
+            else:
+                names[name] = None
         queues = self.watchers.get(resource)
         if not queues:
             return
@@ -277,8 +290,16 @@ class Emulator(kmock.KubernetesEmulator):
     # -- ResourceQuota ---------------------------------------------------------------
 
     def _live(self, resource: kmock.resource, namespace: str) -> list[JsonObject]:
-        """Live objects of ``resource`` in ``namespace``; call with the lock held."""
-        return [obj.raw for obj in self._stored(resource, namespace)]
+        """Live objects of ``resource`` in ``namespace``; call with the lock held.
+
+        From :attr:`_live_names`, kept by every change the store announces: kmock keeps every
+        object it ever stored, and an hour of an experiment run created thousands of pods
+        whose scan, for every pod write's quota check, grew with the run."""
+        keys = (
+            (resource, namespace, name) for name in self._live_names.get((resource, namespace), {})
+        )
+        found = (self._objects[key] for key in keys if key in self._objects)
+        return [obj.raw for obj in found if not obj.deleted]
 
     def _stored(self, resource: kmock.resource, namespace: str | None) -> Iterator[Any]:
         """The live stored objects of ``resource`` (in ``namespace``; None: every one), in
