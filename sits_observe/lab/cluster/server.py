@@ -306,6 +306,21 @@ class InferenceServer:
             self._step_carry_s += dt_s
             t = now_s - self._step_carry_s
             while self._running and self._step_carry_s >= step_s:
+                steady = self._steady_steps() - 1
+                if steady > 0:
+                    # Steps that only count (see _steady_steps): the same arithmetic, in
+                    # the same order, without a pass over the batch each.
+                    done = 0
+                    while done < steady and self._step_carry_s >= step_s:
+                        self._step_carry_s -= step_s
+                        t += step_s
+                        self.busy_s_total += step_s
+                        done += 1
+                    for request in self._running:
+                        request.emitted += done
+                    self.decoded_tokens_total += done * len(self._running)
+                    self.steps_total += done
+                    continue
                 self._step_carry_s -= step_s
                 t += step_s
                 self._decode_step(t, step_s)
@@ -315,6 +330,21 @@ class InferenceServer:
                 step_s = self._step_s()
             if not self._running:
                 self._step_carry_s = 0.0
+
+    def _steady_steps(self) -> int:
+        """How many next steps change nothing but the tokens emitted, the last one
+        included (the step in which the first request finishes): every running request
+        prefilled and past its first token, and nothing to admit after a step (no request
+        waits, or the batch is full); 0 otherwise. The step time stays the same over them."""
+        if self._waiting and len(self._running) < self.max_batch:
+            return 0
+        left = None
+        for request in self._running:
+            if request.prefill_left_tokens > 0 or request.first_token_s is None:
+                return 0
+            remaining = request.output_tokens - request.emitted
+            left = remaining if left is None or remaining < left else left
+        return left or 0
 
     def _admit(self, now_s: float, *, in_step: bool = False) -> None:
         free = self.max_batch - len(self._running)
