@@ -5,8 +5,9 @@ Both read the same evidence: per throughput bin (windows grouped by their throug
 bin. Bins with fewer than ``min_requests`` requests are shown but not used: their P95 rests on
 too few values (with 20 values P95 already interpolates between the two largest).
 
-Knee. On the used bins, in throughput order, draw the straight line (the chord) from the
-first bin's P95 to the last bin's P95. The knee is the bin whose P95 lies farthest below that
+Knee. On the used bins, in throughput order, up to the one with the highest P95 (where the
+climb ends; bins past it, bursts of short requests in busy windows, are no part of it), draw
+the straight line (the chord) from the first bin's P95 to the last bin's P95. The knee is the bin whose P95 lies farthest below that
 line, measured in units of the chord's total rise; below it P95 grows slowly, above it faster
 than anywhere before (the "Kneedle" rule: Satopää, Albrecht, Irwin, Raghavan, "Finding a
 'Kneedle' in a Haystack", ICDCS workshops 2011). Reported value: the knee bin's lower edge.
@@ -91,6 +92,12 @@ def find_knee(bins: Sequence[ThroughputBin], min_requests: int) -> Verdict[Knee]
             None,
             f"no knee: needs 3 throughput bins with >= {min_requests} requests, found {len(used)}",
         )
+    # The rise ends at the highest P95: a bin past it (a burst of short requests in a busy
+    # window) is no point of the curve's climb, and a chord drawn to it would slope the wrong
+    # way (the first highest one, so a plateau ends where it starts).
+    peak = max(range(len(used)), key=lambda i: (used[i].p95_s, -i))
+    if peak >= 2:
+        used = used[: peak + 1]
     first, last = used[0], used[-1]
     rise_s = last.p95_s - first.p95_s
     if rise_s <= 0:

@@ -185,13 +185,58 @@ class HeatmapQuery(BaseModel):
             min_bin_requests=self.min_bin_requests,
         )
 
-    def selection(self, window: Window) -> RequestSelection:
-        """The requests of ``window``, from its first whole time bin on."""
+    def selection(self, window: Window, until: datetime | None = None) -> RequestSelection:
+        """The requests of ``window``'s whole time bins: from its first whole bin on, up to
+        ``until`` (the end of its last whole bin, :func:`last_bin_end`; default the window's
+        end)."""
         bin_s = self.heatmap().window_s
         since = None if window.since is None else first_bin_at(window.since, bin_s)
         return RequestSelection(
-            model=self.model, since=since, until=window.until, include_failed=self.include_failed
+            model=self.model,
+            since=since,
+            until=window.until if until is None else until,
+            include_failed=self.include_failed,
         )
+
+
+#: Mean gaps between requests after the newest one, at their rate in its time bin, past which
+#: that bin is taken as cut short by the data's end: a Poisson stream leaves such a silence
+#: e^-10 of the time (4.5e-5), a load falling off at a run's end (3-4 gaps) is kept, a demo
+#: stopped 2 s into a 10 s bin (30 gaps) is not.
+PARTIAL_GAPS = 10.0
+
+
+def last_bin_end(store: Store, until: datetime, bin_s: float) -> datetime:
+    """Where the last whole time bin of a window ending at ``until`` ends. While the store's
+    requests go on past ``until``, its bins are whole up to ``until`` floored to a bin boundary.
+    When they stop inside the window, the bin they stop in is whole unless they leave it
+    emptier than its own rate explains (more than :data:`PARTIAL_GAPS` mean gaps between its
+    requests to its end): then it ends at that bin's start. Such a bin counts a part of its
+    time as a whole bin's, a low throughput with the latencies of a full one, which can break
+    the SLO at the lowest bin (a demo stopped mid-bin)."""
+    width = timedelta(microseconds=int(exact(bin_s) * US_PER_S))
+    newest = store.scalar("SELECT max(ts) FROM requests")
+    if not isinstance(newest, datetime):
+        return _floor(until, width)
+    newest = newest.replace(tzinfo=until.tzinfo) if newest.tzinfo is None else newest
+    if newest >= until:
+        return _floor(until, width)
+    start = _floor(newest, width)
+    held = store.scalar(
+        "SELECT count(*) FROM requests WHERE ts >= ? AND ts <= ?",
+        [start.replace(tzinfo=None), newest.replace(tzinfo=None)],
+    )
+    gap = (newest - start) / max(int(held or 0), 1)
+    if start + width - newest > PARTIAL_GAPS * gap:
+        return start
+    return min(start + width, until)  # no request lies between ``newest`` and ``until``
+
+
+def _floor(at: datetime, width: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=at.tzinfo)
+    us = (at - epoch) // timedelta(microseconds=1)
+    step = width // timedelta(microseconds=1)
+    return epoch + timedelta(microseconds=us - us % step)
 
 
 def first_bin_at(since: datetime, bin_s: float) -> datetime:
@@ -283,7 +328,7 @@ def build(store: Store, window: Window, query: HeatmapQuery) -> Report:
     group = None if query.by is None else GROUP_COLUMNS[query.by]
     bins = _data_bins(store, window, query, group)
     query = query.with_bins(bins)
-    selection = query.selection(window)
+    selection = query.selection(window, last_bin_end(store, window.until, query.heatmap().window_s))
     maps = request_heatmaps(
         store,
         window,
@@ -362,14 +407,15 @@ def request_heatmaps(
     model: str | None = None,
     include_failed: bool = False,
 ) -> list[Heatmap]:
-    """The heatmaps of the requests of ``window`` from its first whole time bin on (bins of
-    ``settings.window_s``), one per ``by`` group: the report's tables, knee and safe maximum
-    come from them, and so do the exporter's ``sits_knee_requests_per_second`` and
-    ``sits_safe_max_requests_per_second``. Empty when no request is selected."""
+    """The heatmaps of the requests of ``window``'s whole time bins (bins of
+    ``settings.window_s``: from the first whole one on, up to the end of the last,
+    :func:`last_bin_end`), one per ``by`` group: the
+    report's tables, knee and safe maximum come from them, and so do the exporter's
+    ``sits_knee_requests_per_second`` and ``sits_safe_max_requests_per_second``. Empty when
+    no request is selected."""
     since = None if window.since is None else first_bin_at(window.since, settings.window_s)
-    chosen = RequestSelection(
-        model=model, since=since, until=window.until, include_failed=include_failed
-    )
+    until = last_bin_end(store, window.until, settings.window_s)
+    chosen = RequestSelection(model=model, since=since, until=until, include_failed=include_failed)
     return compute_heatmaps(store, settings, selection=chosen, by=by)
 
 

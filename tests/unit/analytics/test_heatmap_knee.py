@@ -68,3 +68,20 @@ def test_thin_bins_are_skipped_not_breaking() -> None:
     thin_breach = ThroughputBin(15.0, 16.0, 1, 3, 0.9, 5.0, 6.0)
     safe = find_safe_max([*bins, thin_breach], slo_s=0.5, min_requests=20)
     assert safe.value is not None and safe.value.throughput_lo_rps == pytest.approx(20.0)
+
+
+def test_a_bin_past_the_highest_p95_does_not_hide_the_knee() -> None:
+    """The demo's servers: P95 32, 35, 67 s at 2, 3, 4 rps, then one busy window of short
+    requests at 6 rps with 35 s. The chord to that last bin slopes the wrong way; the climb
+    ends at 4 rps, and its knee is 3 rps."""
+    bins = [
+        ThroughputBin(lo, lo + 1, windows, requests, p95 / 3, p95, p95 * 1.1)
+        for lo, windows, requests, p95 in (
+            (2.0, 5, 117, 32.2),
+            (3.0, 8, 237, 35.0),
+            (4.0, 7, 305, 67.1),
+            (6.0, 1, 63, 35.5),
+        )
+    ]
+    knee = find_knee(bins, min_requests=20)
+    assert knee.value is not None and knee.value.throughput_lo_rps == 3.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from fractions import Fraction
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -147,3 +148,22 @@ def test_the_rules() -> None:
 def test_data_bins_of_nothing_is_none(store: Store) -> None:
     chosen = RequestSelection(model="nobody")
     assert data_bins(store, chosen, by=None, min_bin_requests=20) is None
+
+
+def test_a_time_bin_the_data_stop_in_is_left_out(tmp_path: Path) -> None:
+    """A run stopped 2 s into a 10 s time bin: its 6 requests at the load's full latency would
+    read as 0.6 rps at 20 s, breaking the SLO at the lowest load; only whole bins count."""
+    rows = [
+        {"ts": T0 + timedelta(seconds=k + 0.5), "model": "m", "latency_s": 1.0 + k / 100}
+        for k in range(60)
+    ]
+    rows += [
+        {"ts": T0 + timedelta(seconds=60 + k / 3), "model": "m", "latency_s": 20.0}
+        for k in range(6)
+    ]
+    with Store.open(tmp_path / "s.duckdb") as s:
+        s.append("requests", pa.Table.from_pylist(rows))
+        query = heatmap.HeatmapQuery(bin_s=10, throughput_bin_rps=0.5, min_bin_requests=5)
+        report = heatmap.build(s, Window(None, T0 + timedelta(hours=1), "given"), query)
+    assert report.facts["requests"] == 60  # the 6 of the last, partial bin left out
+    assert [b["throughput_lo_rps"] for b in report.main.records()] == [1.0]
