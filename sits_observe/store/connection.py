@@ -39,7 +39,8 @@ def connect(path: str, read_only: bool, config: DuckConfig) -> duckdb.DuckDBPyCo
         if "lock" in str(exc).lower():
             raise StoreLocked(
                 f"database {path!r} is owned by another process ({exc}); "
-                "stop it, or read through its HTTP API"
+                "stop it, or read through its HTTP API: --service URL --token-file FILE "
+                "(`sits-observe demo` prints both when it starts)"
             ) from exc
         raise StoreError(f"cannot open database {path!r}: {exc}") from exc
     except duckdb.Error as exc:

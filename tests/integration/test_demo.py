@@ -132,11 +132,12 @@ def test_demo_serves_the_streamlit_app_and_stops_it(tmp_path: Path) -> None:
         assert httpx.get(f"{demo.ui_url}/_stcore/health", timeout=5).text == "ok"
         child = demo.ui
         assert child is not None and child.poll() is None
-        # The app was pointed at the service with the demo's token, never at the file.
+        # The app was pointed at the service with the demo's read token, never at the file.
         args = list(child.args)
         assert args[args.index("--service") + 1] == demo.service_url and "--db" not in args
-        token_file = tmp_path / "ui-token"
-        assert token_file.read_text(encoding="utf-8") == demo.token
+        token_file = tmp_path / "read-token"
+        assert args[args.index("--token-file") + 1] == str(token_file)
+        assert token_file.read_text(encoding="utf-8") == demo.read_token != demo.token
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
     assert child.poll() is not None
     assert demo.ui is None

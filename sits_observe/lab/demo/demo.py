@@ -33,6 +33,7 @@ import secrets
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -188,6 +189,9 @@ class Demo:
         #: go too: the demo's ``/metrics`` shows them next to the extender's.
         self.loop_registry = CollectorRegistry()
         self.token = secrets.token_urlsafe(24)
+        #: A token that may only read: what the Streamlit app and a person reading the demo's
+        #: data while it runs use (the service owns the DuckDB file meanwhile).
+        self.read_token = secrets.token_urlsafe(24)
         self.store: Store | None = None
         self.runtime: SimulationRuntime | None = None
         self.inventory: InventoryLoop | None = None
@@ -316,7 +320,12 @@ class Demo:
         binds through it, as ``serve --kubeconfig`` does)."""
         from sits_observe.control.extender.kube import KubePodApi
 
-        settings = ServiceSettings(db_path=self.settings.db_path, token=self.token, port=0)
+        settings = ServiceSettings(
+            db_path=self.settings.db_path,
+            token=self.token,
+            read_token_file=self.read_token_file(),
+            port=0,
+        )
         app = create_app(
             settings,
             store,
@@ -357,11 +366,7 @@ class Demo:
         HTTP (docs/ui.md). Returns once the app answers its health check."""
         from sits_observe.surfaces.cli.ui import DEFAULT_APP, streamlit_command
 
-        token_file = self.settings.workdir / "ui-token"
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        token_file.touch(mode=0o600)
-        token_file.chmod(0o600)
-        token_file.write_text(self.token, encoding="utf-8")
+        token_file = self.read_token_file()
         command = streamlit_command(
             DEFAULT_APP,
             port=port,
@@ -390,6 +395,16 @@ class Demo:
         child.kill()
         child.wait()
         raise RuntimeError(f"the Streamlit app did not answer {health} within 60 s; see {log_path}")
+
+    def read_token_file(self) -> Path:
+        """The file holding :attr:`read_token` (written once, readable by its owner only)."""
+        path = self.settings.workdir / "read-token"
+        if not path.exists() or path.read_text(encoding="utf-8") != self.read_token:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.chmod(0o600)
+            path.write_text(self.read_token, encoding="utf-8")
+        return path
 
     @property
     def ui_url(self) -> str:

@@ -31,7 +31,7 @@ from sits_observe.errors import ConfigError
 MARKER = ".sits-demo.json"
 #: What a run creates in its work folder (replaced on the next run).
 RUN_DIRS = ("cluster", "spool")
-RUN_FILES = ("ui-token", "ui.log")
+RUN_FILES = ("read-token", "ui.log", "ui-token")  # ui-token: an earlier version's
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """CLI: ``sits-observe demo``, the embedded default (a simulated GPU cluster, see
-:mod:`sits_observe.lab.demo.demo`). Shows live progress on stderr; Ctrl-C (or the end of
-``--duration``) stops every part cleanly and leaves the DuckDB file. The closing summary says
-how many pods the scheduler placed through the extender, which controller decisions were
-applied in the emulator, and where to look next (docs/demo.md)."""
+:mod:`sits_observe.lab.demo.demo`). Shows live progress on stderr, the service's URL and a read
+token (the service owns the DuckDB file while the demo runs, so reads go through it); Ctrl-C
+(or the end of ``--duration``) stops every part cleanly and leaves the DuckDB file. The
+closing summary says how many pods the scheduler placed through the extender, which controller
+decisions were applied in the emulator, and where to look next (docs/demo.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from sits_observe.lab.demo.settings import DemoSettings
 from sits_observe.surfaces.cli.common import err, out, run_cli
@@ -59,7 +62,8 @@ def register(app: typer.Typer) -> None:
     ]
 )
 def demo(**flags: Any) -> None:
-    """Start a simulated GPU cluster and the real pipeline against it (Ctrl-C to stop)."""
+    """Start a simulated GPU cluster and the real pipeline against it (until --duration, or
+    Ctrl-C)."""
 
     def go() -> None:
         # The settings' None means "no app"; with --ui the app gets the ui command's port.
@@ -90,7 +94,14 @@ def _run(
     for line in the_demo.previous.lines():
         err.print(line)
     try:
-        err.print(f"service on {the_demo.service_url}  (metrics: {the_demo.service_url}/metrics)")
+        url = the_demo.service_url
+        err.print(f"service on {url}  (metrics: {url}/metrics)")
+        # The service owns the DuckDB file while the demo runs: reads go through it.
+        err.print(
+            f"read its data while it runs: sits-observe fleet --service {url} --token-file "
+            f"{the_demo.read_token_file()}  (read token: {the_demo.read_token})",
+            soft_wrap=True,
+        )
         if the_demo.ui_url:
             err.print(f"Streamlit app on {the_demo.ui_url}")
         err.print(
@@ -101,10 +112,11 @@ def _run(
             f"scheduler: kube-scheduler model with the extender at "
             f"{the_demo.service_url}/scheduler ({settings.scheduler_config})"
         )
-        with Live(_progress(the_demo, 0.0), console=err, refresh_per_second=2) as live:
+        duration = settings.duration_s
+        with Live(_progress(the_demo, 0.0, duration), console=err, refresh_per_second=2) as live:
             while not stop.wait(1.0):
                 elapsed = time.monotonic() - started
-                live.update(_progress(the_demo, elapsed))
+                live.update(_progress(the_demo, elapsed, duration))
                 if settings.duration_s is not None and elapsed >= settings.duration_s:
                     break
         return the_demo.counts(), the_demo.loop_counts(), the_demo.applied_decisions()
@@ -113,11 +125,17 @@ def _run(
         the_demo.stop()
 
 
-def _progress(the_demo: object, elapsed_s: float) -> Table:
+def _progress(the_demo: object, elapsed_s: float, duration_s: float | None) -> Group:
+    """The live display: how long it has run (and will), the rows stored, and the status in
+    short lines that no terminal cuts."""
     from sits_observe.lab.demo.demo import Demo
 
     assert isinstance(the_demo, Demo)
-    table = Table(title=f"sits-observe demo: {elapsed_s:.0f} s, Ctrl-C to stop")
+    if duration_s is None:
+        title = f"sits-observe demo: {elapsed_s:.0f} s, Ctrl-C to stop"
+    else:
+        title = f"sits-observe demo: {elapsed_s:.0f} of {duration_s:.0f} s (Ctrl-C stops it early)"
+    table = Table(title=title, title_justify="left")
     table.add_column("table")
     table.add_column("rows", justify="right")
     for name, rows in the_demo.counts().items():
@@ -129,14 +147,15 @@ def _progress(the_demo: object, elapsed_s: float) -> Table:
             p.server.waiting for n in cluster.nodes.values() for p in n.pods.values() if p.server
         )
     loop = the_demo.loop_counts()
-    placed = (
-        f", pending: {loop.pending}, scheduled through the extender: "
-        f"{loop.scheduled_via_extender}, quota rejections: {loop.quota_rejections}"
-        if loop is not None
-        else ""
-    )
-    table.caption = f"pods running: {pods}{placed}, queued requests: {waiting}"
-    return table
+    # Short lines: stderr is never wrapped (a diagnostic is one line), so one long status line
+    # would be cut at the terminal's edge.
+    lines = [f"pods running: {pods}, queued requests: {waiting}"]
+    if loop is not None:
+        lines += [
+            f"pods pending: {loop.pending}, quota rejections: {loop.quota_rejections}",
+            f"scheduled through the extender: {loop.scheduled_via_extender}",
+        ]
+    return Group(table, *(Text(line) for line in lines))
 
 
 def _summary(
