@@ -184,13 +184,8 @@ def test_refusals_say_what_to_do(loaded: Loaded) -> None:
         app, ["heatmap", "--promql-url", loaded.vm_url, "--since", "2h", "--by", "gpu"]
     )
     assert by_gpu.exit_code == 2 and "do not know the GPU" in by_gpu.stderr
-    step = runner.invoke(
-        app,
-        [
-            "heatmap", "--promql-url", loaded.vm_url, "--since", "2h", "--promql-step-s", "30",
-            "--bin-s", "10",
-        ],  # fmt: skip
-    )
+    stepped = ["heatmap", "--promql-url", loaded.vm_url, "--since", "2h", "--promql-step-s", "30"]
+    step = runner.invoke(app, [*stepped, "--bin-s", "10"])
     assert step.exit_code == 2 and "leave --promql-step-s out" in step.stderr
     other = runner.invoke(
         app, ["heatmap", "--promql-url", loaded.vm_url, "--since", "2h", "--model", "nope"]

@@ -7,10 +7,11 @@ too few values (with 20 values P95 already interpolates between the two largest)
 
 Knee. On the used bins, in throughput order, up to the one with the highest P95 (where the
 climb ends; bins past it, bursts of short requests in busy windows, are no part of it), draw
-the straight line (the chord) from the first bin's P95 to the last bin's P95. The knee is the bin whose P95 lies farthest below that
-line, measured in units of the chord's total rise; below it P95 grows slowly, above it faster
-than anywhere before (the "Kneedle" rule: Satopää, Albrecht, Irwin, Raghavan, "Finding a
-'Kneedle' in a Haystack", ICDCS workshops 2011). Reported value: the knee bin's lower edge.
+the straight line (the chord) from the first bin's P95 to the last bin's P95. The knee is the
+bin whose P95 lies farthest below that line, measured in units of the chord's total rise;
+below it P95 grows slowly, above it faster than anywhere before (the "Kneedle" rule:
+Satopää, Albrecht, Irwin, Raghavan, "Finding a 'Kneedle' in a Haystack", ICDCS workshops
+2011). Reported value: the knee bin's lower edge.
 Why not simply "the bin pair with the steepest P95 slope": on a queueing curve (latency
 ~ 1 / (1 - utilisation)) the steepest pair is always the last one, and on a flat-then-linear
 curve every pair past the bend ties, so that rule names the end of the data, not the bend.
