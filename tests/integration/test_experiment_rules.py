@@ -1,8 +1,9 @@
 """The controller's rules earn their place in the experiment's workload: a short seeded run
 (2 nodes x 8 GPUs, 9 simulated minutes) of ``kube-sits`` against the arm without one rule.
 
-- the namespace quota rule lends team-b quota (team-a holds quota it does not use): team-b's
-  sweep queues fewer GPU-hours than without the rule;
+- the namespace quota rule takes back the GPU quota team-a and training hold but do not use,
+  never below what their pods request and never, in sum, beyond the cluster (it no longer
+  lends team-b more in a cluster whose running pods fill it: docs/evidence/controller-ablation.md);
 - the time-slice rule finds the inference servers' P95 above 10 ms and writes 25 ms for them
   (the demo's ConfigMap starts them at 15 ms), which the simulated servers then run under.
 """
@@ -40,23 +41,23 @@ def sits(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run("kube-sits", tmp_path_factory.mktemp("experiment"))
 
 
-def test_the_quota_rule_lends_the_starved_tenant_quota(sits: Run, tmp_path: Path) -> None:
-    with_rule, measured, db = sits
-    without, measured_without, _ = run("kube-sits-no-namespace-quota", tmp_path)
+def test_the_quota_rule_reclaims_idle_quota_within_the_cluster(sits: Run, tmp_path: Path) -> None:
+    with_rule, _, db = sits
+    without, _, _ = run("kube-sits-no-namespace-quota", tmp_path)
     assert with_rule.arrivals == without.arrivals  # the same workload
     applied = dict(with_rule.timeline.controller_applied)
     assert applied.get("quota-gpu", 0) > 0 and "quota-gpu" not in dict(
         without.timeline.controller_applied
     )
-    assert measured_without.queued_gpu_hours_team_b > 0
-    assert measured.queued_gpu_hours_team_b < measured_without.queued_gpu_hours_team_b
     with Store.open(db, read_only=True) as store:
         rows = store.query(
             "SELECT namespace, current, proposed FROM decisions "
             "WHERE action = 'quota-gpu' AND outcome = 'applied' ORDER BY ts"
         ).to_pylist()
-    lent = [r for r in rows if r["namespace"] == "team-b"]
-    assert lent and int(lent[0]["proposed"]) > int(lent[0]["current"])
+    reclaimed = {r["namespace"] for r in rows if int(r["proposed"]) < int(r["current"])}
+    assert {"team-a", "training"} <= reclaimed
+    latest = {r["namespace"]: int(r["proposed"]) for r in rows}
+    assert sum(latest.values()) <= 2 * 8  # the cluster's GPUs
 
 
 def test_the_time_slice_rule_lengthens_the_servers_slice(sits: Run) -> None:
