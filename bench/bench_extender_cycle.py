@@ -47,11 +47,11 @@ import numpy as np
 from _docs import write_block
 from bench_extender import GIB, PRODUCTS, TOKEN, fill_store, free_port, summary
 
-from sits_observe.analytics.kube_nodes import NodeInfos, SchedPod
 from sits_observe.analytics.placement.device_plugin import allocate_gpus
 from sits_observe.lab.demo.loop import demo_scheduler_config
 from sits_observe.lab.replay.extender import DEFAULT_SCHEDULER_CONFIG
 from sits_observe.lab.scheduler.http import HttpExtenderTransport
+from sits_observe.lab.scheduler.kube_nodes import NodeInfos, SchedPod
 from sits_observe.lab.scheduler.model import Extender, KubeScheduler
 from sits_observe.lab.scheduler.nodes import sched_pod
 from sits_observe.store import Store

@@ -44,7 +44,6 @@ import numpy as np
 import pyarrow as pa
 
 from sits_observe.analytics.fragmentation.fgd.model import PodShape
-from sits_observe.analytics.kube_nodes import MIB, SchedPod
 from sits_observe.analytics.traces.cluster_trace import PodList
 from sits_observe.control.extender.bind import Binder
 from sits_observe.control.extender.cache import ViewCache
@@ -60,6 +59,7 @@ from sits_observe.lab.replay.engine.policies import Choice, Policy
 from sits_observe.lab.replay.engine.replay import policy_names
 from sits_observe.lab.replay.engine.state import SimPod, SimState
 from sits_observe.lab.scheduler.config import SchedulerConfig, load_scheduler_config
+from sits_observe.lab.scheduler.kube_nodes import MIB, SchedPod
 from sits_observe.lab.scheduler.model import Extender
 from sits_observe.lab.scheduler.wire import ExtenderCallError
 from sits_observe.store import Store

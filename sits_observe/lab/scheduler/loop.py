@@ -49,10 +49,10 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.analytics.kube_nodes import SchedPod
 from sits_observe.analytics.placement.device_plugin import DeviceAllocationError, parse_hint
 from sits_observe.collectors.kube.api import MERGE_PATCH, JsonObject, KubeJson
 from sits_observe.errors import KubeApiError
+from sits_observe.lab.scheduler.kube_nodes import SchedPod
 from sits_observe.lab.scheduler.model import Decision, KubeScheduler
 from sits_observe.lab.scheduler.nodes import (
     DEFAULT_SCHEDULER,

@@ -47,13 +47,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from sits_observe.analytics.kube_nodes import (
-    DEFAULT_CPU_MILLI,
-    DEFAULT_MEMORY_BYTES,
-    MILLI_PER_GPU,
-    NodeInfos,
-    SchedPod,
-)
 from sits_observe.analytics.placement.device_plugin import DEFAULT_SPLIT_COUNT
 from sits_observe.domain.quantity import format_quantity
 from sits_observe.lab.scheduler.config import (
@@ -62,6 +55,13 @@ from sits_observe.lab.scheduler.config import (
     ExtenderConfig,
     ResourceWeight,
     SchedulerConfig,
+)
+from sits_observe.lab.scheduler.kube_nodes import (
+    DEFAULT_CPU_MILLI,
+    DEFAULT_MEMORY_BYTES,
+    MILLI_PER_GPU,
+    NodeInfos,
+    SchedPod,
 )
 from sits_observe.lab.scheduler.wire import (
     ExtenderCallError,

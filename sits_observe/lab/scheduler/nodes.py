@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from sits_observe.analytics.kube_nodes import GPU_PRODUCT_LABEL, NodeInfos, SchedPod
 from sits_observe.analytics.placement.device_plugin import (
     DEFAULT_SPLIT_COUNT,
     DeviceAllocationError,
@@ -44,6 +43,7 @@ from sits_observe.collectors.kube.json_shapes import Malformed
 from sits_observe.collectors.kube.pods import pod_requests
 from sits_observe.domain.quantity import quantity_milli, quantity_value
 from sits_observe.errors import ParseError
+from sits_observe.lab.scheduler.kube_nodes import GPU_PRODUCT_LABEL, NodeInfos, SchedPod
 
 JsonObject = dict[str, Any]
 #: HAMi's node annotation listing the devices its device plugin registered.

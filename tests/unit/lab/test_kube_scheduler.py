@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sits_observe.analytics.kube_nodes import GPU_PRODUCT_LABEL, MIB, NodeInfos, SchedPod
 from sits_observe.lab.scheduler.config import (
     ExtenderConfig,
     SchedulerConfig,
     load_scheduler_config,
 )
+from sits_observe.lab.scheduler.kube_nodes import GPU_PRODUCT_LABEL, MIB, NodeInfos, SchedPod
 from sits_observe.lab.scheduler.model import Extender, KubeScheduler, nodes_to_find
 from sits_observe.lab.scheduler.wire import ExtenderCallError
 

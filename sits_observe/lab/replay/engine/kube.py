@@ -31,7 +31,6 @@ from typing import Protocol
 
 import numpy as np
 
-from sits_observe.analytics.kube_nodes import GPU_PRODUCT_LABEL, MIB, NodeInfos, SchedPod
 from sits_observe.analytics.placement.device_plugin import (
     GPU_HINT_ANNOTATION,
     DeviceAllocationError,
@@ -43,6 +42,7 @@ from sits_observe.domain.quantity import format_quantity
 from sits_observe.lab.replay.engine.policies import Choice
 from sits_observe.lab.replay.engine.state import SimPod, SimState
 from sits_observe.lab.scheduler.config import SchedulerConfig
+from sits_observe.lab.scheduler.kube_nodes import GPU_PRODUCT_LABEL, MIB, NodeInfos, SchedPod
 from sits_observe.lab.scheduler.model import Extender, KubeScheduler
 
 #: The trace's GPU-share annotations (hkust-adsl/kubernetes-scheduler-simulator).
