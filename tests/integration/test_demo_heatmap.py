@@ -26,6 +26,7 @@ from sits_observe.lab.cluster.workload import LoadProfile
 from sits_observe.lab.demo.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
 from sits_observe.lab.kube.publish import pod_body
 from sits_observe.reports.serving import heatmap as heatmap_report
+from sits_observe.reports.serving import heatmap_query
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app
@@ -64,7 +65,7 @@ def one_cycle(seed: int) -> tuple[pa.Table, pa.Table]:
 
 @pytest.mark.parametrize("seed", [7, 11])
 def test_one_load_cycle_shows_a_knee_and_a_safe_maximum(tmp_path: Path, seed: int) -> None:
-    query = heatmap_report.HeatmapQuery(
+    query = heatmap_query.HeatmapQuery(
         bin_s=DEMO_HEATMAP.window_s,
         throughput_bin_rps=DEMO_HEATMAP.throughput_bin_rps,
         min_bin_requests=DEMO_HEATMAP.min_bin_requests,
@@ -99,7 +100,7 @@ def test_one_load_cycle_on_the_heatmap_s_defaults_and_the_demo_s_slo(
     from the data find the knee and the safe maximum the demo's own bins do."""
     requests = one_cycle_of_requests(seed)
     end = START.replace(tzinfo=None) + timedelta(seconds=LoadProfile().period_s + 60)
-    query = heatmap_report.HeatmapQuery(slo_ms=DEMO_SLO_S * 1000)
+    query = heatmap_query.HeatmapQuery(slo_ms=DEMO_SLO_S * 1000)
     with Store.open(tmp_path / "sits.duckdb") as store:
         store.append("requests", requests)
         report = heatmap_report.build(store, Window(None, end, "given"), query)

@@ -22,7 +22,8 @@ from sits_observe.analytics.heatmap.knee import Knee, SafeMax, ThroughputBin, Ve
 from sits_observe.analytics.heatmap.settings import HeatmapSettings
 from sits_observe.errors import ConfigError
 from sits_observe.reports.result import Report
-from sits_observe.reports.serving.heatmap import HeatmapBy, HeatmapTable, key_name
+from sits_observe.reports.serving.heatmap_query import HeatmapBy, HeatmapTable
+from sits_observe.reports.serving.heatmap_tables import key_name
 
 _CELLS = tuple(CELLS_SCHEMA.names)
 _NO_WINDOWS = WINDOWS_SCHEMA.empty_table()

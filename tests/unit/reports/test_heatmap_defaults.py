@@ -25,7 +25,7 @@ from sits_observe.analytics.heatmap.bins import (
 )
 from sits_observe.analytics.serving.latency import RequestSelection
 from sits_observe.domain.validation import validate_settings
-from sits_observe.reports.serving import heatmap
+from sits_observe.reports.serving import heatmap, heatmap_query
 from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
@@ -70,7 +70,7 @@ def store() -> Store:
 
 
 def test_fixed_bins_find_no_knee_on_this_load(store: Store) -> None:
-    fixed = heatmap.HeatmapQuery(
+    fixed = heatmap_query.HeatmapQuery(
         model="chat", bin_s=1, throughput_bin_rps=10, latency_bin_ms=100, slo_ms=SLO_S * 1000
     )
     (fact,) = heatmap.build(store, WINDOW, fixed).facts["heatmaps"]
@@ -78,7 +78,7 @@ def test_fixed_bins_find_no_knee_on_this_load(store: Store) -> None:
 
 
 def test_default_bins_come_from_the_data_and_find_the_knee(store: Store) -> None:
-    report = heatmap.build(store, WINDOW, heatmap.HeatmapQuery(model="chat"))
+    report = heatmap.build(store, WINDOW, heatmap_query.HeatmapQuery(model="chat"))
     facts = report.facts
     # About 3.3 requests/s: 10 s time bins hold 20+ (min_bin_requests) on average.
     assert facts["bin_s"] == 10
@@ -93,7 +93,7 @@ def test_default_bins_come_from_the_data_and_find_the_knee(store: Store) -> None
 def test_no_slo_is_said_plainly_and_a_model_s_own_slo_gives_its_safe_maximum(
     store: Store,
 ) -> None:
-    plain = heatmap.build(store, WINDOW, heatmap.HeatmapQuery(model="chat"))
+    plain = heatmap.build(store, WINDOW, heatmap_query.HeatmapQuery(model="chat"))
     (fact,) = plain.facts["heatmaps"]
     assert fact["safe_max"] is None and fact["slo_ms"] is None
     assert (
@@ -102,8 +102,12 @@ def test_no_slo_is_said_plainly_and_a_model_s_own_slo_gives_its_safe_maximum(
     ) in plain.notes
     assert plain.table("limits").records()[0]["slo_s"] is None
 
-    query = validate_settings(heatmap.HeatmapQuery, {"slo": ["chat=10", "embed=60"]}, what="t")
-    own = heatmap.build(store, WINDOW, query.model_copy(update={"by": heatmap.HeatmapBy.model}))
+    query = validate_settings(
+        heatmap_query.HeatmapQuery, {"slo": ["chat=10", "embed=60"]}, what="t"
+    )
+    own = heatmap.build(
+        store, WINDOW, query.model_copy(update={"by": heatmap_query.HeatmapBy.model})
+    )
     limits = {r["model"]: r for r in own.table("limits").records()}
     assert limits["chat"]["slo_s"] == SLO_S and limits["embed"]["slo_s"] == 60
     chat = limits["chat"]
@@ -112,14 +116,16 @@ def test_no_slo_is_said_plainly_and_a_model_s_own_slo_gives_its_safe_maximum(
     assert chat["exceeded_from_rps"] is not None
     assert not any("no P95 SLO" in n for n in own.notes)
     # The default SLO covers a model without its own; its own wins.
-    mixed = heatmap.HeatmapQuery(by=heatmap.HeatmapBy.model, slo=("chat=10",), slo_ms=45_000)
+    mixed = heatmap_query.HeatmapQuery(
+        by=heatmap_query.HeatmapBy.model, slo=("chat=10",), slo_ms=45_000
+    )
     rows = {r["model"]: r for r in heatmap.build(store, WINDOW, mixed).table("limits").records()}
     assert (rows["chat"]["slo_s"], rows["embed"]["slo_s"]) == (10, 45)
 
 
 def test_cells_read_back_with_each_heatmap_s_own_slo(store: Store) -> None:
-    query = heatmap.HeatmapQuery(
-        by=heatmap.HeatmapBy.model, slo=("chat=10",), table=heatmap.HeatmapTable.cells
+    query = heatmap_query.HeatmapQuery(
+        by=heatmap_query.HeatmapBy.model, slo=("chat=10",), table=heatmap_query.HeatmapTable.cells
     )
     report = heatmap.build(store, WINDOW, query)
     drawn = {h.group: h for h in heatmaps_of(report)}
@@ -130,7 +136,7 @@ def test_cells_read_back_with_each_heatmap_s_own_slo(store: Store) -> None:
 
 def test_a_bad_slo_item_names_the_form() -> None:
     with pytest.raises(Exception, match="use MODEL=SECONDS"):
-        validate_settings(heatmap.HeatmapQuery, {"slo": ["chat"]}, what="heatmap")
+        validate_settings(heatmap_query.HeatmapQuery, {"slo": ["chat"]}, what="heatmap")
 
 
 def test_the_rules() -> None:
@@ -163,7 +169,7 @@ def test_a_time_bin_the_data_stop_in_is_left_out(tmp_path: Path) -> None:
     ]
     with Store.open(tmp_path / "s.duckdb") as s:
         s.append("requests", pa.Table.from_pylist(rows))
-        query = heatmap.HeatmapQuery(bin_s=10, throughput_bin_rps=0.5, min_bin_requests=5)
+        query = heatmap_query.HeatmapQuery(bin_s=10, throughput_bin_rps=0.5, min_bin_requests=5)
         report = heatmap.build(s, Window(None, T0 + timedelta(hours=1), "given"), query)
     assert report.facts["requests"] == 60  # the 6 of the last, partial bin left out
     assert [b["throughput_lo_rps"] for b in report.main.records()] == [1.0]

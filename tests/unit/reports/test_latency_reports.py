@@ -23,7 +23,7 @@ from sits_observe.domain.validation import validate_settings
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.registry import REPORTS
 from sits_observe.reports.result import Report
-from sits_observe.reports.serving import heatmap, latency
+from sits_observe.reports.serving import heatmap, heatmap_query, latency
 from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
@@ -112,11 +112,11 @@ def test_an_empty_window_names_what_fills_the_table(store: Store) -> None:
     with pytest.raises(NoDataError, match="table server_windows is empty"):
         latency.build(store, WINDOW, latency.LatencyQuery(source=latency.LatencySource.estimate))
     with pytest.raises(NoDataError, match="no requests rows in the window"):
-        heatmap.build(store, before, heatmap.HeatmapQuery())
+        heatmap.build(store, before, heatmap_query.HeatmapQuery())
 
 
 def test_heatmap_limits_and_facts(store: Store) -> None:
-    query = heatmap.HeatmapQuery(model="chat", slo_ms=300, min_bin_requests=4, **FIXED_BINS)
+    query = heatmap_query.HeatmapQuery(model="chat", slo_ms=300, min_bin_requests=4, **FIXED_BINS)
     report = heatmap.build(store, WINDOW, query)
     assert report.main.name == "bins" and [t.name for t in report.others] == ["limits"]
     bins = report.main.records()
@@ -134,7 +134,9 @@ def test_heatmap_limits_and_facts(store: Store) -> None:
 
 def test_heatmap_bins_start_at_the_first_whole_bin_in_the_window(store: Store) -> None:
     window = Window(T0 + timedelta(seconds=2.5), END, "given")
-    query = heatmap.HeatmapQuery(model="chat", table=heatmap.HeatmapTable.windows, **FIXED_BINS)
+    query = heatmap_query.HeatmapQuery(
+        model="chat", table=heatmap_query.HeatmapTable.windows, **FIXED_BINS
+    )
     report = heatmap.build(store, window, query)
     starts = report.main.rows.column("start").to_pylist()
     assert starts[0] == T0 + timedelta(seconds=3)
@@ -143,8 +145,8 @@ def test_heatmap_bins_start_at_the_first_whole_bin_in_the_window(store: Store) -
 
 
 def test_the_picture_drawn_from_the_json_is_the_analytics_picture(store: Store) -> None:
-    query = heatmap.HeatmapQuery(
-        model="chat", slo_ms=300, table=heatmap.HeatmapTable.cells, **FIXED_BINS
+    query = heatmap_query.HeatmapQuery(
+        model="chat", slo_ms=300, table=heatmap_query.HeatmapTable.cells, **FIXED_BINS
     )
     report = heatmap.build(store, WINDOW, query)
     back = Report.from_document(json.loads(json.dumps(report.document())))
@@ -155,7 +157,7 @@ def test_the_picture_drawn_from_the_json_is_the_analytics_picture(store: Store) 
     with pytest.raises(ConfigError, match="--table cells"):
         heatmaps_of(
             heatmap.build(
-                store, WINDOW, query.model_copy(update={"table": heatmap.HeatmapTable.bins})
+                store, WINDOW, query.model_copy(update={"table": heatmap_query.HeatmapTable.bins})
             )
         )
 
@@ -180,8 +182,8 @@ def test_golden_latency(store: Store, width: int) -> None:
 
 @pytest.mark.parametrize("width", [80, 160])
 def test_golden_heatmap(store: Store, width: int) -> None:
-    query = heatmap.HeatmapQuery(
-        by=heatmap.HeatmapBy.model, slo_ms=300, min_bin_requests=4, **FIXED_BINS
+    query = heatmap_query.HeatmapQuery(
+        by=heatmap_query.HeatmapBy.model, slo_ms=300, min_bin_requests=4, **FIXED_BINS
     )
     report = heatmap.build(store, WINDOW, query)
     assert_golden(f"heatmap_{width}", table_text(report, width, Output.table))

@@ -39,7 +39,7 @@ from sits_observe.lab.replay.engine.results import PolicyResult, Spread
 from sits_observe.reports import fragmentation, smf, timeline, trends
 from sits_observe.reports.actions import recommend
 from sits_observe.reports.result import Report, table_of
-from sits_observe.reports.serving import heatmap, latency
+from sits_observe.reports.serving import heatmap, heatmap_query, latency
 from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
@@ -160,8 +160,8 @@ def test_latency_table(requests_store: Store, text: str) -> None:
 def test_heatmap_table(requests_store: Store, text: str) -> None:
     requests_store.execute("DELETE FROM requests")
     _requests(requests_store, text, 200, step_s=0.1)
-    query = heatmap.HeatmapQuery(
-        by=heatmap.HeatmapBy.model,
+    query = heatmap_query.HeatmapQuery(
+        by=heatmap_query.HeatmapBy.model,
         slo_ms=40.0,
         min_bin_requests=1,
         bin_s=1,
@@ -173,7 +173,9 @@ def test_heatmap_table(requests_store: Store, text: str) -> None:
     assert shown(text) in stdout and f"model {shown(text)}: " in stderr
     [h] = heatmaps_of(
         heatmap.build(
-            requests_store, WINDOW, query.model_copy(update={"table": heatmap.HeatmapTable.cells})
+            requests_store,
+            WINDOW,
+            query.model_copy(update={"table": heatmap_query.HeatmapTable.cells}),
         )
     )
     stdout, _ = capture(lambda: print_grid(h))

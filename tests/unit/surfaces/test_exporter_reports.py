@@ -23,8 +23,8 @@ from sits_observe.reports.fragmentation import FragmentationQuery
 from sits_observe.reports.fragmentation import build as fragmentation_report
 from sits_observe.reports.interference import InterferenceQuery
 from sits_observe.reports.interference import build as interference_report
-from sits_observe.reports.serving.heatmap import HeatmapQuery
 from sits_observe.reports.serving.heatmap import build as heatmap_report
+from sits_observe.reports.serving.heatmap_query import HeatmapQuery
 from sits_observe.reports.serving.latency import LatencyQuery, LatencySource
 from sits_observe.reports.serving.latency import build as latency_report
 from sits_observe.reports.window import Window

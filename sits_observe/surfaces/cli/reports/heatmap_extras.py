@@ -23,8 +23,9 @@ from sits_observe.analytics.heatmap.grid import Heatmap
 from sits_observe.analytics.heatmap.png import render_png
 from sits_observe.errors import ConfigError
 from sits_observe.reports.result import Report
-from sits_observe.reports.serving.heatmap import SPEC, HeatmapTable
+from sits_observe.reports.serving.heatmap import SPEC
 from sits_observe.reports.serving.heatmap_maps import heatmaps_of
+from sits_observe.reports.serving.heatmap_query import HeatmapTable
 from sits_observe.surfaces.cli.console import data_table, err, note, out, styled
 from sits_observe.surfaces.cli.reports.output import Output
 from sits_observe.surfaces.cli.reports.reads import promql_reader, read_report
