@@ -25,9 +25,9 @@ has next to a real API server:
   trailing slash (``/api/v1/``, which the client's discovery uses) is read as a list; we drop it.
 - Every request is kept forever; we keep the last ``keep_requests`` so a demo can run for days.
 
-Beyond kmock, two API server behaviours the simulated cluster relies on
-(:mod:`.kube_emulator_server`): the ``pods/binding`` subresource kube-scheduler binds with, and
-ResourceQuota admission of new pods with ``status.used`` kept (:mod:`.kube_emulator_admission`).
+Beyond kmock, two API server behaviours the simulated cluster relies on: the ``pods/binding``
+subresource kube-scheduler binds with (:mod:`.server`), and ResourceQuota admission of new pods
+with ``status.used`` kept (:mod:`.quota`, its rules in :mod:`.admission`).
 It also serves the workloads' owners: Deployments, ReplicaSets, StatefulSets and Jobs (stored
 only: no controller acts on them).
 
@@ -36,8 +36,11 @@ as sent), validation beyond the above, namespaces need not exist, strategic-merg
 semantics (PATCH merges dicts and replaces lists), bookmarks, authentication.
 
 Modules: this one is the runner (a thread, a loop, the client helpers); the request handler is
-:mod:`.kube_emulator_server`, the served resources :mod:`.kube_emulator_resources`, selectors
-and continue tokens :mod:`.kube_emulator_query`.
+:mod:`.server` (request entry, binding, create, PUT and LIST), built on :mod:`.object_store`
+(the revision counter and the index of stored objects), :mod:`.feed` (the in-process watch
+feed :meth:`KubeEmulator.informer` reads), :mod:`.watch` (WATCH) and :mod:`.quota`
+(ResourceQuota admission); the served resources are :mod:`.resources`, selectors and continue
+tokens :mod:`.query`.
 """
 
 from __future__ import annotations
@@ -59,8 +62,9 @@ import yaml
 from kubernetes import client as k8s_client
 
 from sits_observe.lab.kube.informer import Informer
+from sits_observe.lab.kube.object_store import JsonObject
 from sits_observe.lab.kube.resources import RESOURCES, ResourceSpec
-from sits_observe.lab.kube.server import Emulator, JsonObject, _Fault
+from sits_observe.lab.kube.server import Emulator, _Fault
 
 __all__ = ["RESOURCES", "KubeEmulator", "ResourceSpec", "api_client_for", "write_kubeconfig"]
 

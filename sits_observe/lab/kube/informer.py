@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sits_observe.lab.kube.server import EventQueue
+from sits_observe.lab.kube.feed import EventQueue
 
 #: JSON object as the API serves it.
 JsonObject = dict[str, Any]
