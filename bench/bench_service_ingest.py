@@ -35,7 +35,10 @@ second (the target load: ``--agents 1000 --interval-s 1 --seconds 600``; an agen
 behind sends at once and is counted late). ``rows_s`` counts the rows acknowledged before
 the run's end (batches still in flight then are waited for and checked, their wait is
 ``drain_s``); ``cpu_us_row`` is the service's CPU from the start of the load to its stop over
-every row acknowledged. Figures are medians over ``--runs``.
+every row acknowledged (so ``cpu_us_row`` is also CPU seconds per million rows; for ``vm``, of
+VictoriaMetrics' process over the same rows). Figures are medians over ``--runs``; the 1-minute
+load average is printed at the start and after each arm (other work on the machine moves every
+figure).
 """
 
 from __future__ import annotations
@@ -99,9 +102,12 @@ def restamp(table: pa.Table, node: str, ts: datetime) -> pa.Table:
 
 
 def ticks(template: dict[str, pa.Table], node: str, first: datetime, n: int) -> dict[str, pa.Table]:
-    """``n`` ticks of one node, one second apart, each table concatenated across them."""
+    """``n`` ticks of one node, one second apart, each table concatenated across them into
+    one record batch, as the agent's ``_Held.take`` ships them."""
     return {
-        name: pa.concat_tables([restamp(t, node, first + timedelta(seconds=k)) for k in range(n)])
+        name: pa.concat_tables(
+            [restamp(t, node, first + timedelta(seconds=k)) for k in range(n)]
+        ).combine_chunks()
         for name, t in template.items()
     }
 
@@ -519,7 +525,7 @@ def main() -> None:
         f"ship every {args.ship_every}; service max_concurrent_requests {args.max_requests}, "
         f"queue_timeout_s {args.queue_timeout_s:g}, max_connections {args.max_connections}, "
         f"db_memory_limit {args.db_memory_limit or 'default'}; "
-        f"{args.runs} run(s), medians"
+        f"{args.runs} run(s), medians; load average {_load()}"
     )
     print("| arm | agents | " + " | ".join(COLUMNS) + " |")
     print("|---|---|" + "---|" * len(COLUMNS))
@@ -538,12 +544,20 @@ def main() -> None:
                 for c in COLUMNS
             )
             print(f"| {arm} | {agents} | {cells} |", flush=True)
+            print(f"# after {arm}: load average {_load()}", flush=True)
         if "vm" in results and "group" in results and results["group"]["rows_s"]:
             ratio = results["vm"]["rows_s"] / results["group"]["rows_s"]
             print(
                 f"# {agents} agents: VictoriaMetrics takes {ratio:.2f}x group commit's rows/s "
-                f"({results['vm']['samples_s']:,.0f} samples/s)"
+                f"({results['vm']['samples_s']:,.0f} samples/s); CPU s per million rows: "
+                f"service {results['group']['cpu_us_row']:.2f}, "
+                f"VictoriaMetrics {results['vm']['cpu_us_row']:.2f}"
             )
+
+
+def _load() -> str:
+    """The 1-, 5- and 15-minute load averages."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
