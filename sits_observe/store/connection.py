@@ -21,7 +21,8 @@ from sits_observe.errors import StoreError, StoreLocked
 from sits_observe.store.health import HealthLog
 
 #: Seconds between two tries to bring a failing store back (a reopen, a checkpoint probe):
-#: a reopen replays the write-ahead log, which on a full disk may be most of 16 MiB.
+#: a reopen replays the write-ahead log, which on a full disk may be most of
+#: ``duck.CHECKPOINT_THRESHOLD`` (64 MiB).
 REOPEN_INTERVAL_S = 1.0
 
 #: The write probe: one write-ahead-log record and its sync (migration 8's one row).

@@ -72,6 +72,16 @@ class BatchReceipt:
     duplicate: bool
 
 
+#: The write-ahead log's size that triggers a checkpoint (DuckDB's default is 16 MiB). A
+#: checkpoint compresses again the row group it appends to, and 16 MiB of log holds about
+#: 56,000 agent rows, fewer than one 122,880-row group. At 64 MiB a checkpoint spans whole
+#: row groups: inserts and commits took 2.0 us a row instead of 3.6, and the file was 10 %
+#: smaller (2 M agent rows in groups of 16 batches, bench_service_ingest's shape). The price:
+#: up to 64 MiB of log replayed when the file is opened after a crash, and as much more disk
+#: between checkpoints.
+CHECKPOINT_THRESHOLD = "64MiB"
+
+
 class Store:
     """A DuckDB file holding every sample. Open with :meth:`open`."""
 
@@ -134,6 +144,8 @@ class Store:
         config: DuckConfig = {}
         if memory_limit is not None:
             config["memory_limit"] = memory_limit
+        if not read_only:
+            config["checkpoint_threshold"] = CHECKPOINT_THRESHOLD
         con = connect(path_str, read_only, config)
         store = cls(con, path_str, read_only, inventory, config=config)
         if read_only:

@@ -1,7 +1,8 @@
 """A full disk under the service's database: it recovers by itself once space returns.
 
-The database lives on a 50 MiB tmpfs of its own, most of it taken by a filler file written
-beside it (so space can be freed at once by deleting it). The real ``serve`` process takes
+The database lives on a 150 MiB tmpfs of its own, 70 MiB of it taken by a filler file written
+beside it (so space can be freed at once by deleting it); the 80 MiB left hold the store's
+write-ahead log up to its 64 MiB checkpoint threshold. The real ``serve`` process takes
 batches of incompressible rows until the disk is full: DuckDB then invalidates the database
 (a checkpoint could not write its blocks) and every statement on it fails. Once the filler is
 deleted the store must take batches again without a restart, hold every acknowledged batch
@@ -31,14 +32,14 @@ from tests.integration.serve_process import TOKEN, ServeProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
-DISK_MIB = 50
-FILLER_MIB = 30
+DISK_MIB = 150
+FILLER_MIB = 70
 ROWS = 20_000  # about 0.7 MB per batch in the database: four random 8-byte columns
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
-    """A 50 MiB tmpfs mounted for the test (unmounted after)."""
+    """A 150 MiB tmpfs mounted for the test (unmounted after)."""
     mount = tmp_path / "disk"
     mount.mkdir()
     made = subprocess.run(

@@ -178,3 +178,8 @@ def test_a_memory_limit_bounds_duckdb(tmp_path: Path) -> None:
         assert store.scalar("SELECT current_setting('memory_limit')") == "256.0 MiB"
     with Store.open(tmp_path / "bounded.duckdb") as store:  # DuckDB's default again
         assert store.scalar("SELECT current_setting('memory_limit')") != "256.0 MiB"
+
+
+def test_a_writable_store_checkpoints_at_its_own_threshold(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "wal.duckdb") as store:
+        assert store.scalar("SELECT current_setting('checkpoint_threshold')") == "64.0 MiB"
