@@ -3,7 +3,7 @@
 The model holds what the nodes run; it does not decide where pods go. Pods start on a node
 through :meth:`SimulatedCluster.start_pod`, with the GPUs the node's device plugin chose:
 
-- in the demo (``standalone=False``) the pods come from the workloads (:mod:`.pod_specs`) as
+- in the demo (``standalone=False``) the pods come from the workloads (:mod:`.pods.generator`) as
   Pending pods in the Kubernetes API; a scheduler binds them and the simulated kubelet
   (:mod:`.kubelet`) starts them here. Nothing runs until then.
 - ``standalone=True`` (the default, for format tests that run the exporters without an API)
@@ -73,7 +73,8 @@ from sits_observe.lab.cluster.node_topology import (
     numa_miss_share,
     write_sysfs,
 )
-from sits_observe.lab.cluster.pod_specs import LLM_MODEL, PodSpec, WorkloadGenerator
+from sits_observe.lab.cluster.pods.generator import LLM_MODEL, WorkloadGenerator
+from sits_observe.lab.cluster.pods.specs import PodSpec
 from sits_observe.lab.cluster.server import InferenceServer, RequestRecord
 from sits_observe.lab.cluster.sim_state import PodEvent, SimContainer, SimGpu, SimNode, SimPod
 from sits_observe.lab.cluster.workload import ArrivalGenerator, LoadProfile

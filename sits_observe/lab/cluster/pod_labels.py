@@ -3,9 +3,9 @@
 The device affinity report and the extender's affinity rules read our ``sits.io/model`` and
 ``sits.io/precision`` pod labels (:data:`~sits_observe.collectors.kube.gpu_stack.MODEL_KEY`,
 :data:`~sits_observe.collectors.kube.gpu_stack.PRECISION_KEY`; docs/extender.md "Device
-affinity"). :func:`affinity_labels` gives them for a :class:`~.pod_specs.PodSpec`:
+affinity"). :func:`affinity_labels` gives them for a :class:`~.pods.specs.PodSpec`:
 
-- an inference replica serves :data:`~.pod_specs.LLM_MODEL` in fp16 (the weights the servers
+- an inference replica serves :data:`~.pods.generator.LLM_MODEL` in fp16 (the weights the servers
   load, Llama-2-70b-chat-hf, are published in fp16, and the KV cache sizing assumes fp16:
   :mod:`sits_observe.analytics.serving.step_profiles`);
 - a training Job (whole GPUs) trains in bf16 (mixed precision, the default of current
@@ -20,7 +20,8 @@ The pod's manifest carries them as labels; the Kubernetes side that writes the m
 from __future__ import annotations
 
 from sits_observe.collectors.kube.gpu_stack import MODEL_KEY, PRECISION_KEY
-from sits_observe.lab.cluster.pod_specs import LLM_MODEL, WHOLE_GPU_PERCENT, PodSpec
+from sits_observe.lab.cluster.pods.generator import LLM_MODEL
+from sits_observe.lab.cluster.pods.specs import WHOLE_GPU_PERCENT, PodSpec
 
 SERVING_PRECISION = "fp16"
 TRAINING_PRECISION = "bf16"

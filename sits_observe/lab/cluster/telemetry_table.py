@@ -17,7 +17,7 @@ import numpy as np
 
 from sits_observe.lab.cluster.activity import GpuActivity
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.pod_specs import PodSpec
+from sits_observe.lab.cluster.pods.specs import PodSpec
 
 _NODES = {"h100": "gpu-node-1", "a100": "gpu-node-2"}
 

@@ -55,7 +55,7 @@ from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.domain.collect import Collector
 from sits_observe.lab.catalog import all_reports
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.pod_specs import tensor_parallel
+from sits_observe.lab.cluster.pods.generator import tensor_parallel
 from sits_observe.lab.cluster.runtime import SimulationRuntime
 from sits_observe.lab.demo.loop import (
     TIME_SLICING,
@@ -131,7 +131,7 @@ DEMO_EXPORTER = ExporterSettings(
 
 
 #: Idle notebooks the demo keeps in ``research``, each holding a whole GPU the servers leave free
-#: and running nothing on it (:mod:`sits_observe.lab.cluster.pod_specs`): what ``recommend``'s
+#: and running nothing on it (:mod:`sits_observe.lab.cluster.pods.generator`): what ``recommend``'s
 #: idle-GPU rows are for.
 DEMO_IDLE_NOTEBOOKS = 1
 #: ``recommend``'s flags for a demo database: the demo's SLO, for the replica rule (its

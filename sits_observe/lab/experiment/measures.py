@@ -52,7 +52,7 @@ from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
 from sits_observe.analytics.fragmentation.fgd.measure import fragmentation
 from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload, typical_pods
-from sits_observe.lab.cluster.pod_specs import TENANT_BURST, TENANT_IDLE
+from sits_observe.lab.cluster.pods.tenants import TENANT_BURST, TENANT_IDLE
 
 #: The namespaces whose queued GPU-hours are measures of their own (the workload's GPU
 #: tenants; inference replicas are kept by their Deployment, not arrivals, so never queue here).

@@ -72,7 +72,8 @@ from sits_observe.control.signals.store import signals_from_store
 from sits_observe.errors import ConfigError
 from sits_observe.lab.cluster.cluster import PodEvent, SimulatedCluster
 from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet
-from sits_observe.lab.cluster.pod_specs import PodSpec, WorkloadGenerator
+from sits_observe.lab.cluster.pods.generator import WorkloadGenerator
+from sits_observe.lab.cluster.pods.specs import PodSpec
 from sits_observe.lab.cluster.runtime import SimulationRuntime
 from sits_observe.lab.cluster.sim_clock import SimClock
 from sits_observe.lab.demo.demo import node_collectors

@@ -35,7 +35,7 @@ import numpy as np
 from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.serving.step_profiles import GPU_PRODUCTS
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.pod_specs import PodSpec
+from sits_observe.lab.cluster.pods.specs import PodSpec
 from sits_observe.lab.experiment.measures import (
     ClusterSamples,
     PodTimes,

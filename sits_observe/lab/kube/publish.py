@@ -34,7 +34,7 @@ from sits_observe.domain.quantity import format_quantity, parse_quantity
 from sits_observe.errors import ParseError
 from sits_observe.lab.cluster.cluster import PodEvent, SimNode, SimPod, SimulatedCluster
 from sits_observe.lab.cluster.pod_labels import affinity_labels
-from sits_observe.lab.cluster.pod_specs import (
+from sits_observe.lab.cluster.pods.specs import (
     ENV_DURATION_S,
     ENV_GPU_PEAK_BYTES,
     WHOLE_GPU_PERCENT,

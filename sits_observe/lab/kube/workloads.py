@@ -1,7 +1,8 @@
 """The simulated workloads' controllers: they create Pending pods in a Kubernetes API.
 
 What the ReplicaSet, Job and StatefulSet controllers would do for the workloads of
-:mod:`.pod_specs`, one pass (:meth:`WorkloadDriver.sync_once`) every ``tick_s``:
+:mod:`sits_observe.lab.cluster.pods.generator`, one pass (:meth:`WorkloadDriver.sync_once`)
+every ``tick_s``:
 
 - the inference Deployments (with their ReplicaSets) are created once and kept at their
   replicas (one per node of their GPU product): a replica that is missing, or that failed, is
@@ -16,7 +17,7 @@ What the ReplicaSet, Job and StatefulSet controllers would do for the workloads 
   wait, beyond that the newest arrival is dropped and counted;
 - finished pods (``Succeeded`` / ``Failed``) of Jobs and notebooks are deleted with their
   owner, as a Job with ``ttlSecondsAfterFinished: 0`` is.
-- the tenants of the generator's :class:`~sits_observe.lab.cluster.pod_specs.TenantScenario`
+- the tenants of the generator's :class:`~sits_observe.lab.cluster.pods.tenants.TenantScenario`
   (when it has them and arrivals are on) get their namespace and a ResourceQuota
   ``sits-quota`` holding ``requests.nvidia.com/gpu`` at their starting quota, created once:
   the controller's opt-in, which its namespace quota rule then sizes from measured use.
@@ -43,12 +44,9 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
-from sits_observe.lab.cluster.pod_specs import (
-    TENANT_QUOTA_NAME,
-    PodSpec,
-    TenantQuota,
-    WorkloadGenerator,
-)
+from sits_observe.lab.cluster.pods.generator import WorkloadGenerator
+from sits_observe.lab.cluster.pods.specs import PodSpec
+from sits_observe.lab.cluster.pods.tenants import TENANT_QUOTA_NAME, TenantQuota
 from sits_observe.lab.kube.publish import owner_bodies, pending_pod_body
 from sits_observe.lab.kube.raw import call
 

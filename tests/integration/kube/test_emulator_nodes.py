@@ -13,7 +13,7 @@ from kubernetes import client as k8s_client
 from sits_observe.collectors.kube.gpu import hami_allocation, pod_gpu_request
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet
-from sits_observe.lab.cluster.pod_specs import PodSpec
+from sits_observe.lab.cluster.pods.specs import PodSpec
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.kube.publish import KubePublisher, pending_pod_body
 from sits_observe.lab.kube.workloads import DriverSettings, WorkloadDriver

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sits_observe.analytics.serving.step_profiles import GPU_PRODUCTS
 from sits_observe.collectors.kube.gpu_stack import affinity_keys, gpu_stack_spec
 from sits_observe.lab.cluster.pod_labels import affinity_labels
-from sits_observe.lab.cluster.pod_specs import LLM_MODEL, WorkloadGenerator
+from sits_observe.lab.cluster.pods.generator import LLM_MODEL, WorkloadGenerator
 from sits_observe.lab.kube.publish import pending_pod_body
 
 

@@ -20,7 +20,7 @@ from sits_observe.lab.cluster.activity import (
 )
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.gpu_models import A100_SXM4, ENVELOPES, H100_SXM5, GpuEnvelope
-from sits_observe.lab.cluster.pod_specs import PodSpec
+from sits_observe.lab.cluster.pods.specs import PodSpec
 from sits_observe.lab.cluster.render import MODEL_NAMES, dcgm_text
 
 BY_NAME = {MODEL_NAMES[k]: e for k, e in ENVELOPES.items()}

@@ -13,7 +13,7 @@ from sits_observe.lab.cluster.activity import PodDemand
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.interference import MAX_SLOWDOWN, server_slowdown
 from sits_observe.lab.cluster.node_topology import node_placement
-from sits_observe.lab.cluster.pod_specs import PodSpec
+from sits_observe.lab.cluster.pods.specs import PodSpec
 
 NODE = "gpu-node-1"
 

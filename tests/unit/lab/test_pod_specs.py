@@ -8,7 +8,7 @@ import pytest
 
 from sits_observe.analytics.rightsizing.forms import detect_stack
 from sits_observe.collectors.kube.gpu import pod_gpu_request
-from sits_observe.lab.cluster.pod_specs import WorkloadGenerator, tensor_parallel
+from sits_observe.lab.cluster.pods.generator import WorkloadGenerator, tensor_parallel
 from sits_observe.lab.kube.publish import (
     HAMI_CORES,
     HAMI_MEMORY_PERCENT,

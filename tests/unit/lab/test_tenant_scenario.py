@@ -3,12 +3,8 @@ its quota; they come on top of the seeded arrivals without changing them."""
 
 from __future__ import annotations
 
-from sits_observe.lab.cluster.pod_specs import (
-    TENANT_BURST,
-    TENANT_IDLE,
-    TENANT_SWEEPS_AT_S,
-    WorkloadGenerator,
-)
+from sits_observe.lab.cluster.pods.generator import WorkloadGenerator
+from sits_observe.lab.cluster.pods.tenants import TENANT_BURST, TENANT_IDLE, TENANT_SWEEPS_AT_S
 
 PRODUCTS = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"] * 4
 

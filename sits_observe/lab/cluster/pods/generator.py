@@ -37,16 +37,13 @@ per spare GPU: about 80 % of the spare GPUs busy on average, so pods sometimes w
 scheduler's FailedScheduling events show), in the mix 50 % training, 20 % evaluation, 30 %
 notebooks; CPU-only Jobs come on top, one for every four GPU arrivals (a fifth of all).
 
-Two tenants with GPU quotas of their own come on top too (:class:`TenantScenario`, where the
-servers leave at least 8 GPUs): ``team-a`` holds quota it does not use, ``team-b`` submits
-sweeps of single-GPU Jobs beyond its quota, the situation the controller's namespace quota
-rule is for.
+Two tenants with GPU quotas of their own come on top too
+(:class:`~sits_observe.lab.cluster.pods.tenants.TenantScenario`, where the servers leave at
+least 8 GPUs): ``team-a`` holds quota it does not use, ``team-b`` submits sweeps of single-GPU
+Jobs beyond its quota, the situation the controller's namespace quota rule is for.
 
-Everything is drawn from one seeded generator, so a seed gives the same pods in the same order.
-The pods' simulated behaviour (peak GPU memory, run time) travels with the pod as container
-environment variables (:data:`ENV_GPU_PEAK_BYTES`, :data:`ENV_DURATION_S`), the way a real
-container's work is set by its command line: the simulated node reads them back when it starts
-the pod (:mod:`.kubelet`).
+Everything is drawn from one seeded generator, so a seed gives the same pods in the same order
+(:class:`WorkloadGenerator`; what a pod is: :mod:`sits_observe.lab.cluster.pods.specs`).
 """
 
 from __future__ import annotations
@@ -54,116 +51,32 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from sits_observe.analytics.serving.step_profiles import GIB, GPU_FB_TOTAL_MIB, MIB
-
-PodKind = Literal["llm", "batch", "notebook"]
+from sits_observe.lab.cluster.pods.specs import (
+    SAFE_ALPHABET,
+    VLLM_GPU_MEMORY_UTILIZATION,
+    VLLM_MEMORY_FLAG,
+    WHOLE_GPU_PERCENT,
+    InferenceDeployment,
+    Owner,
+    PodSpec,
+)
+from sits_observe.lab.cluster.pods.tenants import TENANT_MIN_SPARE_GPUS, TenantScenario
 
 #: Arrivals of GPU Jobs and notebooks per second per GPU the inference servers leave free.
 ARRIVALS_PER_SPARE_GPU_PER_S = 1 / 90
 #: Share of all arrivals that are CPU-only Jobs.
 CPU_ONLY_SHARE = 0.2
-#: Whole-GPU share, in percent of a device (HAMi's unit for cores and memory).
-WHOLE_GPU_PERCENT = 100
 LLM_DEPLOYMENT = "vllm-llama2-70b"
 LLM_MODEL = "llama2-70b"
 #: The weights the inference servers load (served under :data:`LLM_MODEL`).
 LLM_WEIGHTS = "meta-llama/Llama-2-70b-chat-hf"
 IDLE_NOTEBOOK = "jupyter"
-#: vLLM's flag for the share of each GPU's memory it claims up front, and vLLM's default.
-VLLM_MEMORY_FLAG = "--gpu-memory-utilization"
-VLLM_GPU_MEMORY_UTILIZATION = 0.9
-ENV_GPU_PEAK_BYTES = "SIM_GPU_PEAK_BYTES"
-ENV_DURATION_S = "SIM_DURATION_S"
-#: The alphabet of k8s.io/apimachinery ``rand.SafeEncodeString`` (pod-template-hash, suffixes).
-SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 #: Smallest framebuffer of the simulated cards, for sizing shares before a node is known.
 _FB_MIN_BYTES = min(GPU_FB_TOTAL_MIB.values()) * MIB
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The controller object a pod belongs to (its ``ownerReferences`` entry)."""
-
-    api_version: str
-    kind: str
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True)
-class InferenceDeployment:
-    """One inference Deployment: its owner chain, the product it runs on, its replicas."""
-
-    deployment: Owner
-    replica_set: Owner
-    template_hash: str
-    product: str
-    replicas: int
-
-    @property
-    def name(self) -> str:
-        """The Deployment's name (the workload the controller's time slices key on)."""
-        return self.deployment.name
-
-
-@dataclass(frozen=True)
-class PodSpec:
-    """One pod a workload creates: identity, owner, requests and its simulated work.
-
-    ``gpu_percent`` is the share of each GPU (100 = whole GPUs; below 100 only with
-    ``num_gpu == 1``, written as HAMi resources). ``gpu_peak_bytes`` 0 means vLLM's claim on
-    the node it lands on; ``duration_s`` None runs until deleted. ``args`` are the main
-    container's arguments (the inference server's command line).
-    """
-
-    kind: PodKind
-    namespace: str
-    name: str
-    uid: str
-    owner: Owner
-    workload: str
-    container: str
-    num_gpu: int
-    gpu_percent: int
-    cpu_request_milli: int
-    memory_request_bytes: int
-    memory_limit_bytes: int | None
-    cpu_limit_cores: float | None
-    qos_class: str
-    priority_class: str
-    gpu_peak_bytes: int
-    duration_s: float | None
-    template_hash: str = ""
-    gpu_types: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
-
-    @property
-    def gpu_memory_utilization(self) -> float:
-        """The share of each GPU's memory a vLLM server with these ``args`` claims: the value
-        after :data:`VLLM_MEMORY_FLAG` (or ``--flag=value``), else vLLM's default."""
-        for i, arg in enumerate(self.args):
-            raw = None
-            if arg.startswith(VLLM_MEMORY_FLAG + "="):
-                raw = arg.split("=", 1)[1]
-            elif arg == VLLM_MEMORY_FLAG and i + 1 < len(self.args):
-                raw = self.args[i + 1]
-            try:
-                value = float(raw) if raw is not None else 0.0
-            except ValueError:
-                continue
-            if 0 < value <= 1:
-                return value
-        return VLLM_GPU_MEMORY_UTILIZATION
-
-    @property
-    def shared(self) -> bool:
-        """A HAMi share of one GPU rather than whole GPUs."""
-        return self.num_gpu == 1 and self.gpu_percent < WHOLE_GPU_PERCENT
 
 
 def tensor_parallel(gpus_per_node: int) -> int:
@@ -410,97 +323,6 @@ class WorkloadGenerator:
         )
 
     # -- identity helpers -------------------------------------------------------------
-
-    def _uuid(self) -> str:
-        return str(uuid.UUID(bytes=self.rng.bytes(16), version=4))
-
-    def _safe(self, length: int) -> str:
-        picks = self.rng.integers(len(SAFE_ALPHABET), size=length)
-        return "".join(SAFE_ALPHABET[int(i)] for i in picks)
-
-
-# -- tenants with quotas of their own ---------------------------------------------------------
-
-#: A tenant that holds GPU quota it does not use, and one whose sweeps queue behind its quota.
-TENANT_IDLE = "team-a"
-TENANT_BURST = "team-b"
-#: The tenants' ResourceQuota: the controller's opt-in name (``quota.quota_name``).
-TENANT_QUOTA_NAME = "sits-quota"
-#: When team-b's sweeps arrive, simulated seconds from the start (one every 20 minutes).
-TENANT_SWEEPS_AT_S = (120.0, 1320.0, 2520.0)
-#: How long a sweep's training runs and team-a's long run last, seconds.
-TENANT_SWEEP_RUN_S = (600.0, 900.0)
-TENANT_IDLE_RUN_S = 48 * 3600.0
-#: When team-a's long run arrives (after the first pass of the workload controllers).
-TENANT_IDLE_AT_S = 10.0
-#: The tenants come only where the servers leave at least this many GPUs: below it team-a's
-#: one GPU and team-b's quota are too large a part of what the Jobs and notebooks share.
-TENANT_MIN_SPARE_GPUS = 8
-
-
-@dataclass(frozen=True)
-class TenantQuota:
-    """The ``requests.nvidia.com/gpu`` a tenant's ResourceQuota starts at."""
-
-    namespace: str
-    gpus: int
-
-
-class TenantScenario:
-    """Two tenants, each with a ResourceQuota ``sits-quota`` on GPUs: the situation KAI's and
-    Kueue's users ask idle-quota reclaim for.
-
-    - ``team-a`` is granted a GPU per node and runs one long single-GPU Job (two days): most
-      of its quota stays idle;
-    - ``team-b`` is granted a GPU per four nodes (at least one) and submits a hyperparameter
-      sweep of one single-GPU Job per node at each of :data:`TENANT_SWEEPS_AT_S`, each
-      running 10-15 minutes: beyond its quota its Jobs are refused at creation and retried,
-      whatever room the cluster has.
-
-    The namespace quota rule of the controller sizes both from their measured daily peaks
-    (docs/controller.md): it lends team-b quota and takes back team-a's. The pods come out of
-    their own generator (``seed + 11``), at fixed times, in ``arrivals``' order.
-    """
-
-    def __init__(self, *, nodes: int, seed: int) -> None:
-        self.rng = np.random.default_rng(seed + 11)
-        self.quotas = (
-            TenantQuota(TENANT_IDLE, max(2, nodes)),
-            TenantQuota(TENANT_BURST, max(1, nodes // 4)),
-        )
-        schedule = [(TENANT_IDLE_AT_S, self._job(TENANT_IDLE, "finetune-1", TENANT_IDLE_RUN_S))]
-        for sweep, at_s in enumerate(TENANT_SWEEPS_AT_S):
-            for trial in range(nodes):
-                run_s = float(self.rng.uniform(*TENANT_SWEEP_RUN_S))
-                name = f"sweep-{sweep + 1}-trial-{trial + 1}"
-                schedule.append((at_s, self._job(TENANT_BURST, name, run_s)))
-        self.schedule = tuple(schedule)
-
-    def arrivals(self, start_s: float, end_s: float) -> list[PodSpec]:
-        """The tenants' pods due in ``[start_s, end_s)``."""
-        return [spec for at_s, spec in self.schedule if start_s <= at_s < end_s]
-
-    def _job(self, namespace: str, name: str, run_s: float) -> PodSpec:
-        memory = 16 * GIB
-        return PodSpec(
-            kind="batch",
-            namespace=namespace,
-            name=f"{name}-{self._safe(5)}",
-            uid=self._uuid(),
-            owner=Owner("batch/v1", "Job", name, self._uuid()),
-            workload=name,
-            container="main",
-            num_gpu=1,
-            gpu_percent=WHOLE_GPU_PERCENT,
-            cpu_request_milli=2000,
-            memory_request_bytes=memory,
-            memory_limit_bytes=memory,
-            cpu_limit_cores=2.0,
-            qos_class="Guaranteed",
-            priority_class="batch-low",
-            gpu_peak_bytes=int(self.rng.uniform(12, 30) * GIB),
-            duration_s=run_s,
-        )
 
     def _uuid(self) -> str:
         return str(uuid.UUID(bytes=self.rng.bytes(16), version=4))
