@@ -10,6 +10,7 @@ Timeouts are set short through the flags; nothing asserts how fast the server re
 from __future__ import annotations
 
 import json
+import select
 import threading
 from pathlib import Path
 
@@ -97,6 +98,25 @@ def test_a_request_the_protocol_cannot_parse_is_a_json_400(tmp_path: Path) -> No
         assert b"content-type: application/json" in head
         assert json.loads(body)["reason"] == "bad_request"
         assert service.metric("sits_http_dropped_total", reason="bad_request") == 1
+
+
+def test_a_request_head_over_the_cap_is_a_json_431(tmp_path: Path) -> None:
+    with serving(tmp_path) as service, connect(service.port) as sock:
+        # One header line that never ends: the parser would buffer it without a bound.
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+        for _ in range(64):  # 4 KiB at a time, until the server answers
+            sock.sendall(b"y" * 4096)
+            if select.select([sock], [], [], 0.2)[0]:
+                break
+        answer, closed = read_until_closed(sock, 10)
+        assert closed and answer.startswith(b"HTTP/1.1 431 ")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"content-type: application/json" in head
+        assert json.loads(body)["reason"] == "header_too_large"
+        assert service.metric("sits_http_dropped_total", reason="header_too_large") == 1
+        # A head under the cap is served as before.
+        big = {"X-Pad": "y" * 12 * 1024}
+        assert httpx.get(service.url + "/healthz", headers=big, timeout=5).status_code == 200
 
 
 def test_connections_over_the_cap_get_503_and_the_cap_frees_up(tmp_path: Path) -> None:

@@ -60,7 +60,8 @@ class ServiceMetrics:
         self.dropped = Counter(
             "sits_http_dropped_total",
             "requests or connections the HTTP server dropped, by reason: header_timeout, "
-            "body_timeout, connection_limit, busy, client_disconnect",
+            "header_too_large, body_timeout, connection_limit, bad_request, busy, client_busy, "
+            "client_disconnect",
             ("reason",),
             registry=reg,
         )
