@@ -41,7 +41,8 @@ from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.promql import PromQLSignalSettings, PromQLSignalSource
 from sits_observe.control.signals.source import SignalMetrics, signals_of
-from sits_observe.control.signals.store import signals_from_store, state_from_store
+from sits_observe.control.signals.store import signals_from_store
+from sits_observe.control.signals.store_state import state_from_store
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.store.promql.client import PromQLClient, PromSeries

@@ -3,7 +3,7 @@
 
 :class:`DuckSignalSource` is the DuckDB implementation of the controller's signal seam
 (:class:`~sits_observe.control.signals.source.SignalSource`; the PromQL one is
-:mod:`.signal_source_promql`). This is where the controller decides *what is measured how*
+:mod:`.promql`). This is where the controller decides *what is measured how*
 from the DuckDB store; the rules never see the store. Where an analytics function exists it
 is used (FGD node fragmentation, the interference report); the rest is plain SQL over the
 sample tables:
@@ -50,6 +50,9 @@ enough data (``NoDataError``; ``StoreError`` from
 inventory that way) is logged at info and left null; any other failure is logged with its traceback
 and counted in ``sits_controller_signal_errors_total{signal}`` (:class:`SignalMetrics`), and the
 other signals are still measured.
+
+What the store knows of the cluster's current state (labels, priority classes, owners), for
+offline ``recommend``, is read by :mod:`.store_state`.
 """
 
 from __future__ import annotations
@@ -72,9 +75,7 @@ from sits_observe.analytics.topology.interference import (
     sync_delay_breached,
 )
 from sits_observe.analytics.topology.numa import measured_inputs
-from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS, CurrentState, Signals
-from sits_observe.control.controller.planning.model import ACTIONS
+from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS, Signals
 from sits_observe.control.controller.settings import (
     QUOTA_CPU,
     QUOTA_GPU,
@@ -90,7 +91,7 @@ from sits_observe.control.signals.source import (
     signals_of,
 )
 from sits_observe.errors import NoDataError, StoreError
-from sits_observe.store.duck import Store, utc_naive
+from sits_observe.store.duck import Store
 
 _DONE = ("Succeeded", "Failed")
 #: The store's timestamp resolution: ``(a, b]`` is ``[a + 1 µs, b + 1 µs)``.
@@ -435,71 +436,3 @@ def signals_from_store(
     ``metrics`` counts the signal families that failed for a reason other than missing data
     (None: they are only logged)."""
     return signals_of(DuckSignalSource(store), at, settings, window, since=since, metrics=metrics)
-
-
-def state_from_store(store: Store, at: datetime, since: datetime | None = None) -> CurrentState:
-    """What the store knows of the cluster, for offline ``recommend``: the latest node
-    labels (so an applied ``sits.io/fragmentation`` label counts as current) and each pod's
-    priority class. Object lists are incomplete (``complete=False``): nothing is skipped as
-    gone or opted out. ``since`` ignores snapshots before it (a report's window)."""
-    naive = utc_naive(at)
-    floor = _floor(None if since is None else utc_naive(since))
-    label = ACTIONS[Action.FRAGMENTATION].key
-    nodes = _frame(
-        store,
-        "SELECT node AS name, json_extract_string(labels_json, ?) AS current FROM nodes "
-        "WHERE ts = (SELECT max(ts) FROM node_snapshots WHERE ts <= ? AND ts >= ?) "
-        "AND node IS NOT NULL",
-        [f'$."{label}"', naive, floor],
-    )
-    pods = _frame(
-        store,
-        "SELECT namespace, pod AS name, priority_class AS current FROM pods "
-        "WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts <= ? AND ts >= ?) "
-        "AND pod IS NOT NULL",
-        [naive, floor],
-    )
-    parts = []
-    if nodes.height:
-        parts.append(
-            nodes.select(
-                pl.lit("Node").alias("kind"),
-                pl.lit(None, pl.String()).alias("namespace"),
-                "name",
-                pl.lit(str(Action.FRAGMENTATION)).alias("action"),
-                "current",
-            )
-        )
-    if pods.height:
-        parts.append(
-            pods.select(
-                pl.lit("Pod").alias("kind"),
-                "namespace",
-                "name",
-                pl.lit(str(Action.PRIORITY_CLASS)).alias("action"),
-                "current",
-            )
-        )
-    values = (
-        pl.concat(parts, how="vertical_relaxed").filter(pl.col("current").is_not_null())
-        if parts
-        else None
-    )
-    return CurrentState.of(values=values, owners=_owners(store, naive, floor), complete=False)
-
-
-def _owners(store: Store, at: datetime, floor: datetime) -> pl.DataFrame:
-    """Each pod's top-level workload in the latest snapshot at ``at``, from what the inventory
-    kept of its ``ownerReferences`` (``owner_kind`` / ``owner_name``, ``workload``): a
-    ReplicaSet whose name is its Deployment's plus the template hash is that Deployment's; a
-    StatefulSet, DaemonSet or Job owns its pods itself. Bare pods (and ReplicaSets without a
-    Deployment) have none, as in the cluster (:mod:`.state_owners`)."""
-    return _frame(
-        store,
-        "SELECT namespace, pod, CASE WHEN owner_kind = 'ReplicaSet' AND workload <> owner_name "
-        "THEN 'Deployment' ELSE owner_kind END AS owner_kind, workload AS owner_name FROM pods "
-        "WHERE ts = (SELECT max(ts) FROM pod_snapshots WHERE ts <= ? AND ts >= ?) "
-        "AND pod IS NOT NULL AND workload IS NOT NULL AND ((owner_kind = 'ReplicaSet' "
-        "AND workload <> owner_name) OR owner_kind IN ('StatefulSet', 'DaemonSet', 'Job'))",
-        [at, floor],
-    )

@@ -2,7 +2,7 @@
 
 The measured use of a Kueue ClusterQueue or KAI queue is what its member pods requested
 (``pods.gpu_request``), the way the namespace quotas measure a namespace's
-(:mod:`.store_signals`): per inventory snapshot the sum over the queue's member pods (a
+(:mod:`.store`): per inventory snapshot the sum over the queue's member pods (a
 whole namespace, or one pod: :data:`~.inputs.QUEUE_MEMBERS_SCHEMA`, read from the cluster by
 :mod:`.kube_queues`), per day the largest such sum, for ``quota.history_days``, oldest first.
 Pods that finished (``Succeeded`` / ``Failed``) hold nothing. The membership is passed to

@@ -34,8 +34,9 @@ from sits_observe.control.controller.planning.inputs import History, QueueState
 from sits_observe.control.controller.planning.model import ACTIONS, Plan
 from sits_observe.control.controller.planning.plan import plan as make_plan
 from sits_observe.control.controller.settings import ControllerSettings
-from sits_observe.control.signals.store import signals_from_store, state_from_store
+from sits_observe.control.signals.store import signals_from_store
 from sits_observe.control.signals.store_queues import queue_signals
+from sits_observe.control.signals.store_state import state_from_store
 from sits_observe.domain.quantity import parse_quantity
 from sits_observe.domain.units import Unit, human
 from sits_observe.errors import ParseError

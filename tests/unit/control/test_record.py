@@ -58,7 +58,7 @@ def test_history_has_the_latest_decision_and_the_last_write() -> None:
 def test_offline_state_reads_applied_node_labels_and_pod_priorities() -> None:
     import pyarrow as pa
 
-    from sits_observe.control.signals.store import state_from_store
+    from sits_observe.control.signals.store_state import state_from_store
 
     store = Store.open(":memory:")
     store.append(

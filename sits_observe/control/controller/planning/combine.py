@@ -6,7 +6,7 @@ priority class) about a pod with a known owner (``CurrentState.owners``, resolve
 ``ownerReferences`` by :mod:`.state_owners`) is made once on the workload: its
 ``sits.io/recommendation.<action>`` annotation, its Event, its row in ``decisions``. A pod
 without a known owner (a bare pod) keeps its own decision. Offline (``recommend`` on the store)
-the owners come from the inventory's owner columns (``store_signals.state_from_store``).
+the owners come from the inventory's owner columns (``signals.store_state.state_from_store``).
 
 **Combine rule**, per (workload, action), over the workload's pods that got a proposal:
 
