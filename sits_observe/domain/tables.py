@@ -3,7 +3,9 @@
 Collectors build Arrow tables with exactly these columns; the store creates its DuckDB
 tables from the same specs and checks every append against them; analytics read them back.
 Keeping the contract here (under every layer) lets collectors and the store stay ignorant of
-each other.
+each other. :data:`TABLES` lists every table: those here, the topology and NUMA tables
+(:mod:`.topology_tables`) and the DRA tables (:mod:`.dra_tables`), each a
+:class:`~.table_spec.TableSpec`; :func:`conform` fits a table to its spec.
 
 Conventions (see docs/schema.md):
 - ``ts`` and every ``*_at`` column are UTC, microsecond precision, stored without a zone.
@@ -14,32 +16,22 @@ Conventions (see docs/schema.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 
+from sits_observe.domain.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
+from sits_observe.domain.table_spec import TS, TableSpec, table_schema
+from sits_observe.domain.topology_tables import (
+    CONTAINER_NUMA_SAMPLES,
+    GPU_LINKS,
+    GPU_TOPOLOGY,
+    NUMA_SAMPLES,
+    SYNC_DELAYS,
+)
 from sits_observe.errors import UnknownNameError
-
-TS = pa.timestamp("us")
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One table: its name, Arrow schema, a one-line purpose and its time column."""
-
-    name: str
-    schema: pa.Schema
-    doc: str
-    time_column: str = "ts"
-
-
-def _schema(*fields: tuple[str, pa.DataType, str]) -> pa.Schema:
-    return pa.schema([pa.field(name, dtype, metadata={"doc": doc}) for name, dtype, doc in fields])
-
 
 GPU_SAMPLES = TableSpec(
     "gpu_samples",
-    _schema(
+    table_schema(
         ("ts", TS, "sample time (scrape time when the exporter gives none), UTC"),
         ("node", pa.string(), "Kubernetes node name"),
         ("gpu_uuid", pa.string(), "GPU UUID (GPU-...), the physical device"),
@@ -81,7 +73,7 @@ GPU_SAMPLES = TableSpec(
 
 CONTAINER_SAMPLES = TableSpec(
     "container_samples",
-    _schema(
+    table_schema(
         ("ts", TS, "read time, UTC"),
         ("node", pa.string(), "Kubernetes node name"),
         ("pod_uid", pa.string(), "pod UID from the cgroup path (dashes restored)"),
@@ -114,7 +106,7 @@ CONTAINER_SAMPLES = TableSpec(
 
 REQUESTS = TableSpec(
     "requests",
-    _schema(
+    table_schema(
         ("ts", TS, "request completion time, UTC"),
         ("model", pa.string(), "model or service name"),
         ("latency_s", pa.float64(), "end-to-end latency, exact"),
@@ -137,7 +129,7 @@ REQUESTS = TableSpec(
 
 SERVER_WINDOWS = TableSpec(
     "server_windows",
-    _schema(
+    table_schema(
         ("ts", TS, "end of the window, UTC"),
         ("window_s", pa.float64(), "window length"),
         ("node", pa.string(), "node of the scraped server, if known"),
@@ -164,7 +156,7 @@ SERVER_WINDOWS = TableSpec(
 
 GPU_PROCESSES = TableSpec(
     "gpu_processes",
-    _schema(
+    table_schema(
         ("ts", TS, "read time, UTC"),
         ("node", pa.string(), "Kubernetes node name"),
         ("gpu_uuid", pa.string(), "GPU UUID"),
@@ -180,7 +172,7 @@ GPU_PROCESSES = TableSpec(
 
 NODES = TableSpec(
     "nodes",
-    _schema(
+    table_schema(
         ("ts", TS, "inventory snapshot time, UTC"),
         ("node", pa.string(), "node name"),
         (
@@ -204,7 +196,7 @@ NODES = TableSpec(
 
 PODS = TableSpec(
     "pods",
-    _schema(
+    table_schema(
         ("ts", TS, "inventory snapshot time, UTC"),
         ("pod_uid", pa.string(), "pod UID"),
         ("namespace", pa.string(), "namespace"),
@@ -244,7 +236,7 @@ PODS = TableSpec(
 
 COLLECTOR_DROPS = TableSpec(
     "collector_drops",
-    _schema(
+    table_schema(
         ("ts", TS, "when the drop happened, UTC"),
         ("node", pa.string(), "node of the collector"),
         ("collector", pa.string(), "collector name"),
@@ -256,7 +248,7 @@ COLLECTOR_DROPS = TableSpec(
 
 DECISIONS = TableSpec(
     "decisions",
-    _schema(
+    table_schema(
         ("ts", TS, "when the decision's outcome was known, UTC"),
         ("replica", pa.string(), "controller replica that decided (its Lease identity)"),
         ("mode", pa.string(), "dry-run, annotate or act"),
@@ -276,145 +268,11 @@ DECISIONS = TableSpec(
     "one row per controller decision and its outcome",
 )
 
-# -- topology and NUMA (schema version 7, docs/collectors/topology.md) ----------------------
-
-NUMA_SAMPLES = TableSpec(
-    "numa_samples",
-    _schema(
-        ("ts", TS, "read time, UTC"),
-        ("node", pa.string(), "Kubernetes node name"),
-        ("numa_node", pa.int16(), "NUMA node number of the machine"),
-        ("numa_hit_pages_total", pa.int64(), "numastat numa_hit: allocated where intended"),
-        ("numa_miss_pages_total", pa.int64(), "numastat numa_miss: got here, meant elsewhere"),
-        ("numa_foreign_pages_total", pa.int64(), "numa_foreign: meant here, got elsewhere"),
-        ("interleave_hit_pages_total", pa.int64(), "numastat interleave_hit"),
-        ("local_node_pages_total", pa.int64(), "numastat local_node"),
-        ("other_node_pages_total", pa.int64(), "numastat other_node"),
-    ),
-    "one row per NUMA node per read: the kernel's allocation counters (pages since boot)",
-)
-
-CONTAINER_NUMA_SAMPLES = TableSpec(
-    "container_numa_samples",
-    _schema(
-        ("ts", TS, "read time, UTC"),
-        ("node", pa.string(), "Kubernetes node name"),
-        ("pod_uid", pa.string(), "pod UID from the cgroup path"),
-        ("container_id", pa.string(), "container id from the cgroup scope name"),
-        ("numa_node", pa.int16(), "NUMA node number of the machine"),
-        ("anon_bytes", pa.int64(), "memory.numa_stat anon on this NUMA node"),
-        ("file_bytes", pa.int64(), "memory.numa_stat file on this NUMA node"),
-    ),
-    "one row per container cgroup and NUMA node per read: where its memory lies",
-)
-
-GPU_TOPOLOGY = TableSpec(
-    "gpu_topology",
-    _schema(
-        ("ts", TS, "read time, UTC"),
-        ("node", pa.string(), "Kubernetes node name"),
-        ("gpu_uuid", pa.string(), "GPU UUID"),
-        ("gpu_index", pa.int16(), "device index on the node"),
-        ("pci_bus_id", pa.string(), "PCI bus id as sysfs names it (0000:18:00.0)"),
-        ("numa_node", pa.int16(), "NUMA node of the GPU; NULL = the platform reports none"),
-        ("numa_source", pa.string(), "nvml | sysfs: where numa_node was read"),
-        ("cpu_affinity", pa.string(), "CPUs close to the GPU, as a cpulist (0-23,48-71)"),
-        ("nvlink_links_active", pa.int16(), "NVLink links up; NULL = NVLink not readable"),
-        ("nvlink_links_total", pa.int16(), "NVLink links the GPU has"),
-    ),
-    "one row per GPU per topology read",
-)
-
-GPU_LINKS = TableSpec(
-    "gpu_links",
-    _schema(
-        ("ts", TS, "read time, UTC"),
-        ("node", pa.string(), "Kubernetes node name"),
-        ("gpu_uuid", pa.string(), "one GPU of the pair"),
-        ("peer_gpu_uuid", pa.string(), "the other GPU of the pair"),
-        ("common_ancestor", pa.string(), "NVML topology level: board, pcie-switch ... system"),
-        ("nvlink", pa.bool_(), "GPU peer-to-peer over NVLink is available"),
-        ("path", pa.string(), "nvlink | pcie-switch | numa-node | cross-numa: the distance class"),
-    ),
-    "one row per ordered GPU pair per topology read",
-)
-
-SYNC_DELAYS = TableSpec(
-    "sync_delays",
-    _schema(
-        ("ts", TS, "sample time, UTC"),
-        ("node", pa.string(), "Kubernetes node name"),
-        ("pod", pa.string(), "pod label of the series, if any"),
-        ("metric", pa.string(), "the exposition series it was read from"),
-        ("delay_s", pa.float64(), "one collective synchronisation delay"),
-    ),
-    "collective sync delays read from a series the user names",
-)
-
-# -- Dynamic Resource Allocation (schema version 9, docs/collectors/kube.md "DRA") ----------
-
-DRA_DEVICES = TableSpec(
-    "dra_devices",
-    _schema(
-        ("ts", TS, "inventory snapshot time, UTC"),
-        ("node", pa.string(), "node the device is on; NULL = reachable from several nodes"),
-        ("driver", pa.string(), "DRA driver, e.g. gpu.nvidia.com"),
-        ("pool", pa.string(), "resource pool (NVIDIA: the node name)"),
-        ("pool_generation", pa.int64(), "the pool's generation (only the newest is kept)"),
-        ("slice", pa.string(), "ResourceSlice that published the device"),
-        ("device", pa.string(), "device name in the pool, e.g. gpu-0, gpu-0-mig-1g10gb-19-0"),
-        ("device_type", pa.string(), "the driver's type attribute: gpu | mig | vfio | ..."),
-        ("device_uuid", pa.string(), "the device's uuid attribute (MIG-... for MIG); NULL = none"),
-        ("gpu_uuid", pa.string(), "UUID of the physical GPU it is or is part of"),
-        ("physical_gpu", pa.string(), "key of that physical GPU (its UUID, else pool/counter set)"),
-        ("gpu_product", pa.string(), "productName attribute"),
-        ("mig_profile", pa.string(), "profile attribute (1g.10gb ...); NULL = not MIG"),
-        ("memory_bytes", pa.int64(), "capacity.memory of the device"),
-        ("gpu_memory_bytes", pa.int64(), "memory of the physical GPU"),
-        ("shares", pa.int64(), "capacity.shares of a device shared in N parts; NULL = none"),
-        ("multiple_allocations", pa.bool_(), "allowMultipleAllocations (consumable capacity)"),
-        ("counter_set", pa.string(), "shared counter set it consumes (partitionable devices)"),
-        ("counters_json", pa.string(), "counters it consumes from that set, as a JSON object"),
-        ("counter_set_json", pa.string(), "the counter set's totals, as a JSON object"),
-    ),
-    "DRA devices of the newest ResourceSlice generation, per inventory snapshot",
-)
-
-DRA_ALLOCATIONS = TableSpec(
-    "dra_allocations",
-    _schema(
-        ("ts", TS, "inventory snapshot time, UTC"),
-        ("namespace", pa.string(), "namespace of the ResourceClaim"),
-        ("claim", pa.string(), "ResourceClaim name"),
-        ("claim_uid", pa.string(), "ResourceClaim uid"),
-        ("pod_uid", pa.string(), "consuming pod; NULL = allocated, reserved for no pod"),
-        ("pod", pa.string(), "consuming pod's name"),
-        ("pod_claim", pa.string(), "the pod's name for the claim (spec.resourceClaims)"),
-        ("extended_resource", pa.bool_(), "the claim serves an extended resource request"),
-        ("consumers", pa.int32(), "pods sharing the claim"),
-        ("node", pa.string(), "node of the device"),
-        ("driver", pa.string(), "DRA driver"),
-        ("pool", pa.string(), "resource pool"),
-        ("device", pa.string(), "device name in the pool"),
-        ("request", pa.string(), "the claim's request the device satisfies"),
-        ("share_id", pa.string(), "shareID of a consumable-capacity allocation"),
-        ("consumed_memory_bytes", pa.int64(), "consumedCapacity.memory"),
-        ("share_milli", pa.int32(), "part of the physical GPU held, milli (1000 = whole)"),
-        ("pod_share_milli", pa.int32(), "share_milli divided among the consumers"),
-        ("sharing_strategy", pa.string(), "GpuConfig sharing: TimeSlicing | MPS; NULL = none"),
-        ("device_uuid", pa.string(), "the device's uuid attribute"),
-        ("gpu_uuid", pa.string(), "UUID of the physical GPU"),
-        ("mig_profile", pa.string(), "MIG profile of the device; NULL = not MIG"),
-        ("allocated_at", TS, "status.allocation.allocationTimestamp"),
-    ),
-    "DRA devices allocated to claims and the pods using them, per inventory snapshot",
-)
-
 # -- GPU attribution from the kubelet (schema version 10, docs/collectors/podresources.md) --
 
 GPU_ATTRIBUTION = TableSpec(
     "gpu_attribution",
-    _schema(
+    table_schema(
         ("ts", TS, "sample time of the GPU (the read time for an unresolved holder), UTC"),
         ("node", pa.string(), "Kubernetes node name"),
         ("gpu_uuid", pa.string(), "GPU UUID of the sample; NULL = the holder names no sample"),

@@ -42,7 +42,8 @@ import pyarrow as pa
 from sits_observe.domain import container_fields
 from sits_observe.domain.dcgm_fields import FIELDS
 from sits_observe.domain.histogram_bounds import parse_le
-from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_SAMPLES, TS, conform
+from sits_observe.domain.table_spec import TS
+from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_SAMPLES, conform
 from sits_observe.errors import StoreError
 from sits_observe.store.promql.client import PromQLClient, PromSeries
 
