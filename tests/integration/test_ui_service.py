@@ -79,13 +79,24 @@ def test_pages_read_through_the_service_show_the_file_values(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    at = app_on(monkeypatch, SITS_UI_SERVICE=service, SITS_UI_TOKEN_FILE=str(token_file))
+    # The safe maximum needs an SLO (there is no default one): 1 s, as the fill's servers have.
+    at = app_on(
+        monkeypatch,
+        SITS_UI_SERVICE=service,
+        SITS_UI_TOKEN_FILE=str(token_file),
+        SITS_UI_SLO_MS="1000",
+    )
     at = page(at, "fleet")
     assert metrics(at)["GPU utilisation"] == "37.5%"
     assert metrics(at)["Allocated GPUs"] == "1"
     assert frames(at)[3][["collector", "dropped"]].values.tolist() == [["dcgm", "7"]]
     at = page(at, "heatmap")
-    assert metrics(at) == {"Requests": "525", "Knee": "30/s", "Safe max throughput": "40/s"}
+    assert metrics(at) == {
+        "Requests": "525",
+        "Knee": "30/s",
+        "Safe max throughput": "40/s",
+        "P95 SLO": "1.00s",
+    }
     at = page(at, "fragmentation")
     assert metrics(at)["Fragmentation ratio"] == "33.3%"
     assert "50%" in frames(at)[3].to_numpy().ravel().tolist()  # SMF of node-a/0
