@@ -276,6 +276,11 @@ def measure(
     ]
 
 
+def _verdict(ms: float) -> str:
+    """Whether ``ms`` is within :data:`TARGET_MS`."""
+    return "met" if ms <= TARGET_MS else "NOT met"
+
+
 def render(
     results: list[dict[str, object]],
     parts: list[dict[str, float]],
@@ -319,11 +324,11 @@ def render(
             f"{builds if r['package'] == CHECKOUT else '-'} |"
         )
         if r["nodes"] == 1024 and r["package"] == CHECKOUT:
-            best = min(m["answer_ms"], m["warm_ms"])
             verdicts.append(
                 f"At 1,024 nodes the first correct answer comes {m['answer_ms']:.0f} ms after "
-                f"the spawn ({m['warm_ms']:.0f} ms with --extender-warm-view; target "
-                f"{TARGET_MS:.0f} ms: {'met' if best < TARGET_MS else 'NOT met'}), after "
+                f"the spawn (target {TARGET_MS:.0f} ms: {_verdict(m['answer_ms'])}; "
+                f"{m['warm_ms']:.0f} ms with --extender-warm-view: "
+                f"{_verdict(m['warm_ms'])}), after "
                 f"{m['answer_cpu_ms']:.0f} ms of the process's CPU time; the interpreter and "
                 f"the imports `serve` needs take {m['import_ms']:.0f} ms "
                 f"({m['import_cpu_ms']:.0f} ms CPU) in a bare process."
