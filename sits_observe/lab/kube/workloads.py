@@ -224,7 +224,7 @@ class WorkloadDriver:
             (f"/api/v1/namespaces/{quota.namespace}/resourcequotas", body),
         ):
             try:
-                self._call("POST", path, document)
+                call(self.api, "POST", path, document)
             except ApiException as exc:
                 if exc.status != 409:
                     self._errors.labels("create").inc()
@@ -343,7 +343,7 @@ class WorkloadDriver:
 
     def _create_object(self, plural: str, namespace: str, body: JsonObject) -> None:
         try:
-            self._call("POST", self._path(plural, namespace), body)
+            call(self.api, "POST", self._path(plural, namespace), body)
         except ApiException as exc:
             if exc.status != 409:
                 self._errors.labels("create").inc()
@@ -351,7 +351,7 @@ class WorkloadDriver:
 
     def _delete_object(self, plural: str, namespace: str, name: str) -> None:
         try:
-            self._call("DELETE", self._path(plural, namespace, name), None)
+            call(self.api, "DELETE", self._path(plural, namespace, name))
         except ApiException as exc:
             if exc.status != 404:
                 self._errors.labels("delete").inc()
@@ -364,9 +364,6 @@ class WorkloadDriver:
             if exc.status != 404:
                 self._errors.labels("delete").inc()
                 log.warning("deleting pod %s/%s failed: %s", namespace, name, exc.status)
-
-    def _call(self, method: str, path: str, body: JsonObject | None) -> None:
-        call(self.api, method, path, body)
 
 
 def _owner_name(pod: JsonObject) -> str:

@@ -13,7 +13,12 @@ from sits_observe.control.controller.planning.combine import (
     to_workloads,
     with_owner_recommendations,
 )
-from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
+from sits_observe.control.controller.planning.inputs import (
+    VALUES_SCHEMA,
+    CurrentState,
+    History,
+    Signals,
+)
 from sits_observe.control.controller.planning.model import (
     ACTIONS,
     ENGINE,
@@ -38,16 +43,7 @@ from sits_observe.control.controller.settings import (
 )
 
 KEYS = ["kind", "namespace", "name", "action"]
-_EMPTY_VALUES = pl.LazyFrame(
-    schema={
-        "kind": pl.String(),
-        "namespace": pl.String(),
-        "name": pl.String(),
-        "action": pl.String(),
-        "current": pl.String(),
-        "recommended": pl.String(),
-    }
-)
+_EMPTY_VALUES = pl.LazyFrame(schema=VALUES_SCHEMA)
 
 
 def actuable(action: Action, kind: str, settings: ControllerSettings) -> bool:
