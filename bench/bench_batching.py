@@ -3,7 +3,7 @@
 The documents (SPEC: micro-batching of sub-10 ms requests) report P99 9.8 -> 9.2 ms,
 1,240 -> 2,870 QPS and GPU 31 % -> 68 %. Their unbatched 1,240 QPS is read here as the
 unbatched capacity (one step 1 / 1,240 s = 0.806 ms on the calibrated H100 shape) and 2,870
-QPS as the offered load. :func:`sits_observe.lab.cluster.batching_run.run_batching` runs the
+QPS as the offered load. :func:`sits_observe.lab.cluster.serving.batching_run.run_batching` runs the
 simulator's server at that load for each setting below; the estimate
 (:func:`sits_observe.analytics.serving.batching.estimate_window`) is printed beside it with the
 relative error. Also a grid of loads (``--part grid``) for the bound in
@@ -18,7 +18,7 @@ import argparse
 
 from sits_observe.analytics.serving.batching import BatchingSetting, StepTime, estimate_window
 from sits_observe.analytics.serving.step_profiles import H100
-from sits_observe.lab.cluster.batching_run import run_batching, scaled_profile
+from sits_observe.lab.cluster.serving.batching_run import run_batching, scaled_profile
 
 #: The documents' unbatched throughput, read as the unbatched capacity: one step, seconds.
 ANCHOR_STEP_S = 1 / 1240

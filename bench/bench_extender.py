@@ -47,10 +47,10 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.scoring import PodRequest, memory_need, prioritize
 from sits_observe.control.extender.scoring_settings import MAX_SCORE, ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
 from sits_observe.store import Store
 

@@ -64,10 +64,10 @@ import httpx
 from _docs import write_block
 from bench_extender import POD, TOKEN, fill_store, free_port
 
+from sits_observe.control.extender.clusterview.view import build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.scoring import prioritize
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
 from sits_observe.store import Store
 

@@ -219,7 +219,7 @@ def child_pandas(db: Path, out: Path) -> dict[str, Any]:
 
 def child_buckets(db: Path, out: Path) -> dict[str, Any]:
     from sits_observe.collectors import histogram
-    from sits_observe.lab.cluster.server import E2E_BUCKETS_S
+    from sits_observe.lab.cluster.serving.server import E2E_BUCKETS_S
     from sits_observe.store import Store
 
     store = Store.open(db, read_only=True)

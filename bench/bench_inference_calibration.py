@@ -33,7 +33,7 @@ from sits_observe.analytics.serving.step_profiles import (
     SPLITWISE_HARDWARE,
     TokenShape,
 )
-from sits_observe.lab.cluster import fidelity
+from sits_observe.lab.cluster.serving import fidelity
 
 PERF_MODEL = Path("traces") / "splitwise-perf-model" / "perf_model_llama2-70b.csv"
 SPLITWISE_SHAPE = TokenShape("splitwise", (0.0, 1.0), (512, 512), (128, 128))

@@ -56,8 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._docs import write_block  # noqa: E402
-from sits_observe.domain.container_fields import FAMILIES as CONTAINER_FAMILIES  # noqa: E402
-from sits_observe.domain.dcgm_fields import FIELDS  # noqa: E402
+from sits_observe.domain.schema.container_fields import FAMILIES as CONTAINER_FAMILIES  # noqa: E402
+from sits_observe.domain.schema.dcgm_fields import FIELDS  # noqa: E402
 from sits_observe.domain.tables import TABLES  # noqa: E402
 from sits_observe.errors import SitsError  # noqa: E402
 from sits_observe.reports.registry import find_report  # noqa: E402
@@ -118,7 +118,7 @@ GPU_COLUMNS = (
     "power_w",
     "gpu_temp_c",
 )
-#: Every value column the agent exports for a container (domain/container_fields.py).
+#: Every value column the agent exports for a container (domain/schema/container_fields.py).
 CONTAINER_COLUMNS = tuple(f.column for f in CONTAINER_FAMILIES)
 #: What the PromQL reports above read (store/promql/source.py): framebuffer and activity for
 #: SMF, trends, interference and the elastic rule; the default baseline's GPU metric; the

@@ -66,7 +66,7 @@ from sits_observe.collectors.exposition import (
     valid_name,
 )
 from sits_observe.domain.collect import CollectResult
-from sits_observe.domain.dcgm_fields import (
+from sits_observe.domain.schema.dcgm_fields import (
     FIELDS,
     FP64_BLANK,
     INT32_BLANK,

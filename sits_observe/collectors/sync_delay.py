@@ -29,8 +29,8 @@ import pyarrow as pa
 from sits_observe.collectors.exposition import Labels, Sample, is_finite, parse_exposition
 from sits_observe.collectors.http import fetch_text, new_client
 from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.schema.topology_tables import SYNC_DELAYS
 from sits_observe.domain.times import utc_naive
-from sits_observe.domain.topology_tables import SYNC_DELAYS
 
 _CUMULATIVE = ("histogram", "summary")
 

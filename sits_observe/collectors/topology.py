@@ -50,8 +50,8 @@ from sits_observe.collectors.cgroup.numa_files import (
 )
 from sits_observe.collectors.nvml import QUIET_ERRORS, NvmlSession
 from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.schema.topology_tables import GPU_LINKS, GPU_TOPOLOGY
 from sits_observe.domain.times import utc_naive
-from sits_observe.domain.topology_tables import GPU_LINKS, GPU_TOPOLOGY
 from sits_observe.errors import CollectorError, ParseError
 
 T = TypeVar("T")

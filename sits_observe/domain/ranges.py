@@ -4,7 +4,7 @@ The collectors drop what cannot be a measurement (non-finite values, sentinels, 
 memory, a utilisation above 100 %) before it reaches a table. Rows that arrive over the
 network (``POST /api/v1/ingest``, ``POST /v1/traces``) were made by code the service does
 not control, so the same rules run again there, from this one table: the GPU columns'
-bounds are dcgm-exporter's field table (:data:`sits_observe.domain.dcgm_fields.FIELDS`,
+bounds are dcgm-exporter's field table (:data:`sits_observe.domain.schema.dcgm_fields.FIELDS`,
 scaled to the column's unit), so the collector and the ingest path cannot disagree.
 
 A :class:`Bound` says what a column may hold (inclusive ``low`` / ``high`` in the column's
@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sits_observe.domain.collect import drops_table
-from sits_observe.domain.dcgm_fields import FIELDS
+from sits_observe.domain.schema.dcgm_fields import FIELDS
 from sits_observe.domain.times import utc_naive
 
 #: Rows stamped before this (naive UTC) are dropped as ``ts:too_old``.

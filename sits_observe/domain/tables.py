@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sits_observe.domain.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
-from sits_observe.domain.table_spec import TS, TableSpec, table_schema
-from sits_observe.domain.topology_tables import (
+from sits_observe.domain.schema.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
+from sits_observe.domain.schema.table_spec import TS, TableSpec, table_schema
+from sits_observe.domain.schema.topology_tables import (
     CONTAINER_NUMA_SAMPLES,
     GPU_LINKS,
     GPU_TOPOLOGY,

@@ -18,7 +18,7 @@ from sits_observe.analytics.serving.batching import (
     estimate_window,
 )
 from sits_observe.analytics.serving.step_profiles import H100
-from sits_observe.lab.cluster.batching_run import BatchingRun, run_batching, scaled_profile
+from sits_observe.lab.cluster.serving.batching_run import BatchingRun, run_batching, scaled_profile
 
 STEP_S = 1 / 1240
 LOAD_RPS = 2870.0

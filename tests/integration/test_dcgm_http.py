@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from sits_observe.collectors.dcgm import UNMAPPED_FAMILY, UNTERMINATED, parse_dcgm
 from sits_observe.collectors.dcgm_collector import DcgmCollector
 from sits_observe.collectors.http import fetch_text, new_client
-from sits_observe.domain.dcgm_fields import MIB
+from sits_observe.domain.schema.dcgm_fields import MIB
 from sits_observe.errors import CollectorError
 from sits_observe.store import Store
 from sits_observe.surfaces.cli.main import app

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from sits_observe.collectors.kube.pods import pod_row
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.workload import LoadProfile
+from sits_observe.lab.cluster.serving.workload import LoadProfile
 from sits_observe.lab.demo.demo import DEMO_HEATMAP, DEMO_RECOMMEND_ARGS, DEMO_SLO_S
 from sits_observe.lab.kube.publish import pod_body
 from sits_observe.reports.serving import heatmap as heatmap_report

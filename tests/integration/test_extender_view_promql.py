@@ -34,11 +34,11 @@ import pytest
 from sits_observe.collectors.dcgm import parse_dcgm
 from sits_observe.collectors.kube.inventory import node_row
 from sits_observe.collectors.kube.pods import pod_row
+from sits_observe.control.extender.clusterview.source_promql import PromQLViewSource
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.handler import ExtenderHandler
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.source_promql import PromQLViewSource
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.tables import conform
 from sits_observe.store import Store
 from sits_observe.store.promql.client import PromQLClient

@@ -41,7 +41,7 @@ from typer.testing import CliRunner
 from sits_observe.analytics.source import DuckContainerSource
 from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.domain.container_fields import FAMILIES
+from sits_observe.domain.schema.container_fields import FAMILIES
 from sits_observe.domain.tables import conform
 from sits_observe.errors import ConfigError
 from sits_observe.lab.cluster.cluster import SimulatedCluster

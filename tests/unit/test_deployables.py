@@ -287,9 +287,11 @@ def test_counters_cover_what_the_analytics_need() -> None:
 
 
 def test_every_counter_is_one_the_dcgm_parser_stores() -> None:
-    fields = importlib.import_module("sits_observe.domain.dcgm_fields")
+    fields = importlib.import_module("sits_observe.domain.schema.dcgm_fields")
     specs = getattr(fields, "FIELDS", None)
-    assert specs, "sits_observe.domain.dcgm_fields.FIELDS (the parser's field table) is missing"
+    assert specs, (
+        "sits_observe.domain.schema.dcgm_fields.FIELDS (the parser's field table) is missing"
+    )
     known = {family for spec in specs for family in spec.families}
     unknown = sorted({r[0] for r in counters()} - known)
     assert not unknown, f"counters the DCGM parser would drop: {unknown}"

@@ -14,8 +14,8 @@ length moves it < 5 %). Each point is the median of its repetitions.
 
 Load: :data:`AZURE_CONV` is the Azure LLM inference trace (conversation, 2023; Patel et al.),
 first 10,000 rows, as quantile tables of prompt and output tokens; the simulator draws from
-them by inverse-CDF interpolation (:mod:`sits_observe.lab.cluster.workload`). A log-normal fit
-(:data:`PROMPT_TOKENS_LOG_MEAN` ...) has the trace's log-mean and log-sd but not its shape:
+them by inverse-CDF interpolation (:mod:`sits_observe.lab.cluster.serving.workload`). A log-normal
+fit (:data:`PROMPT_TOKENS_LOG_MEAN` ...) has the trace's log-mean and log-sd but not its shape:
 prompts are bimodal (40 % near 400 tokens, 45 % near 1,000-1,300, 10 % at the 4,096-token
 context limit), and the fit puts the output P95 at 679 tokens where the trace has 461
 (docs/evidence/inference-calibration.md). Arrivals average 5.6 per second with an

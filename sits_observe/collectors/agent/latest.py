@@ -4,8 +4,8 @@ cAdvisor's names.
 So that an existing Prometheus / vmagent can scrape the agents directly (docs/scaling.md),
 the newest ``gpu_samples`` rows of each tick are served back in dcgm-exporter's own format:
 family names ``DCGM_FI_*`` (the first name of each entry of
-:data:`sits_observe.domain.dcgm_fields.FIELDS`), the exporter's units (MiB, percent, MHz, mJ: the
-collector's scale undone) and labels (``gpu``, ``UUID``, ``device``, ``modelName``,
+:data:`sits_observe.domain.schema.dcgm_fields.FIELDS`), the exporter's units (MiB, percent, MHz, mJ:
+the collector's scale undone) and labels (``gpu``, ``UUID``, ``device``, ``modelName``,
 ``pci_bus_id``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, ``GPU_I_PROFILE``, ``GPU_I_ID``,
 ``namespace``, ``pod``, ``container``). Why those names and not ``sits_*`` ones: the stock
 dcgm-exporter dashboards, alert rules and the PromQL source
@@ -15,7 +15,7 @@ would differ only by ``job``/``instance`` and double every sum).
 
 The newest ``container_samples`` rows are served the same way under cAdvisor's names where
 cAdvisor has the quantity and ``sits_container_*`` names where it does not
-(:mod:`.latest_containers`, table in :mod:`sits_observe.domain.container_fields`), so SMF,
+(:mod:`.latest_containers`, table in :mod:`sits_observe.domain.schema.container_fields`), so SMF,
 classes and baselines can read them from a PromQL store.
 
 Each sample carries the row's own timestamp (milliseconds), so the store records the time
@@ -40,7 +40,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sits_observe.collectors.agent.latest_containers import container_families
-from sits_observe.domain.dcgm_fields import FIELDS
+from sits_observe.domain.schema.dcgm_fields import FIELDS
 
 log = logging.getLogger(__name__)
 

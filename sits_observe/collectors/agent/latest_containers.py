@@ -1,6 +1,6 @@
 """The agent's latest cgroup samples as Prometheus families (cAdvisor's names where they exist).
 
-The family and label table is :mod:`sits_observe.domain.container_fields` (shared with the
+The family and label table is :mod:`sits_observe.domain.schema.container_fields` (shared with the
 PromQL source that reads them back); this module only renders one tick's
 ``container_samples`` table. Values keep the column's unit (bytes, seconds, ratios 0-1), each
 sample carries the row's own time (milliseconds) like the GPU families, and a NULL value
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from sits_observe.domain.container_fields import FAMILIES, LABELS
+from sits_observe.domain.schema.container_fields import FAMILIES, LABELS
 
 _LABEL_NAMES = [name for name, _ in LABELS]
 

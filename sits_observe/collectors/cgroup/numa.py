@@ -37,8 +37,8 @@ from sits_observe.collectors.cgroup.collector import NotRegularFile, read_cgroup
 from sits_observe.collectors.cgroup.numa_files import NUMASTAT_KEYS, parse_numa_stat, parse_numastat
 from sits_observe.collectors.cgroup.paths import kubepods_dir, parse_cgroup_path
 from sits_observe.domain.collect import CollectResult
+from sits_observe.domain.schema.topology_tables import CONTAINER_NUMA_SAMPLES, NUMA_SAMPLES
 from sits_observe.domain.times import utc_naive
-from sits_observe.domain.topology_tables import CONTAINER_NUMA_SAMPLES, NUMA_SAMPLES
 from sits_observe.errors import CollectorError, ParseError
 
 _NODE_DIR = re.compile(r"node(\d+)")

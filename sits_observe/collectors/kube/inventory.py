@@ -52,8 +52,8 @@ from sits_observe.collectors.kube.gpu import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from sits_observe.collectors.kube.json_shapes import Malformed, NodeJson, identity, obj, seq, text
 from sits_observe.collectors.kube.pods import pod_row
 from sits_observe.domain.collect import CollectResult
-from sits_observe.domain.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
 from sits_observe.domain.quantity import quantity_milli, quantity_value
+from sits_observe.domain.schema.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
 from sits_observe.domain.tables import NODES, PODS
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import CollectorError, KubeApiError, ParseError

@@ -32,10 +32,10 @@ from typing import Any, Protocol
 
 from sits_observe.analytics.placement.device_plugin import DeviceAllocationError, allocate_gpus
 from sits_observe.collectors.kube.gpu import GPU_HINT_ANNOTATION
+from sits_observe.control.extender.clusterview.view import ClusterView
 from sits_observe.control.extender.overlay import Placement
 from sits_observe.control.extender.scoring import PodRequest, gpu_placements
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView
 from sits_observe.control.extender.wire import (
     BindingArgsWire,
     PodWire,

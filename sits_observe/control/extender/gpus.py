@@ -33,7 +33,7 @@ from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
 from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU, PodShape
 from sits_observe.analytics.placement.device_plugin import GpuPolicy
 from sits_observe.analytics.placement.fgd_score import fgd_score
-from sits_observe.control.extender.view import ClusterView
+from sits_observe.control.extender.clusterview.view import ClusterView
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

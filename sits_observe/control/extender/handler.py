@@ -33,10 +33,10 @@ from datetime import datetime
 from typing import Literal
 
 from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.clusterview.view import ClusterView
 from sits_observe.control.extender.gpus import GpuChoice
 from sits_observe.control.extender.scoring import filter_nodes, prioritize
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView
 from sits_observe.control.extender.wire import (
     ExtenderCall,
     binding_result,

@@ -1,6 +1,7 @@
 """Facts of the inventory the extender needs to place a pod and to name its GPU.
 
-Read with each new inventory snapshot (:func:`sits_observe.control.extender.view.build_view`):
+Read with each new inventory snapshot
+(:func:`sits_observe.control.extender.clusterview.view.build_view`):
 
 - **GPU UUIDs by index**: the bind verb names the GPU it chose in HAMi's hint annotation
   ``nvidia.com/use-gpuuuid``, by UUID; the view scores by index. Each GPU's latest identity

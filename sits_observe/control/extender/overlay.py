@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from sits_observe.analytics.fragmentation.fgd.model import PodShape
-from sits_observe.control.extender.view import ClusterView, Inventory, gpu_free_counts
+from sits_observe.control.extender.clusterview.view import ClusterView, Inventory, gpu_free_counts
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def with_placements(
     """``view`` with ``placements`` applied, and the placements that did not fit (skipped).
 
     The returned view keeps ``view``'s base inventory (the store's snapshot without any
-    assumed pod), which :func:`sits_observe.control.extender.view.build_view` reuses.
+    assumed pod), which :func:`sits_observe.control.extender.clusterview.view.build_view` reuses.
     """
     if not placements or not len(view):
         return view, list(placements)

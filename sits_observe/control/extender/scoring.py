@@ -73,10 +73,10 @@ from sits_observe.analytics.topology.affinity import (
     allowed_products,
     generation_of,
 )
+from sits_observe.control.extender.clusterview.view import ClusterView
 from sits_observe.control.extender.gpus import GpuChoice, GpuPlacements, view_placements
 from sits_observe.control.extender.rank import ranked_scores
 from sits_observe.control.extender.scoring_settings import MAX_SCORE, ScoringSettings
-from sits_observe.control.extender.view import ClusterView
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

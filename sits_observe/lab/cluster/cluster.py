@@ -64,7 +64,6 @@ from sits_observe.lab.cluster.activity import (
     training_demand,
 )
 from sits_observe.lab.cluster.gpu_models import GpuEnvelope
-from sits_observe.lab.cluster.interference import server_slowdown
 from sits_observe.lab.cluster.node_topology import (
     ALLOC_BYTES_PER_S,
     PAGE_BYTES,
@@ -75,9 +74,10 @@ from sits_observe.lab.cluster.node_topology import (
 )
 from sits_observe.lab.cluster.pods.generator import LLM_MODEL, WorkloadGenerator
 from sits_observe.lab.cluster.pods.specs import PodSpec
-from sits_observe.lab.cluster.server import InferenceServer, RequestRecord
+from sits_observe.lab.cluster.serving.interference import server_slowdown
+from sits_observe.lab.cluster.serving.server import InferenceServer, RequestRecord
+from sits_observe.lab.cluster.serving.workload import ArrivalGenerator, LoadProfile
 from sits_observe.lab.cluster.sim_state import PodEvent, SimContainer, SimGpu, SimNode, SimPod
-from sits_observe.lab.cluster.workload import ArrivalGenerator, LoadProfile
 
 # The state records live in .sim_state; importers of the cluster get them from here too.
 __all__ = ["PodEvent", "SimContainer", "SimGpu", "SimNode", "SimPod", "SimulatedCluster"]

@@ -34,7 +34,7 @@ from typing import Any
 
 import pynvml
 
-from sits_observe.lab.cluster.interference import Placement
+from sits_observe.lab.cluster.serving.interference import Placement
 
 NUMA_NODES = 2
 PAGE_BYTES = 4096

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sits_observe.analytics.serving.step_profiles import MIB
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.server import Histogram, ServerSnapshot
+from sits_observe.lab.cluster.serving.server import Histogram, ServerSnapshot
 
 #: (field, type, help, unit conversion from the model's value) for each GPU row.
 _DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (

@@ -23,7 +23,7 @@ from sits_observe.analytics.serving.step_profiles import (
 from sits_observe.lab.cluster.activity import GpuActivity, PodDemand
 from sits_observe.lab.cluster.gpu_models import GpuEnvelope, envelope
 from sits_observe.lab.cluster.node_topology import NumaCounters
-from sits_observe.lab.cluster.server import InferenceServer
+from sits_observe.lab.cluster.serving.server import InferenceServer
 
 
 @dataclass

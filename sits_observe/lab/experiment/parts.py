@@ -20,9 +20,9 @@ pass at a time by :mod:`.experiment_run` instead of running in its own thread:
   :func:`~sits_observe.surfaces.service.extender.create_extender_app` over
   :class:`~sits_observe.control.extender.handler.ExtenderHandler`) on a loopback port, its
   view built from this run's store by the service's builder
-  (:func:`~sits_observe.control.extender.view.build_view`) and rebuilt after every inventory
-  snapshot (on the simulated clock, not by the service's timer), plus the bind verb's assumed
-  pods; the bind verb writes the GPU hint and the Binding through the emulator; the lab's
+  (:func:`~sits_observe.control.extender.clusterview.view.build_view`) and rebuilt after every
+  inventory snapshot (on the simulated clock, not by the service's timer), plus the bind verb's
+  assumed pods; the bind verb writes the GPU hint and the Binding through the emulator; the lab's
   scheduler, kubelets and workload controllers read informers
   (:mod:`sits_observe.lab.kube.informer`) and write over HTTP;
 - the controller in ``--act`` mode (``kube-sits*`` arms): plan from the store, apply against the
@@ -61,12 +61,12 @@ from sits_observe.control.controller.record import ControllerMetrics, StoreRecor
 from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.control.controller.state import read_state
 from sits_observe.control.extender.bind import Binder
-from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.clusterview.cache import ViewCache
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
 from sits_observe.control.extender.handler import ExtenderHandler
 from sits_observe.control.extender.kube import KubePodApi
 from sits_observe.control.extender.overlay import AssumedPods
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
 from sits_observe.control.signals.source import SignalMetrics
 from sits_observe.control.signals.store import signals_from_store
 from sits_observe.errors import ConfigError

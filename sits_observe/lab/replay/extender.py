@@ -6,7 +6,7 @@ kube-scheduler model (:mod:`sits_observe.lab.scheduler.model`) with the extender
 extender call goes through the *same* request handling ``serve``'s ``/scheduler/*`` routes run
 (:class:`~sits_observe.control.extender.handler.ExtenderHandler`: the body kube-scheduler
 writes, parsed, scored, answered as bytes), against a view built by the service's builder
-(:func:`~sits_observe.control.extender.view.build_view`):
+(:func:`~sits_observe.control.extender.clusterview.view.build_view`):
 
 - **the store**: an in-memory store holding the replay's cluster as inventory tables, as the
   inventory collector and the agents would write them: one ``nodes`` row per node, one
@@ -46,12 +46,12 @@ import pyarrow as pa
 from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.analytics.traces.cluster_trace import PodList
 from sits_observe.control.extender.bind import Binder
-from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.clusterview.cache import ViewCache
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.handler import Answer, ExtenderHandler
 from sits_observe.control.extender.overlay import AssumedPods, Placement
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, KubeApiError, UnknownNameError
 from sits_observe.lab.replay.engine.kube import REPLAY_NAMESPACE, KubePolicy, PodStore

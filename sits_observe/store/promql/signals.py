@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from sits_observe.domain.dcgm_fields import FIELDS
+from sits_observe.domain.schema.dcgm_fields import FIELDS
 from sits_observe.store.promql.client import PromQLClient
 from sits_observe.store.promql.kube import POD_PHASE, REQUESTS
 

@@ -9,7 +9,7 @@ tell which store it read.
 GPU samples (:class:`PromQLGpuSource`): one query per needed column over the dcgm-exporter
 family (and its 1.x alias), pivoted into ``gpu_samples`` rows keyed by (time, GPU / MIG
 instance, pod). The family -> column table, unit scales and physical ranges are the
-collector's own (:mod:`sits_observe.domain.dcgm_fields`). Values outside the range or
+collector's own (:mod:`sits_observe.domain.schema.dcgm_fields`). Values outside the range or
 non-finite become NULL, as the collector drops them.
 
 Two read modes:
@@ -39,10 +39,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from sits_observe.domain import container_fields
-from sits_observe.domain.dcgm_fields import FIELDS
 from sits_observe.domain.histogram_bounds import parse_le
-from sits_observe.domain.table_spec import TS
+from sits_observe.domain.schema import container_fields
+from sits_observe.domain.schema.dcgm_fields import FIELDS
+from sits_observe.domain.schema.table_spec import TS
 from sits_observe.domain.tables import CONTAINER_SAMPLES, GPU_SAMPLES, conform
 from sits_observe.errors import StoreError
 from sits_observe.store.promql.client import PromQLClient, PromSeries

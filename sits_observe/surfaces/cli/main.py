@@ -20,12 +20,12 @@ from sits_observe.surfaces.cli.startup import pause_collection, resume_collectio
 _MODULES = (
     "serve",
     "agent",
-    "demo",
+    "lab.demo",
     "store_cmds",
     "reports.commands",
     "controller",
-    "simulate",
-    "experiment",
+    "lab.simulate",
+    "lab.experiment",
     "grafana",
     "ui",
 )

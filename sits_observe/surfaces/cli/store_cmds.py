@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     @app.command("schema")
     def schema() -> None:
         """Print the store's table contract as Markdown (the body of docs/schema.md)."""
-        from sits_observe.domain.describe import schema_markdown
+        from sits_observe.domain.schema.describe import schema_markdown
 
         typer.echo(schema_markdown())
 

@@ -7,8 +7,8 @@ outcome; the request handling is :class:`sits_observe.control.extender.handler.E
 the same code the replay runs (``simulate --policy kube-sits``): the extender wire format
 (:mod:`sits_observe.control.extender.wire`), the ``sits`` policy
 (:mod:`sits_observe.control.extender.scoring`) over a cached view of the store
-(:mod:`sits_observe.control.extender.view`) rebuilt in the background plus the pods the bind
-verb placed since (:mod:`sits_observe.control.extender.overlay`). The bind verb
+(:mod:`sits_observe.control.extender.clusterview.view`) rebuilt in the background plus the pods the
+bind verb placed since (:mod:`sits_observe.control.extender.overlay`). The bind verb
 (:mod:`sits_observe.control.extender.bind`) is served only when the service has Kubernetes API
 access (``serve --in-cluster`` / ``--kubeconfig``); it runs in the thread pool (two API calls).
 
@@ -63,13 +63,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sits_observe.control.extender.bind import Binder, PodApi
-from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.clusterview.cache import ViewCache
+from sits_observe.control.extender.clusterview.source import DuckViewSource, ViewSource
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.handler import Answer, ExtenderHandler
 from sits_observe.control.extender.overlay import AssumedPods
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.source import DuckViewSource, ViewSource
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import binding_result, encode, filter_error
 from sits_observe.store import Store
 from sits_observe.surfaces.service.http.json_answers import problem
@@ -346,7 +346,7 @@ def view_source(store: Store, view: ViewSettings) -> ViewSource:
     dcgm-exporter series there (no DuckDB data needed; docs/extender.md)."""
     if view.promql_url is None:
         return DuckViewSource(store)
-    from sits_observe.control.extender.source_promql import PromQLViewSource
+    from sits_observe.control.extender.clusterview.source_promql import PromQLViewSource
     from sits_observe.store.promql.client import PromQLClient
 
     return PromQLViewSource(

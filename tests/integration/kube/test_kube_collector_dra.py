@@ -17,7 +17,7 @@ from kubernetes import client as k8s_client
 from sits_observe.analytics.cluster_allocatable import cluster_allocatable
 from sits_observe.analytics.fragmentation.fgd_live import live_cluster
 from sits_observe.collectors.kube.inventory import KubeInventoryCollector, KubeInventorySettings
-from sits_observe.domain.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
+from sits_observe.domain.schema.dra_tables import DRA_ALLOCATIONS, DRA_DEVICES
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
 from sits_observe.surfaces.service.inventory import InventoryLoop

@@ -107,7 +107,7 @@ def test_no_samples_no_scores() -> None:
 def test_the_extenders_scores_equal_the_reports() -> None:
     """The extender's slow signals score nodes through ``node_scores``: the report's node
     scores, the unnamed node left out."""
-    from sits_observe.control.extender.slow import node_interference
+    from sits_observe.control.extender.clusterview.slow import node_interference
 
     samples, settings = fleet(4), InterferenceSettings()
     numa = {"node-1": 0.5}

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.cgroup.collector import CgroupCollector
-from sits_observe.domain.container_fields import FAMILIES, LABELS
+from sits_observe.domain.schema.container_fields import FAMILIES, LABELS
 from sits_observe.lab.cluster.cgroupfs import CgroupTree, CgroupValues, QosClass
 from tests.unit.collectors.test_agent_loop import FakeService, make_loop
 

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from sits_observe.collectors.agent import AgentMetrics
 from sits_observe.collectors.agent.latest import LABELS
 from sits_observe.collectors.dcgm import parse_dcgm
-from sits_observe.domain.dcgm_fields import FIELDS
+from sits_observe.domain.schema.dcgm_fields import FIELDS
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.render import dcgm_text
 from tests.unit.collectors.test_agent_loop import FakeService, GpuCounter, make_loop, metric

@@ -30,7 +30,7 @@ from sits_observe.collectors.exposition import (
     MALFORMED_TIMESTAMP,
     MALFORMED_VALUE,
 )
-from sits_observe.domain.dcgm_fields import MIB
+from sits_observe.domain.schema.dcgm_fields import MIB
 from sits_observe.domain.tables import GPU_SAMPLES
 from sits_observe.errors import CollectorError
 

@@ -21,7 +21,7 @@ from sits_observe.collectors.cgroup.numa_files import (
     parse_numastat,
     sysfs_bus_id,
 )
-from sits_observe.domain.topology_tables import CONTAINER_NUMA_SAMPLES, NUMA_SAMPLES
+from sits_observe.domain.schema.topology_tables import CONTAINER_NUMA_SAMPLES, NUMA_SAMPLES
 from sits_observe.errors import CollectorError, ParseError
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

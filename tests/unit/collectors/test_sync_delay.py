@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sits_observe.collectors.sync_delay import SyncDelayCollector
-from sits_observe.domain.topology_tables import SYNC_DELAYS
+from sits_observe.domain.schema.topology_tables import SYNC_DELAYS
 from sits_observe.errors import CollectorError
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ import pynvml
 import pytest
 
 from sits_observe.collectors.topology import TopologyCollector, pair_path
-from sits_observe.domain.topology_tables import GPU_LINKS, GPU_TOPOLOGY
+from sits_observe.domain.schema.topology_tables import GPU_LINKS, GPU_TOPOLOGY
 from sits_observe.errors import DriverUnavailable
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from sits_observe.analytics.topology.affinity import AffinityRule, AffinityRules
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.scoring import PodRequest, filter_nodes
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import parse_extender_args
 from sits_observe.errors import ConfigError
 from sits_observe.store import Store

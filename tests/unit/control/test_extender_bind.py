@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.overlay import Placement
 from sits_observe.control.extender.scoring import PodRequest
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import KubeApiError
 from sits_observe.store import Store
 from tests.unit.control.extender_support import NOW, write_cluster

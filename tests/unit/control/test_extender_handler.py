@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 import sits_observe.control.extender.handler as handler_module
 from sits_observe.control.extender.bind import Binder
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.handler import Answer, ExtenderHandler
 from sits_observe.control.extender.scoring import REQUEST_CAP
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import MAX_EXTENDER_PRIORITY
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import (

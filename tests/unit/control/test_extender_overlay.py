@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 
 from sits_observe.analytics.fragmentation.fgd.model import PodShape
-from sits_observe.control.extender.cache import ViewCache
+from sits_observe.control.extender.clusterview.cache import ViewCache
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.overlay import AssumedPods, Placement, with_placements
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.store import Store
 from tests.unit.control.extender_support import NOW, naive, pods_table, write_cluster
 

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.scoring import (
     PodRequest,
     filter_nodes,
@@ -18,8 +20,6 @@ from sits_observe.control.extender.scoring import (
     prioritize,
 )
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import CANDIDATES
 from tests.unit.control.extender_support import GIB, NOW, write_cluster

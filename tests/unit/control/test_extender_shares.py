@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.analytics.placement.device_plugin import DeviceAllocationError, allocate_gpus
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.gpus import device_plugin_gpu
 from sits_observe.control.extender.overlay import Placement, with_placements
 from sits_observe.control.extender.scoring import (
@@ -29,8 +31,6 @@ from sits_observe.control.extender.scoring import (
     prioritize,
 )
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import parse_extender_args
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import POD_1GPU_JSON, pod

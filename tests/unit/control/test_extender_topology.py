@@ -14,8 +14,8 @@ import pytest
 
 from sits_observe.analytics.topology.gpu_links import NodeTopology, node_topology
 from sits_observe.collectors.topology import TopologyCollector
-from sits_observe.control.extender.view import build_view
-from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.clusterview.view import build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.store import Store
 from tests.unit.collectors.test_topology import two_socket_box
 from tests.unit.control.extender_support import H100, NOW, nodes_table

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sits_observe.control.extender.cache import ViewCache
-from sits_observe.control.extender.view import ClusterView, build_view
-from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.clusterview.cache import ViewCache
+from sits_observe.control.extender.clusterview.view import ClusterView, build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.errors import StoreError
 from sits_observe.store import Store
 from tests.unit.control.extender_support import (

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits_observe.domain.dcgm_fields import FIELDS
 from sits_observe.domain.ranges import (
     EARLIEST_TS,
     MAX_FUTURE_SKEW_S,
@@ -20,6 +19,7 @@ from sits_observe.domain.ranges import (
     screen_tables,
     value_problem,
 )
+from sits_observe.domain.schema.dcgm_fields import FIELDS
 from sits_observe.domain.tables import TABLES, conform
 
 LATEST = datetime(2026, 11, 1, 12, 5)

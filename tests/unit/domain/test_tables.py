@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sits_observe.domain.describe import schema_markdown
+from sits_observe.domain.schema.describe import schema_markdown
 from sits_observe.domain.tables import TABLES, conform, empty_table, find_table
 from sits_observe.errors import UnknownNameError
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from sits_observe.lab.demo.demo import Demo
 from sits_observe.lab.demo.settings import DemoSettings
-from sits_observe.surfaces.cli.demo import _progress
+from sits_observe.surfaces.cli.lab.demo import _progress
 
 
 def _shown(demo: Demo, duration_s: float | None, width: int) -> str:

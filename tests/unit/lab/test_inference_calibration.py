@@ -25,7 +25,7 @@ import polars as pl
 import pytest
 
 from sits_observe.analytics.serving.step_profiles import A100, H100, GpuLatencyProfile, TokenShape
-from sits_observe.lab.cluster import fidelity
+from sits_observe.lab.cluster.serving import fidelity
 
 pytestmark = pytest.mark.shared_data
 

@@ -1,5 +1,5 @@
-"""The simulated cluster's interference model (sits_observe.lab.cluster.interference): a server
-alone runs at its measured speed; a bandwidth-heavy neighbour on its GPU slows it, boundedly,
+"""The simulated cluster's interference model (sits_observe.lab.cluster.serving.interference): a
+server alone runs at its measured speed; a bandwidth-heavy neighbour on its GPU slows it, boundedly,
 and the same seeded request stream then finishes with a higher P95 latency."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from sits_observe.lab.cluster.activity import PodDemand
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.interference import MAX_SLOWDOWN, server_slowdown
 from sits_observe.lab.cluster.node_topology import node_placement
 from sits_observe.lab.cluster.pods.specs import PodSpec
+from sits_observe.lab.cluster.serving.interference import MAX_SLOWDOWN, server_slowdown
 
 NODE = "gpu-node-1"
 

@@ -9,8 +9,8 @@ import pytest
 
 from sits_observe.analytics.serving.step_profiles import A100, H100, KV_BYTES_PER_TOKEN
 from sits_observe.lab.cluster.cluster import SimulatedCluster
-from sits_observe.lab.cluster.server import InferenceServer
-from sits_observe.lab.cluster.workload import ArrivalGenerator, LoadProfile
+from sits_observe.lab.cluster.serving.server import InferenceServer
+from sits_observe.lab.cluster.serving.workload import ArrivalGenerator, LoadProfile
 
 
 def test_calibration_reproduces_measured_points() -> None:

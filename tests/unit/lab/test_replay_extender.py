@@ -15,11 +15,11 @@ from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
 from sits_observe.analytics.fragmentation.fgd.model import PodShape
 from sits_observe.analytics.fragmentation.fgd.workload import TargetWorkload
 from sits_observe.analytics.traces.cluster_trace import PodList
+from sits_observe.control.extender.clusterview.view import build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.overlay import Placement, with_placements
 from sits_observe.control.extender.scoring import PodRequest, prioritize
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.errors import ConfigError
 from sits_observe.lab.replay.engine.replay import replay
 from sits_observe.lab.replay.engine.sits import SitsSettings

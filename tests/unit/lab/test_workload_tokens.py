@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from sits_observe.analytics.serving.step_profiles import A100, AZURE_CONV, MOONCAKE_CONV, TokenShape
-from sits_observe.lab.cluster.server import InferenceServer
-from sits_observe.lab.cluster.workload import DEMO_LOAD, ArrivalGenerator, LoadProfile
+from sits_observe.lab.cluster.serving.server import InferenceServer
+from sits_observe.lab.cluster.serving.workload import DEMO_LOAD, ArrivalGenerator, LoadProfile
 
 
 @pytest.mark.parametrize("tokens", [AZURE_CONV, MOONCAKE_CONV], ids=lambda t: t.name)

@@ -43,7 +43,6 @@ from sits_observe.reports.serving import heatmap, heatmap_query, latency
 from sits_observe.reports.serving.heatmap_maps import heatmaps_of
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
-from sits_observe.surfaces.cli import simulate
 from sits_observe.surfaces.cli.common import (
     OutputFormat,
     cli_errors,
@@ -54,6 +53,7 @@ from sits_observe.surfaces.cli.common import (
 )
 from sits_observe.surfaces.cli.console import note, shown, styled
 from sits_observe.surfaces.cli.ingest import dcgm as ingest_dcgm
+from sits_observe.surfaces.cli.lab import simulate
 from sits_observe.surfaces.cli.reports.heatmap_extras import print_grid
 from sits_observe.surfaces.cli.reports.output import Output, print_report
 

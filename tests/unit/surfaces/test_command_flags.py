@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
 from sits_observe.errors import ConfigError
-from sits_observe.surfaces.cli import agent, controller, demo, experiment, serve, simulate, ui
+from sits_observe.surfaces.cli import agent, controller, serve, ui
 from sits_observe.surfaces.cli.flags import (
     SettingFlags,
     field_help,
@@ -25,6 +25,7 @@ from sits_observe.surfaces.cli.flags import (
     setting_options,
     with_flags,
 )
+from sits_observe.surfaces.cli.lab import demo, experiment, simulate
 from sits_observe.surfaces.cli.main import app
 from sits_observe.surfaces.cli.reference import root, walk
 

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from sits_observe.surfaces.cli.experiment_progress import ExperimentProgress
+from sits_observe.surfaces.cli.lab.experiment_progress import ExperimentProgress
 
 
 class _Clock:

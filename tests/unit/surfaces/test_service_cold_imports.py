@@ -26,10 +26,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sits_observe.control.extender.clusterview.view import build_view
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.scoring import prioritize
 from sits_observe.control.extender.scoring_settings import ScoringSettings
-from sits_observe.control.extender.view import build_view
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.control.extender.wire import host_priority_json, parse_extender_args
 from sits_observe.store import Store
 from tests.unit.control.extender_payloads import POD_1GPU_JSON, args_by_name

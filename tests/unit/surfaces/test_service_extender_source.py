@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from sits_observe.control.extender.source import DuckViewSource
-from sits_observe.control.extender.source_promql import PromQLViewSource
-from sits_observe.control.extender.view_settings import ViewSettings
+from sits_observe.control.extender.clusterview.source import DuckViewSource
+from sits_observe.control.extender.clusterview.source_promql import PromQLViewSource
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.store import Store
 from sits_observe.surfaces.service.app import create_app
 from sits_observe.surfaces.service.extender import ExtenderSettings, view_source

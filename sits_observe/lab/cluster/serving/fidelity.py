@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from sits_observe.analytics.serving.step_profiles import AZURE_CONV, GpuLatencyProfile, TokenShape
-from sits_observe.lab.cluster.server import InferenceServer, RequestRecord
+from sits_observe.lab.cluster.serving.server import InferenceServer, RequestRecord
 
 #: A server with room for every token: KV-cache capacity plays no part in these runs.
 _KV_BYTES = 10**15

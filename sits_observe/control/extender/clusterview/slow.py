@@ -1,7 +1,8 @@
 """The extender view's slow signals: node interference and measured GPU memory needs.
 
 Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recomputed every
-``slow_refresh_s`` rather than with every view (:mod:`sits_observe.control.extender.view`):
+``slow_refresh_s`` rather than with every view
+(:mod:`sits_observe.control.extender.clusterview.view`):
 
 - interference per node, :mod:`sits_observe.analytics.topology.interference` (SPEC: 0.4 bandwidth +
   0.35 NVLink conflict + 0.25 NUMA miss), aggregated by DuckDB where the samples lie;
@@ -13,7 +14,7 @@ Both look at minutes of ``gpu_samples`` (``slow_window_s``), so they are recompu
 
 :func:`slow_signals` reads a DuckDB store; a view read from PromQL computes the same
 interference with :func:`node_interference` over dcgm-exporter series, without NUMA miss
-ratios or topology (:mod:`sits_observe.control.extender.source_promql`).
+ratios or topology (:mod:`sits_observe.control.extender.clusterview.source_promql`).
 
 The analytics behind them are SQL (:mod:`sits_observe.store.rows`): over the store they run
 inside it, so the slow signals load no polars (about 0.1 s of a cold start, docs/extender.md)

@@ -8,7 +8,7 @@ inverse-CDF interpolation. The rate follows a triangle wave between ``low`` and 
 the base rate.
 
 By default the base rate is each server's own capacity
-(:meth:`~sits_observe.lab.cluster.server.InferenceServer.capacity_rps`, what a full batch
+(:meth:`~sits_observe.lab.cluster.serving.server.InferenceServer.capacity_rps`, what a full batch
 sustains, prefill included), as a gateway that balances by outstanding requests loads each
 replica in proportion to its speed: the H100 and A100 servers then cross their knees at the
 same moment. The default wave (:data:`DEMO_LOAD`) goes from 10 % to 110 % of capacity and back

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sits_observe.analytics.serving.step_profiles import GpuLatencyProfile
-from sits_observe.lab.cluster.server import InferenceServer
+from sits_observe.lab.cluster.serving.server import InferenceServer
 
 #: Prefill of a one-step request: far below any step, so it ends inside the first step.
 _NEGLIGIBLE_PREFILL_MS = 1e-6

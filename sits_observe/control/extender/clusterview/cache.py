@@ -18,8 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from sits_observe.control.extender.clusterview.view import ClusterView
 from sits_observe.control.extender.overlay import AssumedPods, Placement, with_placements
-from sits_observe.control.extender.view import ClusterView
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The extender's view read from a Prometheus-compatible store: no DuckDB data needed.
 
-A :class:`~sits_observe.control.extender.source.ViewSource` over the series a GPU cluster's
-Prometheus / VictoriaMetrics already holds (docs/extender.md, "Without the DuckDB file"):
+A :class:`~sits_observe.control.extender.clusterview.source.ViewSource` over the series a GPU
+cluster's Prometheus / VictoriaMetrics already holds (docs/extender.md, "Without the DuckDB file"):
 
 - inventory: kube-state-metrics, read into ``nodes`` / ``pods`` rows by
   :class:`~sits_observe.store.promql.kube.PromQLKubeSource` (the KSM snapshot is each
@@ -51,9 +51,8 @@ from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import InventoryTables, live_cluster_of
 from sits_observe.analytics.topology.interference import SAMPLE_COLUMNS
 from sits_observe.collectors.kube.pods import workload_of
-from sits_observe.control.extender.nodes import IntArray, uuids_by_index
-from sits_observe.control.extender.slow import SlowSignals, node_interference
-from sits_observe.control.extender.source import (
+from sits_observe.control.extender.clusterview.slow import SlowSignals, node_interference
+from sits_observe.control.extender.clusterview.source import (
     GPUS_PER_NUMA_LABEL,
     INTERCONNECT_LABEL,
     NO_PODS,
@@ -61,6 +60,7 @@ from sits_observe.control.extender.source import (
     NodeLabels,
     state_without_pods,
 )
+from sits_observe.control.extender.nodes import IntArray, uuids_by_index
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import StoreError
 from sits_observe.store.promql.client import PromQLClient
@@ -69,7 +69,7 @@ from sits_observe.store.promql.source import PromQLGpuSource
 from sits_observe.store.promql.view import PromQLViewReads, ksm_label
 
 if TYPE_CHECKING:
-    from sits_observe.control.extender.view_settings import ViewSettings
+    from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 
 _TOPOLOGY_LABELS = (INTERCONNECT_LABEL, GPUS_PER_NUMA_LABEL)
 

@@ -25,8 +25,8 @@ from sits_observe.lab.experiment.settings import ExperimentSettings
 from sits_observe.lab.experiment.table import ablation_rows, headline, measure_rows
 from sits_observe.surfaces.cli.common import err, out, run_cli
 from sits_observe.surfaces.cli.console import data_table
-from sits_observe.surfaces.cli.experiment_progress import ExperimentProgress
 from sits_observe.surfaces.cli.flags import SettingFlags, with_flags
+from sits_observe.surfaces.cli.lab.experiment_progress import ExperimentProgress
 
 if TYPE_CHECKING:  # the runner imports the emulator, the service and the agents: lazily
     from sits_observe.lab.experiment.experiment import ExperimentResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sits_observe.domain.table_spec import TS, TableSpec, table_schema
+from sits_observe.domain.schema.table_spec import TS, TableSpec, table_schema
 
 NUMA_SAMPLES = TableSpec(
     "numa_samples",

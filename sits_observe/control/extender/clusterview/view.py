@@ -1,7 +1,7 @@
 """The scheduler extender's cluster view: the store's latest state as per-node numpy arrays.
 
 kube-scheduler gives an extender a few milliseconds per call, so a call never reads the
-store: :class:`sits_observe.control.extender.cache.ViewCache` rebuilds an immutable
+store: :class:`sits_observe.control.extender.clusterview.cache.ViewCache` rebuilds an immutable
 :class:`ClusterView` in a background thread at most every ``refresh_interval_s`` and calls
 read whichever view is current (stale while revalidating). Only the very first call waits for
 a build.
@@ -26,11 +26,11 @@ What a view holds, per node row (rows in the order of the FGD cluster state):
   interference score (:mod:`sits_observe.analytics.topology.interference`) and each workload's
   measured GPU memory need (the largest per-GPU ``fb_used_bytes`` of its pods).
 
-The reads behind these are a :class:`~sits_observe.control.extender.source.ViewSource`: the
-DuckDB store's tables (``DuckViewSource``), or, with ``promql_url``, kube-state-metrics and
+The reads behind these are a :class:`~sits_observe.control.extender.clusterview.source.ViewSource`:
+the DuckDB store's tables (``DuckViewSource``), or, with ``promql_url``, kube-state-metrics and
 dcgm-exporter series in a Prometheus-compatible store
-(:mod:`sits_observe.control.extender.source_promql`), which lacks the measured topology and
-NUMA miss ratios (docs/extender.md, "Without the DuckDB file").
+(:mod:`sits_observe.control.extender.clusterview.source_promql`), which lacks the measured topology
+and NUMA miss ratios (docs/extender.md, "Without the DuckDB file").
 
 Units: bytes, milli-CPU, whole GPUs; times are UTC.
 """
@@ -51,10 +51,10 @@ from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
 from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
 from sits_observe.analytics.fragmentation.fgd.model import MILLI_PER_GPU
 from sits_observe.analytics.topology.settings import InterferenceSettings, find_link_capacity
+from sits_observe.control.extender.clusterview.slow import SlowSignals
+from sits_observe.control.extender.clusterview.source import DuckViewSource, ViewSource
+from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 from sits_observe.control.extender.nodes import tie_rank
-from sits_observe.control.extender.slow import SlowSignals
-from sits_observe.control.extender.source import DuckViewSource, ViewSource
-from sits_observe.control.extender.view_settings import ViewSettings
 from sits_observe.domain.arrow_numpy import float64_values, int64_values
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
@@ -216,7 +216,7 @@ def build_view(
     settings: ViewSettings,
     previous: ClusterView | None = None,
 ) -> ClusterView:
-    """Read ``source`` (a :class:`~sits_observe.control.extender.source.ViewSource`; a
+    """Read ``source`` (a :class:`~sits_observe.control.extender.clusterview.source.ViewSource`; a
     :class:`Store` reads through ``DuckViewSource``) into a :class:`ClusterView`; raises
     :class:`StoreError` on store failure.
 

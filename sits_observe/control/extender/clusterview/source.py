@@ -1,7 +1,7 @@
 """Where the extender's cluster view reads from: the seam, and its DuckDB implementation.
 
-:func:`sits_observe.control.extender.view.build_view` turns four reads into numpy arrays;
-a :class:`ViewSource` makes them:
+:func:`sits_observe.control.extender.clusterview.view.build_view` turns four reads into numpy
+arrays; a :class:`ViewSource` makes them:
 
 - ``snapshot_times(now)``: the times of the newest node and pod inventory snapshots (the
   view re-reads its inventory only when they change);
@@ -11,9 +11,9 @@ a :class:`ViewSource` makes them:
 - ``slow_signals(...)``: interference per node, measured memory needs, measured topology.
 
 :class:`DuckViewSource` reads the service's DuckDB store (the SQL the view has always run);
-``sits_observe.control.extender.source_promql.PromQLViewSource`` reads kube-state-metrics
-and dcgm-exporter series from a Prometheus-compatible store, so the extender needs no
-DuckDB data (docs/extender.md, "Without the DuckDB file"). The label rules and the state of
+``sits_observe.control.extender.clusterview.source_promql.PromQLViewSource`` reads
+kube-state-metrics and dcgm-exporter series from a Prometheus-compatible store, so the extender
+needs no DuckDB data (docs/extender.md, "Without the DuckDB file"). The label rules and the state of
 a cluster without pods are here, once, for both.
 """
 
@@ -31,13 +31,13 @@ from sits_observe.analytics.fragmentation.fgd.cluster import ClusterState
 from sits_observe.analytics.fragmentation.fgd.index import FragmentationIndex
 from sits_observe.analytics.fragmentation.fgd.workload import typical_pods
 from sits_observe.analytics.fragmentation.fgd_live import live_cluster
+from sits_observe.control.extender.clusterview.slow import SlowSignals, slow_signals
 from sits_observe.control.extender.nodes import bound_pods, gpu_uuids_by_index
-from sits_observe.control.extender.slow import SlowSignals, slow_signals
 from sits_observe.domain.times import utc_naive
 from sits_observe.store import Store
 
 if TYPE_CHECKING:
-    from sits_observe.control.extender.view_settings import ViewSettings
+    from sits_observe.control.extender.clusterview.view_settings import ViewSettings
 
 #: Node labels (ours) that override the inferred GPU topology.
 INTERCONNECT_LABEL = "sits.io/gpu-interconnect"

@@ -1,0 +1,2 @@
+"""The commands that run the lab: ``demo``, ``simulate`` and ``experiment`` (and the
+experiment's progress line)."""
