@@ -50,6 +50,21 @@ def named_seconds(items: typing.Iterable[str], what: str, example: str) -> dict[
     return out
 
 
+def named_values(
+    items: typing.Iterable[str], what: str, value: str, example: str
+) -> dict[str, str]:
+    """``NAME=VALUE`` settings (a namespace's tenant) as ``{name: value}``; ValueError naming
+    the bad item and the form, with ``example``, otherwise. A name given twice keeps its last
+    value, as a repeated flag does."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise ValueError(f"{item!r}: use {what}={value} ({example})")
+        out[name.strip()] = text.strip()
+    return out
+
+
 def comma_separated(value: object) -> object:
     """A list setting given as ``a,b`` or repeated (``--arms a --arms b,c``) as one tuple of
     its stripped, non-empty items; anything else unchanged (for a ``mode="before"``

@@ -2,9 +2,10 @@
 
 SPEC "Namespace SLA example: finance 15 ms P99, medical 120 ms, government 300 ms; under load
 on one tenant, the others must stay inside their SLA, else non-critical work is throttled".
-A tenant is a namespace; its SLA is configuration (``ClassSettings.namespace_sla_p99_s``; none
-by default, the SPEC's table is an example in docs/analytics/tenants.md), and only a tenant
-with one can be pushed out of it.
+A tenant is a namespace, or several namespaces that a configured map (namespace -> tenant)
+rolls up into one: their requests and their load count as that tenant's. Its SLA is
+configuration (``ClassSettings.namespace_sla_p99_s``; none by default, the SPEC's table is an
+example in docs/analytics/tenants.md), and only a tenant with one can be pushed out of it.
 
 Method (:class:`~.settings.TenantSettings` holds every threshold):
 
@@ -62,33 +63,39 @@ _LOAD_SCHEMA: dict[str, pl.DataType] = {
     "load": pl.Float64(),
 }
 
+#: The tenant of a row's ``namespace``: the map's (``$mapped`` namespaces, ``$tenant_names``
+#: their tenants, in the same order), else the namespace itself.
+_TENANT = (
+    "coalesce(list_extract($tenant_names::VARCHAR[], list_position($mapped::VARCHAR[], "
+    "namespace)), namespace)"
+)
 #: The victim's nodes in the window, then the other tenants' load on them per bin.
-_PLACED = """
+_PLACED = f"""
 placed AS (
-    SELECT DISTINCT namespace AS victim, node FROM requests
+    SELECT DISTINCT {_TENANT} AS victim, node FROM requests
     WHERE ts >= $since AND ts < $until AND node IS NOT NULL
-      AND list_contains($victims::VARCHAR[], namespace)
+      AND list_contains($victims::VARCHAR[], {_TENANT})
 )"""
 _LOAD_SQL = {
-    "gpu_util": """
+    "gpu_util": f"""
 used AS (
-    SELECT namespace AS aggressor, node, gpu_uuid, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
+    SELECT {_TENANT} AS aggressor, node, gpu_uuid, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
            avg(gpu_util_ratio) AS load
     FROM gpu_samples
     WHERE ts >= $since AND ts < $until AND namespace IS NOT NULL AND isfinite(gpu_util_ratio)
     GROUP BY ALL
 )""",
-    "requests": """
+    "requests": f"""
 used AS (
-    SELECT namespace AS aggressor, node, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
+    SELECT {_TENANT} AS aggressor, node, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
            count(*) / $bin_s AS load
     FROM requests
     WHERE ts >= $since AND ts < $until AND namespace IS NOT NULL
     GROUP BY ALL
 )""",
-    "pods": """
+    "pods": f"""
 used AS (
-    SELECT namespace AS aggressor, node, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
+    SELECT {_TENANT} AS aggressor, node, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
            count(DISTINCT pod)::DOUBLE AS load
     FROM gpu_samples
     WHERE ts >= $since AND ts < $until AND namespace IS NOT NULL AND pod IS NOT NULL
@@ -99,9 +106,11 @@ used AS (
 
 @dataclass(frozen=True)
 class TenantSla:
-    """One tenant over the window: a namespace with requests, or one with an SLA."""
+    """One tenant over the window: a tenant with requests, or one with an SLA."""
 
-    namespace: str
+    tenant: str
+    #: The namespaces whose requests it holds in the window (sorted; empty without requests).
+    namespaces: tuple[str, ...]
     #: Its P99 SLA, seconds (None: none configured).
     sla_p99_s: float | None
     requests: int
@@ -140,7 +149,7 @@ class TenantInterference:
 
 @dataclass(frozen=True)
 class TenantReport:
-    """The tenants (namespaces with requests, and those with an SLA) and the interference
+    """The tenants (those with requests, and those with an SLA) and the interference
     findings, strongest correlation first."""
 
     tenants: tuple[TenantSla, ...]
@@ -155,12 +164,24 @@ def _query(store: Store, sql: str, params: Mapping[str, object]) -> pa.Table:
     return store.query(_NAMED.sub("?", sql), [params[m] for m in _NAMED.findall(sql)])
 
 
-def _params(since: datetime | None, until: datetime, settings: TenantSettings) -> dict[str, object]:
+def _mapped(tenants: Mapping[str, str] | None) -> dict[str, object]:
+    """The ``$mapped`` / ``$tenant_names`` parameters of :data:`_TENANT`."""
+    pairs = sorted((tenants or {}).items())
+    return {"mapped": [n for n, _ in pairs], "tenant_names": [t for _, t in pairs]}
+
+
+def _params(
+    since: datetime | None,
+    until: datetime,
+    settings: TenantSettings,
+    tenants: Mapping[str, str] | None,
+) -> dict[str, object]:
     return {
         "since": datetime.min if since is None else utc_naive(since),
         "until": utc_naive(until),
         "bin_us": float(settings.bin_s * _US),
         "bin_s": float(settings.bin_s),
+        **_mapped(tenants),
     }
 
 
@@ -170,18 +191,27 @@ def p99_bins(
     until: datetime,
     slas: Mapping[str, float],
     settings: TenantSettings,
+    *,
+    tenants: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """Per tenant with an SLA and bin: ``requests`` and the exact ``p99_s`` (every bin with a
-    request; :func:`detect` drops those below ``min_requests_per_bin``)."""
+    request; :func:`detect` drops those below ``min_requests_per_bin``). ``tenants`` maps a
+    namespace to its tenant (a namespace not in it is its own); the column keeps the name
+    ``namespace``."""
     where, named = RequestSelection(since=since, until=until).where_named()
     sql = f"""
-        SELECT namespace, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin, count(*) AS requests,
-               quantile_cont(latency_s, {_P99}) AS p99_s
+        SELECT {_TENANT} AS namespace, floor(epoch_us(ts) / $bin_us)::BIGINT AS bin,
+               count(*) AS requests, quantile_cont(latency_s, {_P99}) AS p99_s
         FROM requests
-        WHERE {where} AND list_contains($victims::VARCHAR[], namespace)
+        WHERE {where} AND list_contains($victims::VARCHAR[], {_TENANT})
         GROUP BY ALL ORDER BY namespace, bin
     """
-    params = {**named, "victims": sorted(slas), "bin_us": float(settings.bin_s * _US)}
+    params = {
+        **named,
+        **_mapped(tenants),
+        "victims": sorted(slas),
+        "bin_us": float(settings.bin_s * _US),
+    }
     return _frame(_query(store, sql, params), _P99_SCHEMA)
 
 
@@ -191,8 +221,11 @@ def load_bins(
     until: datetime,
     victims: Mapping[str, float],
     settings: TenantSettings,
+    *,
+    tenants: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
-    """Per (victim, other tenant, bin): the other tenant's ``load`` on the victim's nodes."""
+    """Per (victim, other tenant, bin): the other tenant's ``load`` on the victim's nodes
+    (``tenants``: as :func:`p99_bins`)."""
     sql = f"""
         WITH {_PLACED}, {_LOAD_SQL[settings.load]}
         SELECT victim, aggressor, bin, sum(load)::DOUBLE AS load
@@ -200,7 +233,7 @@ def load_bins(
         WHERE aggressor <> victim
         GROUP BY ALL ORDER BY victim, aggressor, bin
     """
-    params = {**_params(since, until, settings), "victims": sorted(victims)}
+    params = {**_params(since, until, settings, tenants), "victims": sorted(victims)}
     return _frame(_query(store, sql, params), _LOAD_SCHEMA)
 
 
@@ -268,19 +301,26 @@ def pooled_p99(
     store: Store,
     since: datetime | None,
     until: datetime,
-    namespace: str,
+    tenant: str,
     *,
     bins: list[int],
     settings: TenantSettings,
+    tenants: Mapping[str, str] | None = None,
 ) -> float | None:
-    """The exact P99 of ``namespace``'s requests in ``bins`` (None: none there)."""
+    """The exact P99 of ``tenant``'s requests in ``bins`` (None: none there)."""
     where, named = RequestSelection(since=since, until=until).where_named()
     sql = f"""
         SELECT quantile_cont(latency_s, {_P99}) FROM requests
-        WHERE {where} AND namespace = $ns
+        WHERE {where} AND {_TENANT} = $ns
           AND list_contains($bins::BIGINT[], floor(epoch_us(ts) / $bin_us)::BIGINT)
     """
-    params = {**named, "ns": namespace, "bins": bins, "bin_us": float(settings.bin_s * _US)}
+    params = {
+        **named,
+        **_mapped(tenants),
+        "ns": tenant,
+        "bins": bins,
+        "bin_us": float(settings.bin_s * _US),
+    }
     value = _query(store, sql, params).column(0)[0].as_py()
     return None if value is None else float(value)
 
@@ -293,26 +333,30 @@ def _tenants(
     *,
     p99: pl.DataFrame,
     settings: TenantSettings,
+    tenants: Mapping[str, str] | None,
 ) -> tuple[TenantSla, ...]:
     where, named = RequestSelection(since=since, until=until).where_named()
     overall = pl.DataFrame(
         _query(
             store,
-            f"SELECT namespace, count(*) AS requests, quantile_cont(latency_s, {_P99}) AS p99_s "
-            f"FROM requests WHERE {where} AND namespace IS NOT NULL GROUP BY namespace",
-            named,
+            f"SELECT {_TENANT} AS tenant, count(*) AS requests, "
+            f"quantile_cont(latency_s, {_P99}) AS p99_s, "
+            "list_sort(list(DISTINCT namespace)) AS namespaces "
+            f"FROM requests WHERE {where} AND namespace IS NOT NULL GROUP BY ALL",
+            {**named, **_mapped(tenants)},
         )
     )
-    totals = {r["namespace"]: r for r in overall.iter_rows(named=True)} if overall.height else {}
+    totals = {r["tenant"]: r for r in overall.iter_rows(named=True)} if overall.height else {}
     counted = p99.filter(pl.col("requests") >= settings.min_requests_per_bin)
     out = []
-    for namespace in sorted(set(totals) | set(slas)):
-        sla = slas.get(namespace)
-        mine = counted.filter(pl.col("namespace") == namespace)
-        total = totals.get(namespace)
+    for tenant in sorted(set(totals) | set(slas)):
+        sla = slas.get(tenant)
+        mine = counted.filter(pl.col("namespace") == tenant)
+        total = totals.get(tenant)
         out.append(
             TenantSla(
-                namespace=namespace,
+                tenant=tenant,
+                namespaces=() if total is None else tuple(total["namespaces"]),
                 sla_p99_s=None if sla is None else float(sla),
                 requests=0 if total is None else int(total["requests"]),
                 p99_s=None if total is None else float(total["p99_s"]),
@@ -331,11 +375,15 @@ def tenant_report(
     until: datetime,
     slas: Mapping[str, float],
     settings: TenantSettings,
+    *,
+    tenants: Mapping[str, str] | None = None,
 ) -> TenantReport:
-    """Every tenant in ``[since, until)`` (a namespace with requests, or with an SLA) and the
-    interference findings (victims: the tenants with an SLA)."""
-    p99 = p99_bins(store, since, until, slas, settings)
-    load = load_bins(store, since, until, slas, settings)
+    """Every tenant in ``[since, until)`` (one with requests, or with an SLA) and the
+    interference findings (victims: the tenants with an SLA). ``tenants`` maps a namespace
+    to its tenant; a namespace not in it is a tenant of its own, and ``slas`` is keyed by
+    tenant."""
+    p99 = p99_bins(store, since, until, slas, settings, tenants=tenants)
+    load = load_bins(store, since, until, slas, settings, tenants=tenants)
     found = detect(p99, load, slas, settings)
     findings = []
     bin_us = int(settings.bin_s * _US)
@@ -351,10 +399,10 @@ def tenant_report(
                 aggressor=r["aggressor"],
                 sla_p99_s=float(r["sla_p99_s"]),
                 victim_p99_high_s=pooled_p99(
-                    store, since, until, r["victim"], bins=high, settings=settings
+                    store, since, until, r["victim"], bins=high, settings=settings, tenants=tenants
                 ),
                 victim_p99_low_s=pooled_p99(
-                    store, since, until, r["victim"], bins=low, settings=settings
+                    store, since, until, r["victim"], bins=low, settings=settings, tenants=tenants
                 ),
                 load=settings.load,
                 load_high=float(r["load_high"]),
@@ -369,5 +417,6 @@ def tenant_report(
             )
         )
     return TenantReport(
-        _tenants(store, since, until, slas, p99=p99, settings=settings), tuple(findings)
+        _tenants(store, since, until, slas, p99=p99, settings=settings, tenants=tenants),
+        tuple(findings),
     )

@@ -218,7 +218,7 @@ def test_the_tenants_report_and_recommend_rows(db: Store) -> None:
     )
     assert row["victim_p99_high_s"] == pytest.approx(0.039)
     assert row["victim_p99_low_s"] == pytest.approx(0.0069)
-    sla = {r["namespace"]: r for r in report.table("tenants").records()}
+    sla = {r["tenant"]: r for r in report.table("tenants").records()}
     assert sla["finance"]["bins_out_of_sla"] == 5 and sla["medical"]["requests"] == 0
     query = recommend.RecommendQuery(action="tenant-throttle", sla=SLAS)
     rec = recommend.build(db, window, query)

@@ -116,7 +116,7 @@ def test_the_report_finds_batch_pushing_finance_out_of_its_sla(store: Store) -> 
     assert f.victim_p99_low_s == pytest.approx(0.0069, abs=1e-12)
     assert f.first_high_at == T0 + timedelta(minutes=5)
     assert f.last_high_at == T0 + timedelta(minutes=9)
-    tenants = {t.namespace: t for t in report.tenants}
+    tenants = {t.tenant: t for t in report.tenants}
     assert tenants["finance"].requests == 219 and tenants["finance"].bins == 10
     assert tenants["finance"].bins_out_of_sla == 5
     assert tenants["medical"].bins_out_of_sla == 0
