@@ -20,7 +20,8 @@ Tables: the cluster's answer (one row, the main table), the causes, the typical-
 the nodes, most fragmented first; from a store where pods declare ``sits.io/precision``, also
 ``precision``: per precision class, F(M) for the typical pods of that class alone on the same
 cluster, and what the class holds in the newest pods snapshot, with the nodes it shares with
-another class (mixed-precision co-location; docs/analytics/affinity.md). Amounts are milli-GPU
+another class (mixed-precision co-location; docs/analytics/affinity.md); from a store with
+DRA GPUs, also ``dra`` and ``dra_nodes`` (:mod:`.fragmentation_dra`). Amounts are milli-GPU
 and milli-CPU in JSON and CSV (1000 = one GPU, one core); tables show GPUs (``3.73``) and
 cores.
 """
@@ -63,6 +64,7 @@ from sits_observe.analytics.traces.cluster_trace import (
 )
 from sits_observe.domain.units import Unit
 from sits_observe.errors import ConfigError, NoDataError, StoreError
+from sits_observe.reports.fragmentation_dra import dra_tables
 from sits_observe.reports.result import Report, ReportTable, col, table_of
 from sits_observe.reports.spec import PromQLReader, ReportSpec, require_rows
 from sits_observe.reports.window import Window, utc_text
@@ -163,6 +165,7 @@ class FgdInputs:
     by_precision: dict[str, tuple[PodShape, ...]] | None = None
     precision_held: dict[str, Holding] | None = None
     result: FragmentationReport | None = None
+    dra: tuple[ReportTable, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,7 @@ def report_of(window: Window, inputs: FgdInputs, query: FragmentationQuery) -> R
     )
     if inputs.by_precision:
         others = (*others, _precision(inputs, query))
+    others = (*others, *inputs.dra)
     main = _cluster(result, inputs)
     return Report("fragmentation", window, main, others, inputs.notes, facts)
 
@@ -316,6 +320,7 @@ def _from_store(store: Store, window: Window, query: FragmentationQuery) -> FgdI
         by_precision=precision_shapes(store, window.since, window.until),
         precision_held=precision_holdings(store, live.pods_at),
         result=measured.result,
+        dra=dra_tables(store, window),
     )
 
 

@@ -18,7 +18,13 @@ GPUs and milli-GPU shares of the device plugin world) sees neither:
 
 The scheduler picks the first device that fits in slice order (the driver orders MIG devices
 for that), and the extender, which only scores nodes, cannot steer that choice
-(docs/extender.md, "DRA devices"). Inputs are one snapshot of ``dra_devices`` and
+(docs/extender.md, "DRA devices"). **First fit's waste** (:func:`first_fit_waste_of`): per
+node, the claims it holds, in allocation order, allocated again from an empty node by first
+fit and by a best-fit rule (:mod:`.dra_allocator`); the stranded slices and split GPUs first
+fit leaves beyond best fit's. The store does not keep the slices' order: devices are taken in
+the natural order of their names (``gpu-<minor>``, then its MIG placements by profile and
+start, as NVIDIA's driver lists them), claims of one allocation time in the natural order of
+their names. Inputs are one snapshot of ``dra_devices`` and
 ``dra_allocations`` (:func:`dra_fragmentation_at` reads the latest from a store). Units:
 bytes, counter units, slices; ratios 0-1.
 """
@@ -26,15 +32,24 @@ bytes, counter units, slices; ratios 0-1.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
+from sits_observe.analytics.fragmentation.dra_allocator import (
+    WHOLE_GPU,
+    FirstFitWaste,
+    NodeDevices,
+    PoolDevice,
+    first_fit_waste,
+)
+from sits_observe.domain.times import utc_naive
 from sits_observe.store.duck import Store
 from sits_observe.store.inventory_reads import rows_at
 
@@ -87,6 +102,7 @@ class DraFragmentation:
     typical_share_bytes: int | None
     shared: tuple[SharedDeviceLeft, ...]
     partitioned: tuple[CounterSetLeft, ...]
+    first_fit: tuple[FirstFitWaste, ...] = ()
 
     @property
     def shared_free_bytes(self) -> int:
@@ -110,6 +126,11 @@ class DraFragmentation:
         """Free memory slices no device that still fits can use."""
         return sum(p.slices_stranded for p in self.partitioned)
 
+    @property
+    def first_fit_wasted_slices(self) -> int:
+        """Stranded slices first fit leaves beyond a best-fit device choice, every node."""
+        return sum(w.wasted_slices for w in self.first_fit)
+
 
 def dra_fragmentation(
     devices: pa.Table, allocations: pa.Table, *, share_bytes: int | None = None
@@ -122,16 +143,78 @@ def dra_fragmentation(
     shared = _shared(device_rows, allocated)
     consumed = [b for key in allocated for b in allocated[key].values() if b]
     typical = share_bytes if share_bytes is not None else _median(consumed)
-    return DraFragmentation(typical, shared, _partitioned(device_rows, allocated))
+    return DraFragmentation(
+        typical,
+        shared,
+        _partitioned(device_rows, allocated),
+        first_fit_waste_of(device_rows, allocations.to_pylist()),
+    )
+
+
+def first_fit_waste_of(
+    devices: Sequence[Mapping[str, Any]], allocations: Sequence[Mapping[str, Any]]
+) -> tuple[FirstFitWaste, ...]:
+    """Per node with allocated devices of a counter set or a whole GPU: first fit's waste
+    (the module docstring) for the claims it holds. Rows as ``dra_devices`` /
+    ``dra_allocations`` of one snapshot; shared (consumable-capacity) devices are left out."""
+    pools: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in devices:
+        if r["node"] is not None and not r["multiple_allocations"]:
+            pools[r["node"]].append(r)
+    held: dict[str, dict[tuple[object, str], tuple[Any, ...]]] = defaultdict(dict)
+    for r in allocations:
+        if r["node"] in pools and r["share_id"] is None:
+            # One request per (claim, device), however many pods consume the claim; in
+            # allocation order (unknown times last), then by claim name.
+            at = r["allocated_at"]
+            order = (at is None, at or 0, r.get("namespace") or "", _natural(r.get("claim")))
+            held[r["node"]].setdefault((r["claim_uid"], r["device"]), order)
+    out = []
+    for node in sorted(held):
+        pool = _node_devices(node, sorted(pools[node], key=lambda r: _natural(r["device"])))
+        profile = {d.name: d.profile for d in pool.devices}
+        ordered = sorted(held[node].items(), key=lambda item: item[1])
+        requests = [(profile[dev], 1) for (_, dev), _ in ordered if dev in profile]
+        out.append(first_fit_waste(pool, requests))
+    return tuple(out)
+
+
+def _natural(text: str | None) -> tuple[tuple[int, int | str], ...]:
+    """``gpu-2`` before ``gpu-10``: digit runs compare as numbers."""
+    parts = re.split(r"(\d+)", text or "")
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
+
+
+def _node_devices(node: str, rows: Sequence[Mapping[str, Any]]) -> NodeDevices:
+    devices = []
+    sets: dict[str, dict[str, int]] = {}
+    for r in rows:
+        gpu = r["counter_set"] or r["physical_gpu"] or r["device"]
+        if r["counter_set"] and gpu not in sets:
+            sets[gpu] = _counters(r["counter_set_json"])
+        profile = r["mig_profile"] or (WHOLE_GPU if r["device_type"] == "gpu" else r["device_type"])
+        devices.append(PoolDevice(r["device"], gpu, profile, _counters(r["counters_json"])))
+    return NodeDevices(node, tuple(devices), sets)
 
 
 def dra_fragmentation_at(
-    store: Store, at: datetime | None = None, *, share_bytes: int | None = None
+    store: Store,
+    at: datetime | None = None,
+    *,
+    share_bytes: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> DraFragmentation | None:
-    """:func:`dra_fragmentation` of the DRA snapshot at ``at`` (None: the latest); None when
-    the store holds no DRA snapshot there."""
+    """:func:`dra_fragmentation` of the DRA snapshot at ``at`` (None: the newest with
+    ``since <= ts < until``, each bound None = open); None when the store holds no DRA
+    snapshot there."""
     if at is None:
-        at = store.scalar("SELECT max(ts) FROM dra_device_snapshots")
+        bounds = [None if t is None else utc_naive(t) for t in (since, until)]
+        at = store.scalar(
+            "SELECT max(ts) FROM dra_device_snapshots "
+            "WHERE (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)",
+            [bounds[0], bounds[0], bounds[1], bounds[1]],
+        )
         if at is None:
             return None
     devices = rows_at(store, "dra_devices", at, _DEVICE_COLUMNS)
@@ -152,8 +235,22 @@ _DEVICE_COLUMNS = (
     "counter_set",
     "counters_json",
     "counter_set_json",
+    "device_type",
+    "mig_profile",
+    "physical_gpu",
 )
-_ALLOCATION_COLUMNS = ("driver", "pool", "device", "share_id", "consumed_memory_bytes")
+_ALLOCATION_COLUMNS = (
+    "driver",
+    "pool",
+    "device",
+    "share_id",
+    "consumed_memory_bytes",
+    "node",
+    "namespace",
+    "claim",
+    "claim_uid",
+    "allocated_at",
+)
 
 _Key = tuple[str, str, str]
 

@@ -54,7 +54,12 @@ from sits_observe.control.extender.overlay import AssumedPods, Placement
 from sits_observe.control.extender.scoring_settings import ScoringSettings
 from sits_observe.domain.times import utc_naive
 from sits_observe.errors import ConfigError, KubeApiError, UnknownNameError
-from sits_observe.lab.replay.engine.kube import REPLAY_NAMESPACE, KubePolicy, PodStore
+from sits_observe.lab.replay.engine.kube import (
+    REPLAY_NAMESPACE,
+    DeviceStep,
+    KubePolicy,
+    PodStore,
+)
 from sits_observe.lab.replay.engine.policies import Choice, Policy
 from sits_observe.lab.replay.engine.replay import policy_names
 from sits_observe.lab.replay.engine.state import SimPod, SimState
@@ -258,6 +263,7 @@ class ExtenderReplayPolicy:
         no_bind: bool = False,
         scoring: ScoringSettings | None = None,
         view: ViewSettings | None = None,
+        devices: DeviceStep | None = None,
     ) -> None:
         if not config.extenders:
             raise ConfigError(
@@ -270,6 +276,8 @@ class ExtenderReplayPolicy:
         self.pod_list = pods
         self.scoring = scoring or ScoringSettings()
         self.view_settings = view or ViewSettings()
+        #: DRA's device choice in place of the device plugin's (None: the device plugin).
+        self.devices = devices
         self._sim: SimState | None = None
         self._kube: KubePolicy | None = None
         self._observer: OverlayObserver | None = None
@@ -327,7 +335,12 @@ class ExtenderReplayPolicy:
         self._observer = OverlayObserver(views)
         extenders = [Extender(e, self._transport) for e in self.config.extenders]
         self._kube = KubePolicy(
-            self.name, self.config, extenders, observers=[self._observer], pods=pod_store
+            self.name,
+            self.config,
+            extenders,
+            observers=[self._observer],
+            pods=pod_store,
+            devices=self.devices,
         )
         self._sim = sim
 

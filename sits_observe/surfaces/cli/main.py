@@ -25,6 +25,7 @@ _MODULES = (
     "reports.commands",
     "controller",
     "lab.simulate",
+    "lab.simulate_dra",
     "lab.experiment",
     "grafana",
     "ui",

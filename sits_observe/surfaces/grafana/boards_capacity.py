@@ -274,14 +274,66 @@ def fragmentation() -> Json:
     return dashboard(
         "sits-fragmentation",
         "sits-observe / Fragmentation",
-        "GPU fragmentation: FGD for the cluster and each node, SMF per GPU, node and "
-        "namespace, and framebuffer occupancy trends grouped by their DBSCAN cluster.",
-        (("FGD", fgd), ("SMF", smf), ("Framebuffer trends and DBSCAN clusters", trends)),
+        "GPU fragmentation: FGD for the cluster and each node, DRA memory slices and shares, "
+        "SMF per GPU, node and namespace, and framebuffer occupancy trends grouped by their "
+        "DBSCAN cluster.",
+        (
+            ("FGD", fgd),
+            ("DRA devices", _dra()),
+            ("SMF", smf),
+            ("Framebuffer trends and DBSCAN clusters", trends),
+        ),
         variables=(
             query_variable("node", "Node", label_values(m.FB_USED, m.NODE_LABEL)),
             query_variable("namespace", "Namespace", label_values(m.SMF_NAMESPACE, "namespace")),
         ),
         tags=("fragmentation",),
+    )
+
+
+def _dra() -> tuple[Panel, ...]:
+    """GPUs handed out through DRA: memory slices of partitionable GPUs, consumable shares."""
+    return (
+        stat(
+            "Stranded memory slices (DRA)",
+            "Free memory slices of partitionable GPUs that no device still fitting can use, "
+            "over the selected nodes (newest DRA snapshot).",
+            Query(agg("sum", (), sel(m.DRA_SLICES_STRANDED, Hostname=NODE)), legend="slices"),
+            unit="short",
+            thresholds=HIGH_IS_BAD,
+            minimum=0,
+        ),
+        stat(
+            "First-fit waste (DRA)",
+            "Memory slices the scheduler's first-fit device choice strands beyond a best-fit "
+            "choice for the same claims; the extender's node choice cannot steer it.",
+            Query(agg("sum", (), sel(m.DRA_FIRST_FIT_WASTE, Hostname=NODE)), legend="slices"),
+            unit="short",
+            thresholds=HIGH_IS_BAD,
+            minimum=0,
+        ),
+        stat(
+            "Stranded share memory (DRA)",
+            "Memory left on consumable-capacity GPUs in pieces smaller than the typical share.",
+            Query(agg("sum", (), sel(m.DRA_SHARED_STRANDED_BYTES, Hostname=NODE)), legend="bytes"),
+            unit="bytes",
+            width=12,
+        ),
+        timeseries(
+            "Free and stranded memory slices per node (DRA)",
+            "Each node's free memory slices of partitionable GPUs and the stranded part.",
+            Query(sel(m.DRA_SLICES_FREE, Hostname=NODE), legend="{{Hostname}} free"),
+            Query(sel(m.DRA_SLICES_STRANDED, Hostname=NODE), legend="{{Hostname}} stranded"),
+            unit="short",
+            minimum=0,
+        ),
+        timeseries(
+            "Free share memory per node (DRA)",
+            "Memory of each node's consumable-capacity GPUs that no share consumes.",
+            Query(sel(m.DRA_SHARED_FREE_BYTES, Hostname=NODE), legend="{{Hostname}}"),
+            unit="bytes",
+            minimum=0,
+        ),
     )
 
 

@@ -48,6 +48,11 @@ SMF_GPU = "sits_smf_ratio"
 SMF_NODE = "sits_smf_node_ratio"
 SMF_NAMESPACE = "sits_smf_namespace_ratio"
 FB_USED = "sits_gpu_framebuffer_used_ratio"
+DRA_SLICES_FREE = "sits_dra_memory_slices_free"
+DRA_SLICES_STRANDED = "sits_dra_memory_slices_stranded"
+DRA_FIRST_FIT_WASTE = "sits_dra_first_fit_wasted_slices"
+DRA_SHARED_FREE_BYTES = "sits_dra_shared_free_bytes"
+DRA_SHARED_STRANDED_BYTES = "sits_dra_shared_stranded_bytes"
 TREND_CLUSTER = "sits_gpu_trend_cluster"
 
 # -- attribution: which pod / MIG instance holds each GPU ---------------------------------------

@@ -285,3 +285,20 @@ def test_every_expression_parses_in_promtool(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_fragmentation_dashboard_counts_dra_gpus() -> None:
+    """GPUs handed out through DRA are in the FGD panels (the inventory counts them) and in a
+    row of their own: stranded memory slices, first fit's waste, consumable shares."""
+    board = json.loads((GRAFANA / "dashboards" / "fragmentation.json").read_text())
+    text = json.dumps(board)
+    for family in (
+        "sits_dra_memory_slices_free",
+        "sits_dra_memory_slices_stranded",
+        "sits_dra_first_fit_wasted_slices",
+        "sits_dra_shared_free_bytes",
+        "sits_dra_shared_stranded_bytes",
+    ):
+        assert family in text, family
+    rows = [p["title"] for p in board["panels"] if p.get("type") == "row"]
+    assert "DRA devices" in rows

@@ -20,7 +20,10 @@ authors' simulator, exact to the milli); allowed GPU models as required node aff
 :meth:`KubePolicy.choose` decides *and assumes*: like kube-scheduler it accounts the pod in
 its cache before the bind completes, and the replay always places what a policy returns. The
 device plugin reads the pod's ``nvidia.com/use-gpuuuid`` hint, which a binding extender may
-have written through the :class:`PodStore` (the replay's stand-in for the API server).
+have written through the :class:`PodStore` (the replay's stand-in for the API server). With a
+:class:`DeviceStep` (DRA-shaped nodes, :mod:`sits_observe.lab.replay.dra`) the devices are
+its choice instead, and nodes where it cannot allocate the pod's claim are filtered out, as
+kube-scheduler's DynamicResources filter plugin does.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from sits_observe.lab.replay.engine.policies import Choice
 from sits_observe.lab.replay.engine.state import SimPod, SimState
 from sits_observe.lab.scheduler.config import SchedulerConfig
 from sits_observe.lab.scheduler.kube_nodes import GPU_PRODUCT_LABEL, MIB, NodeInfos, SchedPod
-from sits_observe.lab.scheduler.model import Extender, KubeScheduler
+from sits_observe.lab.scheduler.model import Decision, Extender, KubeScheduler
 
 #: The trace's GPU-share annotations (hkust-adsl/kubernetes-scheduler-simulator).
 GPU_MILLI_ANNOTATION = "alibabacloud.com/gpu-milli"
@@ -94,6 +97,22 @@ class PlacementObserver(Protocol):
 
     def placed(self, pod: SchedPod, node: str, gpus: Sequence[int]) -> None:
         """``pod`` now runs on ``node`` holding device indices ``gpus``."""
+        ...
+
+
+class DeviceStep(Protocol):
+    """Chooses a pod's devices on a node in place of the device plugin (DRA's allocator)."""
+
+    def reset(self) -> None:
+        """Forget every allocation (a new replay starts on an empty cluster)."""
+        ...
+
+    def feasible(self, node: str, pod: SchedPod) -> bool:
+        """Whether the pod's devices can be allocated on ``node`` now."""
+        ...
+
+    def allocate(self, node: str, pod: SchedPod) -> tuple[int, ...] | None:
+        """Allocate the pod's devices on ``node``; the GPU indices, None when they do not fit."""
         ...
 
 
@@ -175,6 +194,7 @@ class KubePolicy:
         gpu_policy: GpuPolicy = "spread",
         observers: Sequence[PlacementObserver] = (),
         pods: PodStore | None = None,
+        devices: DeviceStep | None = None,
     ) -> None:
         self.name = name
         self.config = config or SchedulerConfig()
@@ -183,6 +203,8 @@ class KubePolicy:
         self.observers = list(observers)
         #: The pods' manifests, where a binding extender leaves its GPU hint.
         self.pods = pods or PodStore()
+        #: DRA's device choice in place of the device plugin's; None = the device plugin.
+        self.devices = devices
         self.nodes: NodeInfos | None = None
         self._sim: SimState | None = None
         self._arrived = 0
@@ -201,6 +223,8 @@ class KubePolicy:
             self.scheduler.next_start = 0
             self._arrived = 0
             self.counts = Counter()
+            if self.devices is not None:
+                self.devices.reset()
         self._arrived += 1
         sched_pod = trace_pod(pod, self._arrived)
         self.pods.add(sched_pod)
@@ -211,7 +235,7 @@ class KubePolicy:
 
     def _schedule(self, sched_pod: SchedPod, rng: np.random.Generator) -> Choice | None:
         assert self.nodes is not None
-        decision = self.scheduler.schedule(self.nodes, sched_pod, rng)
+        decision = self._cycle(sched_pod, rng)
         self.counts.update({f"calls_{verb}": n for verb, n in decision.calls.items()})
         if decision.node is None or decision.node_name is None:
             self.counts["unschedulable"] += 1
@@ -228,10 +252,29 @@ class KubePolicy:
             self.counts["bound_by_extender"] += 1
         return Choice(decision.node, gpus if sched_pod.num_gpu else None)
 
+    def _cycle(self, pod: SchedPod, rng: np.random.Generator) -> Decision:
+        """One scheduling cycle; with a device step, the nodes where the pod's devices cannot
+        be allocated fail the filter (their GPUs look full for the cycle)."""
+        assert self.nodes is not None
+        if self.devices is None or not pod.num_gpu:
+            return self.scheduler.schedule(self.nodes, pod, rng)
+        free = self.nodes.gpu_free_milli
+        blocked = [
+            i for i, name in enumerate(self.nodes.names) if not self.devices.feasible(name, pod)
+        ]
+        saved = free[blocked].copy()
+        free[blocked] = -1
+        try:
+            return self.scheduler.schedule(self.nodes, pod, rng)
+        finally:
+            free[blocked] = saved
+
     def _devices(self, node: int, pod: SchedPod) -> tuple[int, ...] | None:
         assert self.nodes is not None
         if not pod.num_gpu:
             return ()
+        if self.devices is not None:
+            return self.devices.allocate(self.nodes.names[node], pod)
         hint = parse_hint(self.pods.annotations(pod).get(GPU_HINT_ANNOTATION))
         try:
             return allocate_gpus(

@@ -87,6 +87,17 @@ REGISTRY: tuple[Signal, ...] = (
         reads=reads.fragmentation,
     ),
     Signal(
+        "dra",
+        _later("dra", "dra"),
+        (
+            ("sits_dra_memory_slices_free", _G),
+            ("sits_dra_memory_slices_stranded", _G),
+            ("sits_dra_first_fit_wasted_slices", _G),
+            ("sits_dra_shared_free_bytes", _G),
+            ("sits_dra_shared_stranded_bytes", _G),
+        ),
+    ),
+    Signal(
         "interference",
         _later("cluster", "interference"),
         (("sits_interference_score_ratio", _G),),

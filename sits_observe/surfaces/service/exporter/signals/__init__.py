@@ -5,6 +5,7 @@
 - :mod:`.slow`: the slow signals (heatmap, workload classes, trends), computed in the
   background;
 - :mod:`.idle`: idle, oversized and stranded GPUs;
+- :mod:`.dra`: DRA fragmentation per node (memory slices, shares, first fit's waste);
 - :mod:`.labels`: dcgm-exporter's label names for node and GPU series.
 
 None holds SQL or calls an analysis: they read what the reports answer (an import-linter
