@@ -11,6 +11,7 @@ reads gives them (the same report the CLI prints), in the CLI's human units.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
 
 from sits_observe.domain.tables import conform
 from sits_observe.domain.units import Unit, human
@@ -28,6 +30,7 @@ from sits_observe.reports.result import Report, ReportTable
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
 from sits_observe.store import Store
+from sits_observe.surfaces.cli.main import app
 
 REPORTS_ALL = all_reports()
 
@@ -539,3 +542,89 @@ def test_a_bad_window_is_one_line(db: Path, monkeypatch: pytest.MonkeyPatch) -> 
     at = app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SINCE="yesterday")
     assert not at.exception
     assert "--since 'yesterday' is not a positive duration" in at.error[0].value
+
+
+# -- what the pages show, read back from their elements -----------------------------------
+
+
+def encodings(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every channel encoding of a Vega-Lite spec, in its layers too."""
+    found = [v for v in spec.get("encoding", {}).values() if isinstance(v, dict)]
+    for layer in spec.get("layer", []):
+        found += encodings(layer)
+    return found
+
+
+def page_charts(db: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]]]:
+    """The charts of each page (the what-if page after one replay)."""
+    at = app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SLO_MS="1000")
+    out = {}
+    for name in ("fleet", "heatmap", "fragmentation", "decisions"):
+        out[name] = charts(page(at, name))
+    at = page(at, "whatif")
+    at.multiselect(key="policies").set_value(["bestfit"])
+    at.button(key="run").click().run()
+    out["whatif"] = charts(at)
+    return out
+
+
+def test_every_chart_writes_time_on_a_24_hour_utc_clock_and_latency_in_seconds(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read from each page's chart specs as the browser gets them: a time axis is UTC with
+    Vega's 24-hour ``%H`` (18:51, never ``%I`` / ``%p``: 06:51 PM), as the tables write it; a
+    latency axis is in seconds, as the tables' P95."""
+    timed = 0
+    for name, specs in page_charts(db, monkeypatch).items():
+        for spec in specs:
+            for enc in encodings(spec):
+                title = str(enc.get("title") or "")
+                if enc.get("type") == "temporal":
+                    timed += 1
+                    axis = enc.get("axis") or {}
+                    assert enc["scale"]["type"] == "utc", (name, enc)
+                    assert axis.get("formatType") == "utc", (name, enc)
+                    assert "%H" in axis["format"], (name, enc)
+                    assert "%I" not in axis["format"] and "%p" not in axis["format"], (name, enc)
+                if "latency" in title.lower() or "p95" in title.lower():
+                    assert title.endswith(", s") or title.endswith(" s"), (name, title)
+                    assert "ms" not in title, (name, title)
+    assert timed >= 3  # the fleet page's three charts over time at least
+
+
+def test_tables_show_times_on_a_24_hour_clock(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = app_on(monkeypatch, SITS_UI_DB=str(db))
+    for name in ("fleet", "decisions"):
+        text = shown(page(at, name))
+        stamps = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)?Z?(?: ?[AP]M)?", text)
+        assert stamps, name
+        assert not [s for s in stamps if s.endswith(("AM", "PM"))], stamps
+    # The newest sample, T0 + 590 s, written in UTC hours as the CLI writes it.
+    assert human(T0 + timedelta(seconds=590), Unit.time) in shown(page(at, "fleet"))
+
+
+def test_heatmap_page_shows_the_knee_and_safe_max_the_cli_prints(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page and ``sits-observe heatmap`` on the same file and settings: the same knee,
+    safe maximum and SLO, in the same words."""
+    args = ["heatmap", "--db", str(db), "--since", SINCE, "--model", "llm-a", "-o", "json"]
+    for slo_ms in ("1000", "500"):
+        outcome = CliRunner().invoke(
+            app, [*args, "--slo-ms", slo_ms], env={"SITS_DB": "", "SITS_SERVICE": ""}
+        )
+        assert outcome.exit_code == 0, outcome.output
+        doc = json.loads(outcome.stdout)
+        (limits,) = doc["tables"]["limits"]["rows"]
+        units = {c["name"]: Unit(c["unit"]) for c in doc["tables"]["limits"]["columns"]}
+        at = page(app_on(monkeypatch, SITS_UI_DB=str(db), SITS_UI_SLO_MS=slo_ms), "heatmap")
+        assert at.selectbox(key="model").value == "llm-a"
+        got = metrics(at)
+        for label, column in (
+            ("Knee", "knee_rps"),
+            ("Safe max throughput", "safe_max_rps"),
+            ("P95 SLO", "slo_s"),
+        ):
+            assert limits[column] is not None, column
+            assert got[label] == human(limits[column], units[column]), (label, limits)
+        assert got["Requests"] == human(limits["requests"], units["requests"])
