@@ -55,11 +55,13 @@ def test_a_quota_the_controller_lowers_refuses_the_next_creation(tmp_path: Path)
         assert driver.counts.outcomes["created"] == 2  # two GPUs in use of 8
 
         # The inventory sees them; the controller sizes the quota to the measured peak: no
-        # margin and no confidence widening, so the peak itself (2 GPUs), in one step.
+        # margin and no confidence widening, so the peak itself (2 GPUs), in one step, and
+        # lowers it on this one snapshot of history (by default it waits 15 minutes).
         InventoryLoop(KubeInventoryCollector(api), store, interval_s=60).run_once()
         quota = QuotaRuleSettings(
             margin_ratio=0.0,
             confidence_multiplier=0.0,
+            lower_after_s=0.0,
             bounds={
                 "requests.nvidia.com/gpu": Bound(min_value=1, max_value=64),
                 "requests.cpu": Bound(min_value=1000, max_value=1_000_000),

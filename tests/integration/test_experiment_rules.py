@@ -1,9 +1,10 @@
 """The controller's rules earn their place in the experiment's workload: a short seeded run
-(2 nodes x 8 GPUs, 9 simulated minutes) of ``kube-sits`` against the arm without one rule.
+(4 nodes x 8 GPUs, 18 simulated minutes) of ``kube-sits``.
 
-- the namespace quota rule takes back the GPU quota team-a and training hold but do not use,
-  never below what their pods request and never, in sum, beyond the cluster (it no longer
-  lends team-b more in a cluster whose running pods fill it: docs/evidence/controller-ablation.md);
+- the namespace quota rule waits out ``quota.lower_after_s`` (15 minutes), then takes back the
+  GPU quota team-a holds and does not use and lends it to team-b, whose sweeps queue behind
+  its quota, though running pods fill the cluster; the managed quotas together never grow
+  past what they held (docs/evidence/controller-ablation.md measures what it is worth);
 - the time-slice rule finds the inference servers' P95 above 10 ms and writes 25 ms for them
   (the demo's ConfigMap starts them at 15 ms), which the simulated servers then run under.
 """
@@ -29,7 +30,7 @@ Run = tuple[RunResult, RunMeasures, Path]
 def run(arm: str, workdir: Path) -> Run:
     """One run of ``arm`` on seed 0; its DuckDB file stays under ``workdir``."""
     settings = ExperimentSettings(
-        arms=(arm,), seeds=1, hours=0.15, nodes=2, gpus_per_node=8, workdir=workdir
+        arms=(arm,), seeds=1, hours=0.3, nodes=4, gpus_per_node=8, workdir=workdir
     )
     result = run_job(settings, arm, 0)
     return result, run_measures(result.timeline), workdir / f"{arm}-seed0" / "sits.duckdb"
@@ -41,23 +42,31 @@ def sits(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run("kube-sits", tmp_path_factory.mktemp("experiment"))
 
 
-def test_the_quota_rule_reclaims_idle_quota_within_the_cluster(sits: Run, tmp_path: Path) -> None:
-    with_rule, _, db = sits
-    without, _, _ = run("kube-sits-no-namespace-quota", tmp_path)
-    assert with_rule.arrivals == without.arrivals  # the same workload
-    applied = dict(with_rule.timeline.controller_applied)
-    assert applied.get("quota-gpu", 0) > 0 and "quota-gpu" not in dict(
-        without.timeline.controller_applied
-    )
+def test_the_quota_rule_lends_idle_quota_to_the_tenant_that_queues(sits: Run) -> None:
+    result, _, db = sits
+    assert dict(result.timeline.controller_applied).get("quota-gpu", 0) > 0
     with Store.open(db, read_only=True) as store:
         rows = store.query(
-            "SELECT namespace, current, proposed FROM decisions "
+            "SELECT ts, namespace, current, proposed FROM decisions "
             "WHERE action = 'quota-gpu' AND outcome = 'applied' ORDER BY ts"
         ).to_pylist()
-    reclaimed = {r["namespace"] for r in rows if int(r["proposed"]) < int(r["current"])}
-    assert {"team-a", "training"} <= reclaimed
+        start = store.query("SELECT min(ts) AS t FROM pod_snapshots").to_pylist()[0]["t"]
+    first = {}
+    for r in rows:
+        first.setdefault(r["namespace"], r)
+    lowered = {ns for ns, r in first.items() if int(r["proposed"]) < int(r["current"])}
+    raised = {ns for ns, r in first.items() if int(r["proposed"]) > int(r["current"])}
+    assert "team-a" in lowered and "team-b" in raised
+    # Nothing is lowered before 15 minutes of history.
+    assert all(
+        (r["ts"] - start).total_seconds() >= 900
+        for r in rows
+        if int(r["proposed"]) < int(r["current"])
+    )
+    # Lent, not added: the managed quotas together hold no more than they did.
+    before = {ns: int(r["current"]) for ns, r in first.items()}
     latest = {r["namespace"]: int(r["proposed"]) for r in rows}
-    assert sum(latest.values()) <= 2 * 8  # the cluster's GPUs
+    assert sum(latest.values()) <= sum(before.values())
 
 
 def test_the_time_slice_rule_lengthens_the_servers_slice(sits: Run) -> None:

@@ -141,6 +141,14 @@ class QuotaRuleSettings(BaseModel):
         description="a quota is never proposed above the largest daily peak x this factor "
         "(nor above the cluster's allocatable)",
     )
+    lower_after_s: float = Field(
+        900.0,
+        ge=0,
+        le=30 * 86_400,
+        description="a managed quota is lowered only once its namespace has this much "
+        "history, seconds: a shorter one has not seen the namespace's next Jobs (HPA waits "
+        "out a 5-minute window before it scales down for the same reason)",
+    )
     bounds: dict[str, Bound] = Field(
         default_factory=_default_quota_bounds,
         description="hard limits per spec.hard key: GPUs, milli-CPU, bytes",

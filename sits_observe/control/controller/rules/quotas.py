@@ -305,7 +305,7 @@ def namespace_quotas(namespaces: pl.DataFrame, settings: ControllerSettings) -> 
         if column not in namespaces.columns:
             namespaces = namespaces.with_columns(pl.lit(None, pl.Float64()).alias(column))
     asked = namespaces.lazy().filter(pl.col("resource").is_in(list(QUOTA_ACTIONS)))
-    frame = _shared(peak_sizing(_keys_asked_for(asked), settings, held))
+    frame = _shared(peak_sizing(_keys_asked_for(asked), settings, held), settings)
 
     # A Namespace is cluster-scoped: advice annotated on it has no namespace.
     namespace = (
@@ -360,30 +360,111 @@ def _in_unit(value: pl.Expr, *, up: bool) -> pl.Expr:
     return pl.when(memory).then(whole * _MIB).otherwise(whole)
 
 
-def _shared(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """Each proposal at least what the namespace's pods request now (``running``, rounded up
-    to the unit; a quota below it refuses their next replacement), and the proposals of one
-    resource summing to at most the cluster's allocatable: when they pass it, each keeps its
-    running requests and the rest of the allocatable is shared in proportion to what each
-    asked above them (rounded down, so the sum stays under). Rows without an allocatable are
-    left as :func:`peak_sizing` made them."""
+#: ``capped_by`` of a row held by the sharing of :func:`_shared`.
+SHARED_ADVICE = "the cluster's allocatable, shared among the namespaces"
+SHARED_QUOTA = "the quota reclaimed from idle namespaces and the capacity no quota holds, shared"
+
+
+def _shared(frame: pl.LazyFrame, settings: ControllerSettings) -> pl.LazyFrame:
+    """Proposals a cluster can honour together, per resource (rows without an allocatable are
+    left as :func:`peak_sizing` made them).
+
+    - Never under what the namespace's pods request now (``running``, rounded up to the unit):
+      a quota below it refuses their next replacement.
+    - A managed ResourceQuota (``current`` known) keeps the smaller of its current value and
+      the sized one (never under what runs): the rule takes back quota a namespace holds
+      beyond its peaks, and never cuts the headroom its peaks use, or a full cluster would
+      refuse its next Job only to raise the quota again a pass later. It is lowered only
+      once the namespace has ``quota.lower_after_s`` of history: a Job controller that has
+      not yet created its Jobs looks idle for its first minutes.
+    - A managed quota's raise is paid for by quota taken back from the others and by capacity
+      that neither a managed quota nor a running pod holds (KAI's and Kueue's idle-quota
+      reclaim: quota lent, not capacity). So the managed quotas together never grow past what
+      they held, unless the cluster has room no one holds.
+    - Advice for a namespace without a managed quota keeps its running requests and shares
+      what the managed quotas and those requests leave of the allocatable.
+    - Where the raises ask for more than there is, it is shared max-min fairly
+      (:func:`fair_shares`): the smallest asks are met first, as Kueue's and KAI's fair
+      sharing divide borrowed quota, so a tenant asking for one GPU is not starved by one
+      asking for six.
+    """
+    held = pl.col("_held")
+    managed = (pl.col("quota_kind") == "ResourceQuota") & pl.col("_current").is_not_null()
     floor = _in_unit(pl.col("running").fill_null(0.0), up=True)
-    group = ["resource", "_held"]
-    value = pl.min_horizontal(pl.max_horizontal("_value", "_floor"), "_held")
-    lifted = frame.with_columns(_floor=pl.min_horizontal(floor, "_held")).with_columns(
-        _value=pl.when(pl.col("_held").is_null()).then("_value").otherwise(value)
+    lowered = pl.col("_days") * 86_400.0 >= settings.quota.lower_after_s
+    kept = pl.when(lowered).then(pl.min_horizontal("_current", "_sized")).otherwise("_current")
+    keep = pl.min_horizontal(pl.max_horizontal("_floor", kept), held)
+    rows = (
+        frame.with_columns(
+            _current=pl.col("current").cast(pl.Float64, strict=False),
+            _floor=pl.min_horizontal(floor, held),
+        )
+        .with_columns(
+            _sized=pl.min_horizontal(pl.max_horizontal("_value", "_floor"), held),
+            _managed=managed.fill_null(False),
+        )
+        .with_columns(_keep=pl.when("_managed").then(keep).otherwise("_floor"))
+        .with_columns(
+            _ask=(pl.col("_sized") - pl.col("_keep")).clip(lower_bound=0.0),
+            # What a managed quota held: its current value, or what runs where that is more.
+            _holds=pl.when("_managed")
+            .then(pl.min_horizontal(pl.max_horizontal("_current", "_keep"), held))
+            .otherwise("_floor"),
+        )
+        .with_row_index("_row")
+        .collect(engine=ENGINE)
     )
-    total, floors = pl.col("_value").sum().over(group), pl.col("_floor").sum().over(group)
-    room = pl.col("_held") - floors
-    share = _in_unit((pl.col("_value") - pl.col("_floor")) * room / (total - floors), up=False)
-    over = pl.col("_held").is_not_null() & (total > pl.col("_held"))
-    shared = pl.when(room > 0).then(pl.col("_floor") + share).otherwise(pl.col("_floor"))
-    return lifted.with_columns(
-        _capped_by=pl.when(over)
-        .then(pl.lit("the cluster's allocatable, shared among the namespaces"))
-        .otherwise("_capped_by"),
-        _value=pl.when(over).then(shared).otherwise("_value"),
-    ).drop("_floor")
+    value = rows["_value"].to_numpy().astype(np.float64, copy=True)
+    capped: list[str | None] = rows["_capped_by"].to_list()
+    shareable = rows.filter(pl.col("_held").is_not_null())
+    for (resource, cluster), part in shareable.group_by(["resource", "_held"]):
+        unit = _MIB if resource == QUOTA_MEMORY else 1.0
+        is_managed = part["_managed"].to_numpy()
+        keep_, ask, holds = (
+            part[c].to_numpy().astype(np.float64) for c in ("_keep", "_ask", "_holds")
+        )
+        index = part["_row"].to_numpy()
+        # Managed quotas first: what was taken back, and room no quota or pod holds.
+        budget = float(np.sum((holds - keep_)[is_managed])) + max(
+            0.0, float(cluster) - float(np.sum(holds))
+        )
+        lent = fair_shares(ask[is_managed], budget, unit)
+        new = keep_.copy()
+        new[is_managed] += lent
+        # Then the advice: what the managed quotas and the running pods leave.
+        room = max(0.0, float(cluster) - float(np.sum(new)))
+        new[~is_managed] += fair_shares(ask[~is_managed], room, unit)
+        value[index] = new
+        short = (ask > 0) & (new < keep_ + ask)
+        for i, row in enumerate(index):
+            if short[i]:
+                capped[row] = SHARED_QUOTA if is_managed[i] else SHARED_ADVICE
+    return (
+        rows.with_columns(
+            pl.Series("_value", value, dtype=pl.Float64),
+            pl.Series("_capped_by", capped, dtype=pl.String),
+        )
+        .drop("_row", "_current", "_floor", "_sized", "_managed", "_keep", "_ask", "_holds")
+        .lazy()
+    )
+
+
+def fair_shares(asks: FloatArray, budget: float, unit: float) -> FloatArray:
+    """``asks`` met from ``budget`` max-min fairly, each share rounded down to ``unit``: every
+    ask under the water level ``L`` is met, every other gets ``L`` (the level at which the
+    shares sum to the budget), so the smallest asks are met first and the sum stays within
+    the budget."""
+    asks = np.asarray(asks, dtype=np.float64)
+    if asks.size == 0 or float(asks.sum()) <= budget:
+        return asks.copy()
+    order = np.sort(asks)
+    before = np.concatenate([[0.0], np.cumsum(order)[:-1]])
+    left = np.arange(order.size, 0, -1, dtype=np.float64)
+    levels = (budget - before) / left
+    # The level lies where it is at most the next ask (the first such rank).
+    rank = int(np.argmax(levels <= order))
+    level = float(np.floor(max(levels[rank], 0.0) / unit) * unit)
+    return np.minimum(asks, level)
 
 
 def round_values(action: Action, values: FloatArray) -> FloatArray:
