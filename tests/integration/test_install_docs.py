@@ -25,6 +25,7 @@ from tests.integration.test_install_kustomize import (
     DEPLOY,
     OVERLAYS,
     ROOT,
+    SIDECAR_OVERLAYS,
     rendered,
 )
 
@@ -83,7 +84,8 @@ def everything() -> tuple[dict[str, Any], ...]:
         timeout=120,
     ).stdout
     docs = [d for d in yaml.safe_load_all(dcgm) if d]
-    return tuple(d for overlay in OVERLAYS for d in rendered(overlay)) + tuple(docs)
+    overlays = (*OVERLAYS, *SIDECAR_OVERLAYS)
+    return tuple(d for overlay in overlays for d in rendered(overlay)) + tuple(docs)
 
 
 def named_by_rendered_objects() -> set[tuple[str, str]]:
@@ -113,8 +115,8 @@ def test_every_path_and_overlay_the_page_names_exists() -> None:
     for path in set(PATH.findall(text())):
         assert (ROOT / path.rstrip(".")).exists(), path
     overlays = set(re.findall(r"deploy/overlays/([a-z-]+)", text()))
-    assert overlays == set(OVERLAYS)
-    assert {p.name for p in (DEPLOY / "overlays").iterdir()} == set(OVERLAYS)
+    assert overlays == {*OVERLAYS, *SIDECAR_OVERLAYS}
+    assert {p.name for p in (DEPLOY / "overlays").iterdir()} == overlays
 
 
 def sits_options() -> dict[str, set[str]]:

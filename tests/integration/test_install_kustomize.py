@@ -28,6 +28,9 @@ from tests.integration.install_crd_schemas import SCHEMAS
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 OVERLAYS = ("dry-run", "annotate", "act", "with-extender")
+#: Overlays whose pod runs `serve` as a sidecar of kube-scheduler, checked on their own
+#: (tests/integration/test_install_scheduler_sidecar.py).
+SIDECAR_OVERLAYS = ("scheduler-sidecar",)
 KUBERNETES_VERSIONS = ("1.29", "1.30", "1.31", "1.32")
 KUBECTL = shutil.which("kubectl")
 PROMTOOL = shutil.which("promtool")

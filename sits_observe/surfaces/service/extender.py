@@ -1,4 +1,5 @@
-"""``POST /scheduler/filter``, ``/scheduler/prioritize`` and ``/scheduler/bind``: the extender.
+"""``POST /scheduler/filter``, ``/scheduler/prioritize`` and ``/scheduler/bind``: the extender;
+``GET /scheduler/readyz``: whether it is warm.
 
 kube-scheduler calls these with ``urlPrefix: http://<service>/scheduler``, ``filterVerb:
 filter``, ``prioritizeVerb: prioritize`` and ``bindVerb: bind`` (deploy/scheduler-config.yaml).
@@ -60,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from sits_observe.control.extender.bind import Binder, PodApi
 from sits_observe.control.extender.clusterview.cache import ViewCache
@@ -82,6 +83,8 @@ URL_PREFIX = "/scheduler"
 FILTER_PATH = f"{URL_PREFIX}/filter"
 PRIORITIZE_PATH = f"{URL_PREFIX}/prioritize"
 BIND_PATH = f"{URL_PREFIX}/bind"
+#: The extender's own readiness (``GET``): 200 once a call would be scored, not failed open.
+READY_PATH = f"{URL_PREFIX}/readyz"
 JSON = "application/json"
 MIB = 1024 * 1024
 
@@ -222,6 +225,27 @@ class ExtenderEndpoints:
         answer = await run_in_threadpool(self.handler.bind, body, view)
         return self._answer("bind", answer)
 
+    async def ready(self, request: Request) -> Response:
+        """Handle ``GET /scheduler/readyz``: 200 once the view is built from the store and
+        its inventory snapshot is younger than ``max_snapshot_age_s`` (a call now is scored,
+        not failed open), 503 with the reason before. Like a call, it starts the first build
+        when none has started; it never waits for one. A startupProbe on it holds
+        kube-scheduler back until the extender is warm (deploy/overlays/scheduler-sidecar)."""
+        view = self.cache.get()
+        if view is None:
+            return problem(503, "not_ready", "the extender's cluster view is not built yet")
+        age_s = view.age_s(self.handler.clock())
+        if age_s is None:
+            return problem(503, "not_ready", "the store holds no inventory snapshot yet")
+        limit_s = self.handler.max_snapshot_age_s
+        if age_s > limit_s:
+            detail = (
+                f"the inventory snapshot is {age_s:.0f} s old, over the {limit_s:.0f} s allowed"
+            )
+            return problem(503, "not_ready", detail)
+        ready = {"status": "ready", "nodes": len(view), "snapshot_age_s": round(age_s, 3)}
+        return JSONResponse(ready)
+
     def _answer(self, verb: str, answer: Answer) -> Response:
         self.metrics.calls.labels(verb, answer.outcome).inc()
         return Response(answer.body, status_code=answer.status, media_type=JSON)
@@ -289,13 +313,14 @@ def build_endpoints(
 
 
 def add_routes(app: Starlette, endpoints: ExtenderEndpoints) -> None:
-    """Serve ``endpoints`` on ``app`` (the service's app, or the extender port's); the bind
-    verb only when they bind through the Kubernetes API."""
+    """Serve ``endpoints`` on ``app`` (the service's app, or the extender port's): the verbs,
+    bind only when they bind through the Kubernetes API, and the readiness."""
     verbs = [(FILTER_PATH, endpoints.filter), (PRIORITIZE_PATH, endpoints.prioritize)]
     if endpoints.handler.binder is not None:
         verbs.append((BIND_PATH, endpoints.bind))
     for path, handle in verbs:
         app.add_route(path, handle, methods=["POST"], name=f"extender_{path.rsplit('/', 1)[1]}")
+    app.add_route(READY_PATH, endpoints.ready, methods=["GET"], name="extender_readyz")
     app.state.extender = endpoints
 
 

@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 
 #: Paths never refused as busy: liveness and readiness must answer under load, and a
 #: saturated service is exactly when its metrics matter (the exporter caches its passes).
-EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: ``/scheduler/readyz``: the extender's readiness (its startupProbe), on either port.
+EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/scheduler/readyz"})
 
 #: Counts one dropped request or connection by reason.
 OnDrop = Callable[[str], None]
