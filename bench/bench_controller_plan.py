@@ -57,7 +57,8 @@ from sits_observe.control.controller.planning.model import (
     recommendation_annotation,
 )
 from sits_observe.control.controller.planning.plan import plan
-from sits_observe.control.controller.settings import QUOTA_RESOURCES, ControllerSettings
+from sits_observe.control.controller.quota_settings import QUOTA_RESOURCES
+from sits_observe.control.controller.settings import ControllerSettings
 from tests.unit.analytics.class_oracle import (
     elastic_quota,
     memory_class,

@@ -14,12 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from sits_observe.collectors.kube.api import KubeJson
 from sits_observe.collectors.kube.inventory import KubeInventoryCollector
-from sits_observe.control.controller.settings import (
-    Bound,
-    ControllerSettings,
-    Mode,
-    QuotaRuleSettings,
-)
+from sits_observe.control.controller.quota_settings import Bound, QuotaRuleSettings
+from sits_observe.control.controller.settings import ControllerSettings, Mode
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.demo.loop import QUOTA_NAME, QUOTA_NAMESPACE, seed_cluster
 from sits_observe.lab.kube.emulator import KubeEmulator

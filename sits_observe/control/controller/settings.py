@@ -29,16 +29,13 @@ from sits_observe.analytics.serving.settings import TenantSettings
 from sits_observe.analytics.settings import GIB
 from sits_observe.analytics.topology.settings import InterferenceSettings
 from sits_observe.control.controller.actions import Action
+from sits_observe.control.controller.quota_settings import DNS_SUBDOMAIN as _DNS_SUBDOMAIN
+from sits_observe.control.controller.quota_settings import QuotaRuleSettings
 from sits_observe.domain.validation import comma_separated
 
 #: Every label and annotation the controller writes starts with this prefix.
 PREFIX = "sits.io/"
 
-#: ResourceQuota ``spec.hard`` keys the namespace-quota rule sizes, and their measured unit.
-QUOTA_GPU = "requests.nvidia.com/gpu"
-QUOTA_CPU = "requests.cpu"
-QUOTA_MEMORY = "requests.memory"
-QUOTA_RESOURCES = (QUOTA_GPU, QUOTA_CPU, QUOTA_MEMORY)
 
 #: Rules that are off in the writing modes (annotate, act) unless ``rules_on`` names them: their
 #: labels are read by nothing that places or runs pods (the extender measures a pod's memory
@@ -49,7 +46,6 @@ QUOTA_RESOURCES = (QUOTA_GPU, QUOTA_CPU, QUOTA_MEMORY)
 RULES_OFF_BY_DEFAULT: tuple[str, ...] = (str(Action.FRAGMENTATION), str(Action.MEMORY_CLASS))
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class Mode(StrEnum):
@@ -81,103 +77,6 @@ class NamespaceSelection(StrEnum):
 
     OPT_OUT = "opt-out"
     OPT_IN = "opt-in"
-
-
-class Bound(BaseModel):
-    """Hard limits of one numeric value: a proposal outside is clamped, never exceeded."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_value: float = Field(..., ge=0, description="smallest value ever written, in the unit")
-    max_value: float = Field(..., gt=0, description="largest value ever written, in the unit")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Bound:
-        if self.min_value > self.max_value:
-            raise ValueError(f"min_value {self.min_value:g} exceeds max_value {self.max_value:g}")
-        return self
-
-
-def _default_quota_bounds() -> dict[str, Bound]:
-    return {
-        QUOTA_GPU: Bound(min_value=1, max_value=4096),  # GPUs
-        QUOTA_CPU: Bound(min_value=1000, max_value=10_000_000),  # milli-CPU
-        QUOTA_MEMORY: Bound(min_value=1 * GIB, max_value=64 * 1024 * GIB),  # bytes
-    }
-
-
-class QuotaRuleSettings(BaseModel):
-    """Namespace ResourceQuota sizing, VPA-style.
-
-    proposed = quantile(daily peaks, ``percentile_ratio``) x (1 + ``margin_ratio``)
-    x (1 + ``confidence_multiplier`` / days) ** ``confidence_exponent``,
-    held under the largest daily peak x ``peak_factor_max`` and the cluster's allocatable.
-    The last factor is the Vertical Pod Autoscaler recommender's upper-bound confidence
-    interval (``WithConfidenceMultiplier(1.0, 1.0, ...)`` in its ``estimator.go``): with one
-    day of history it doubles the estimate, with 14 days it adds 7%.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    percentile_ratio: float = Field(
-        0.95, gt=0, le=1, description="quantile (0-1) of the daily peaks the quota covers"
-    )
-    margin_ratio: float = Field(
-        0.15, ge=0, le=10, description="safety margin added on top of the quantile (0.15 = +15%)"
-    )
-    confidence_multiplier: float = Field(
-        1.0, ge=0, le=100, description="confidence widening at one day of history (1.0 = x2)"
-    )
-    confidence_exponent: float = Field(
-        1.0, ge=0, le=10, description="exponent of the confidence factor (1 + multiplier/days)"
-    )
-    history_days: int = Field(
-        14, ge=1, le=365, description="days of inventory snapshots the daily peaks come from"
-    )
-    peak_factor_max: float = Field(
-        2.0,
-        ge=1,
-        le=100,
-        description="a quota is never proposed above the largest daily peak x this factor "
-        "(nor above the cluster's allocatable)",
-    )
-    lower_after_s: float = Field(
-        900.0,
-        ge=0,
-        le=30 * 86_400,
-        description="a managed quota is lowered only once its namespace has this much "
-        "history, seconds: a shorter one has not seen the namespace's next Jobs (HPA waits "
-        "out a 5-minute window before it scales down for the same reason)",
-    )
-    bounds: dict[str, Bound] = Field(
-        default_factory=_default_quota_bounds,
-        description="hard limits per spec.hard key: GPUs, milli-CPU, bytes",
-    )
-    quota_name: str = Field(
-        "sits-quota",
-        description="name of the ResourceQuota the controller may change in each namespace; "
-        "create it to opt a namespace in (without it the advice is annotated on the namespace)",
-    )
-
-    @field_validator("quota_name")
-    @classmethod
-    def _dns(cls, value: str) -> str:
-        if not _DNS_SUBDOMAIN.match(value) or len(value) > 253:
-            raise ValueError(f"quota_name {value!r} is not a valid object name")
-        return value
-
-    @field_validator("bounds")
-    @classmethod
-    def _known_keys(cls, value: dict[str, Bound]) -> dict[str, Bound]:
-        unknown = sorted(set(value) - set(QUOTA_RESOURCES))
-        if unknown:
-            raise ValueError(
-                f"unknown quota key(s) {', '.join(unknown)}; valid: {', '.join(QUOTA_RESOURCES)}"
-            )
-        missing = sorted(set(QUOTA_RESOURCES) - set(value))
-        if missing:
-            raise ValueError(f"bounds are needed for every quota key; missing {', '.join(missing)}")
-        return value
 
 
 def _default_tier_by_priority() -> dict[str, str]:

@@ -32,7 +32,8 @@ from sits_observe.control.controller.planning.model import (
     QUOTA_ACTIONS,
     recommended_values,
 )
-from sits_observe.control.controller.settings import QUOTA_GPU, ControllerSettings
+from sits_observe.control.controller.quota_settings import QUOTA_GPU
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.controller.state_owners import Workloads
 from sits_observe.control.signals.kube_queues import read_queues
 from sits_observe.domain.quantity import parse_quantity

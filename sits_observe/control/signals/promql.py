@@ -52,12 +52,8 @@ from sits_observe.analytics.source import SnapshotServerWindows
 from sits_observe.analytics.topology.interference import SAMPLE_COLUMNS, interference_report
 from sits_observe.collectors.kube.pods import workload_of
 from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS
-from sits_observe.control.controller.settings import (
-    QUOTA_CPU,
-    QUOTA_GPU,
-    QUOTA_MEMORY,
-    ControllerSettings,
-)
+from sits_observe.control.controller.quota_settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.source import (
     DCGM_PEAKS_SCHEMA,
     INTERFERENCE_SCHEMA,

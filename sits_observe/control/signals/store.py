@@ -76,12 +76,8 @@ from sits_observe.analytics.topology.interference import (
 )
 from sits_observe.analytics.topology.numa import measured_inputs
 from sits_observe.control.controller.planning.inputs import TENANT_SIGNALS, Signals
-from sits_observe.control.controller.settings import (
-    QUOTA_CPU,
-    QUOTA_GPU,
-    QUOTA_MEMORY,
-    ControllerSettings,
-)
+from sits_observe.control.controller.quota_settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.control.signals.source import (
     INTERFERENCE_SCHEMA,
     SignalMetrics,

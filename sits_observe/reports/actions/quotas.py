@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from sits_observe.control.controller.planning.model import QUOTA_ACTIONS
-from sits_observe.control.controller.settings import QUOTA_CPU
+from sits_observe.control.controller.quota_settings import QUOTA_CPU
 from sits_observe.reports.actions.decision_totals import latest_quotas
 from sits_observe.store import Store
 

@@ -12,7 +12,8 @@ from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
 from sits_observe.control.controller.planning.model import QUOTA_ACTIONS, Plan
 from sits_observe.control.controller.planning.plan import plan
-from sits_observe.control.controller.settings import Bound, ControllerSettings, QuotaRuleSettings
+from sits_observe.control.controller.quota_settings import Bound, QuotaRuleSettings
+from sits_observe.control.controller.settings import ControllerSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 GIB = 1024**3
@@ -300,7 +301,7 @@ def test_signals_reject_unknown_columns() -> None:
 
 
 def test_quota_actions_cover_every_quota_resource() -> None:
-    from sits_observe.control.controller.settings import QUOTA_RESOURCES
+    from sits_observe.control.controller.quota_settings import QUOTA_RESOURCES
 
     assert set(QUOTA_ACTIONS) == set(QUOTA_RESOURCES)
 

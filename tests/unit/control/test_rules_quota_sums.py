@@ -19,13 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sits_observe.control.controller.quota_settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY
 from sits_observe.control.controller.rules import quotas as rules_quotas
-from sits_observe.control.controller.settings import (
-    QUOTA_CPU,
-    QUOTA_GPU,
-    QUOTA_MEMORY,
-    ControllerSettings,
-)
+from sits_observe.control.controller.settings import ControllerSettings
 
 S = ControllerSettings()
 GIB = 1024**3

@@ -12,7 +12,8 @@ from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.apply import writes_for
 from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
 from sits_observe.control.controller.planning.plan import plan
-from sits_observe.control.controller.settings import QUOTA_GPU, ControllerSettings
+from sits_observe.control.controller.quota_settings import QUOTA_GPU
+from sits_observe.control.controller.settings import ControllerSettings
 from sits_observe.reports.actions.recommend import RecommendAction
 
 AT = datetime(2026, 11, 1, 12, 0, 0)

@@ -30,7 +30,8 @@ from typing import Final, Literal
 import polars as pl
 
 from sits_observe.control.controller.actions import Action
-from sits_observe.control.controller.settings import PREFIX, QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY
+from sits_observe.control.controller.quota_settings import QUOTA_CPU, QUOTA_GPU, QUOTA_MEMORY
+from sits_observe.control.controller.settings import PREFIX
 
 #: The polars engine every plan query runs on. polars 2.1's default ("auto") picks the
 #: streaming engine for some of these queries, and it panics now and then

@@ -43,14 +43,11 @@ from sits_observe.control.controller.planning.model import (
 )
 from sits_observe.control.controller.planning.proposals import KEYS, actuable, propose
 from sits_observe.control.controller.planning.safety import below_threshold, clamp, limit_step
+from sits_observe.control.controller.quota_settings import QUOTA_GPU
 from sits_observe.control.controller.rules import (
     quotas as rules_quotas,
 )
-from sits_observe.control.controller.settings import (
-    QUOTA_GPU,
-    ControllerSettings,
-    NamespaceSelection,
-)
+from sits_observe.control.controller.settings import ControllerSettings, NamespaceSelection
 from sits_observe.domain.times import utc_naive
 from sits_observe.tracing import note_queue_depth, traced
 

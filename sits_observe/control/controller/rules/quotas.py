@@ -26,8 +26,9 @@ import polars as pl
 from sits_observe.analytics.classes import rules as class_rules
 from sits_observe.control.controller.actions import Action
 from sits_observe.control.controller.planning.model import ACTIONS, ENGINE, QUOTA_ACTIONS
+from sits_observe.control.controller.quota_settings import QUOTA_GPU, QUOTA_MEMORY
 from sits_observe.control.controller.rules.levels import empty, finish, fmt, hysteresis_band
-from sits_observe.control.controller.settings import QUOTA_GPU, QUOTA_MEMORY, ControllerSettings
+from sits_observe.control.controller.settings import ControllerSettings
 
 FloatArray = npt.NDArray[np.float64]
 
