@@ -86,21 +86,17 @@ class KubeJson:
             auth_settings=["BearerToken"],
         )
         try:
-            response = self.api.call_api(
-                method, url, header_params=headers, body=payload, _request_timeout=self.timeout_s
-            )
-            data = response.read()  # type: ignore[no-untyped-call]
+            status, reason, answer_headers, data = self._send(method, url, headers, payload)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise KubeApiError(
                 f"{method} {path}: cannot reach the Kubernetes API at {self.host}: {exc}",
                 status=0,
             ) from exc
-        status = int(response.status)
         if status >= 400:
             raise KubeApiError(
-                f"{method} {path}: {status} {response.reason}{_status_message(data)}",
+                f"{method} {path}: {status} {reason}{_status_message(data)}",
                 status=status,
-                retry_after_s=_retry_after(response.headers),
+                retry_after_s=_retry_after(answer_headers),
             )
         try:
             doc = json.loads(data) if data else {}
@@ -111,6 +107,17 @@ class KubeJson:
         if not isinstance(doc, dict):
             raise KubeApiError(f"{method} {path}: the answer is not a JSON object", status=status)
         return doc
+
+    def _send(
+        self, method: str, url: str, headers: Mapping[str, str], payload: object
+    ) -> tuple[int, str, Mapping[str, str], bytes]:
+        """One exchange through the official client's transport: status, reason, headers and
+        body of the answer (a transport failure raises)."""
+        response = self.api.call_api(
+            method, url, header_params=dict(headers), body=payload, _request_timeout=self.timeout_s
+        )
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return int(response.status), str(response.reason), response.headers, data
 
     def list_all(
         self, path: str, *, page_size: int = 500, query: Mapping[str, str] | None = None

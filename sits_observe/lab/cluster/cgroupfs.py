@@ -296,7 +296,8 @@ class CgroupTree:
         self._values: dict[str, CgroupValues] = {}
         self._pod_qos: dict[str, QosClass] = {}
         self._pod_members: dict[str, list[str]] = {}
-        self._written: dict[Path, str] = {}
+        # What each file holds, by its folder (so a removed cgroup forgets its folders only).
+        self._written: dict[Path, dict[str, str]] = {}
         self.root.mkdir(parents=True, exist_ok=True)
         self._write(self.root / "cgroup.controllers", _ROOT_CONTROLLERS)
 
@@ -448,12 +449,15 @@ class CgroupTree:
 
     def _write(self, path: Path, text: str) -> None:
         """Replace ``path`` atomically with ``text`` unless it already holds it."""
-        if self._written.get(path) == text:
+        folder = self._written.setdefault(path.parent, {})
+        if folder.get(path.name) == text:
             return
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text, encoding="ascii")
         os.replace(tmp, path)
-        self._written[path] = text
+        folder[path.name] = text
 
     def _forget(self, directory: Path) -> None:
-        self._written = {p: t for p, t in self._written.items() if not p.is_relative_to(directory)}
+        prefix = f"{directory}{os.sep}"
+        for folder in [d for d in self._written if d == directory or str(d).startswith(prefix)]:
+            del self._written[folder]

@@ -165,12 +165,16 @@ class SimulatedKubelet:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], datetime] = _utc_now,
         pods: Callable[[], list[JsonObject]] | None = None,
+        configmaps: Callable[[], list[JsonObject]] | None = None,
     ) -> None:
         self.api = api
         self.core = k8s_client.CoreV1Api(api)
         #: Reads the pods from an informer when given (:mod:`sits_observe.lab.kube.informer`);
         #: lists them otherwise.
         self.pods = pods
+        #: Reads the ConfigMaps from an informer when given (the device plugin's config file,
+        #: which the kubelet keeps in sync with its ConfigMap); reads the API otherwise.
+        self.configmaps = configmaps
         self.cluster = cluster
         self.read_gpu = read_gpu
         self.allocation = allocation
@@ -383,10 +387,7 @@ class SimulatedKubelet:
             return
         self._config_at = now
         try:
-            response: Any = self.core.read_namespaced_config_map(
-                where[1], where[0], _preload_content=False
-            )
-            document = json.loads(response.data)
+            document = self._read_configmap(where[0], where[1])
             raw = ((document.get("data") or {}).get(self.settings.time_slicing_key)) or ""
             entries = yaml.safe_load(raw) or {}
         except ApiException as exc:
@@ -406,6 +407,20 @@ class SimulatedKubelet:
                 continue
             slices[str(key)] = seconds
         self.cluster.set_time_slices(slices)
+
+    def _read_configmap(self, namespace: str, name: str) -> JsonObject:
+        """The ConfigMap, from the informer or the API (:class:`ApiException` 404 if none)."""
+        if self.configmaps is None:
+            response: Any = self.core.read_namespaced_config_map(
+                name, namespace, _preload_content=False
+            )
+            document: JsonObject = json.loads(response.data)
+            return document
+        for item in self.configmaps():
+            meta = item.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == (namespace, name):
+                return item
+        raise ApiException(status=404, reason="NotFound")
 
     # -- API writes -------------------------------------------------------------------
 

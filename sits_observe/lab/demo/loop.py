@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import yaml
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
@@ -37,6 +36,7 @@ from sits_observe.errors import ConfigError, KubeApiError
 from sits_observe.lab.cluster.cluster import SimulatedCluster
 from sits_observe.lab.cluster.kubelet import KubeletSettings, SimulatedKubelet
 from sits_observe.lab.kube.emulator import api_client_for
+from sits_observe.lab.kube.raw import LabKube
 from sits_observe.lab.kube.workloads import WorkloadDriver
 from sits_observe.lab.scheduler.config import SchedulerConfig, load_scheduler_config
 from sits_observe.lab.scheduler.http import HttpExtenderTransport
@@ -141,10 +141,10 @@ class LiveLoop:
     ) -> None:
         self.cluster = cluster
         self.config = config
-        self.transport = HttpExtenderTransport(httpx.Client(), registry=registry)
+        self.transport = HttpExtenderTransport(registry=registry)
         extenders = [Extender(e, self.transport) for e in config.extenders]
         self.scheduler = LiveScheduler(
-            KubeJson(api_client_for(api_url)),
+            LabKube(api_client_for(api_url)),
             KubeScheduler(config, extenders),
             settings=SchedulerLoopSettings(seed=seed),
             registry=registry,

@@ -81,6 +81,7 @@ from sits_observe.lab.demo.loop import TIME_SLICING, TIME_SLICING_KEY, seed_clus
 from sits_observe.lab.experiment.settings import ARM_DOCS, RULES_OFF, RULES_ON, Cadence
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.lab.kube.publish import KubePublisher
+from sits_observe.lab.kube.raw import LabKube
 from sits_observe.lab.kube.workloads import WorkloadDriver
 from sits_observe.lab.replay.extender import with_gpu_hint, without_bind
 from sits_observe.lab.scheduler.config import SchedulerConfig, load_scheduler_config
@@ -273,6 +274,7 @@ class RunParts:
             registry=self.registry,
             clock=self.clock.utc,
             pods=self.emulator.informer("pods").items,
+            configmaps=self.emulator.informer("configmaps").items,
         )
         self.driver = WorkloadDriver(
             self.emulator.api_client(),
@@ -331,7 +333,7 @@ class RunParts:
             self.transport = self._extender_transport(store)
             extenders = [Extender(e, self.transport) for e in self.config.extenders]
         return LiveScheduler(
-            KubeJson(self.emulator.api_client()),
+            LabKube(self.emulator.api_client()),
             KubeScheduler(self.config, extenders),
             settings=SchedulerLoopSettings(seed=self.seed),
             registry=self.registry,

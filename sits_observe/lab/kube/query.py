@@ -24,9 +24,13 @@ import kmock
 JsonObject = dict[str, Any]
 
 
-def status_error(code: int, reason: str, message: str) -> kmock.KubernetesError:
-    """An error kmock renders as a ``kind: Status`` body, as the API server does."""
-    return kmock.KubernetesError(status=code, reason=reason, message=message, details={})
+def status_error(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> kmock.KubernetesError:
+    """An error kmock renders as a ``kind: Status`` body, as the API server does; ``details``
+    as the API server gives them (the object's ``name`` and ``kind``), where known (kmock
+    formats a traceback into an error without details)."""
+    return kmock.KubernetesError(status=code, reason=reason, message=message, details=details or {})
 
 
 def _parse_selector(text: str, what: str) -> list[tuple[str, str, str | None]]:

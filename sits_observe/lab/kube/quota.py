@@ -68,7 +68,8 @@ class QuotaAdmission(WatchFeed):
                 str(meta.get("name")), str(quota["metadata"].get("name")), requested, used, hard
             )
             if message is not None:
-                raise status_error(403, "Forbidden", message)
+                details = {"name": str(meta.get("name")), "kind": "pods"}
+                raise status_error(403, "Forbidden", message, details)
 
     def _pod_usage(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
         """:func:`pod_usage` of a stored pod, read once per version of it."""

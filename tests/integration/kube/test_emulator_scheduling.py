@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client as k8s_client
 from prometheus_client import CollectorRegistry
@@ -132,7 +131,7 @@ class Clock:
 def scheduler(
     kube: KubeEmulator, *extenders: ExtenderConfig, clock: Clock | None = None
 ) -> tuple[LiveScheduler, HttpExtenderTransport]:
-    transport = HttpExtenderTransport(httpx.Client(), registry=CollectorRegistry())
+    transport = HttpExtenderTransport(registry=CollectorRegistry())
     config = SchedulerConfig(extenders=extenders)
     live = LiveScheduler(
         KubeJson(kube.api_client()),
