@@ -34,6 +34,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
+from sits_observe.analytics.trends.clusters import WORD_QUORUM, describe
+from sits_observe.analytics.trends.settings import TrendSettings
 from sits_observe.domain.units import Unit, human
 from sits_observe.lab.catalog import all_reports
 from sits_observe.lab.demo.demo import DEMO_SLO_S, DemoSettings
@@ -385,8 +387,11 @@ def test_recommend_stays_inside_the_cluster_and_above_what_runs(
     short = [r for r in rows if str(r["reason"]).startswith("not enough data")]
     for r in short:  # said only where the history is under the rule's own floor
         assert r["history_s"] is None or r["history_s"] < floors.min_history_s, r
+    # An answer where the history allows one: some GPU-memory row has a proposal (how many
+    # depends on how many samples the 90 s demo collected under the machine's load; every
+    # row without one says it has too little history, above).
     sized = [r for r in rows if r["action"] == "gpu-memory"]
-    assert len([r for r in sized if r["proposed"] is not None]) > len(sized) / 2, sized
+    assert any(r["proposed"] is not None for r in sized), sized
 
 
 def test_fragmentation_follows_fgd_s_identities(docs: dict[str, Any]) -> None:
@@ -403,6 +408,9 @@ def test_fragmentation_follows_fgd_s_identities(docs: dict[str, Any]) -> None:
 
 
 def test_trends_call_a_flat_series_flat_and_a_leak_growth(db: Path, docs: dict[str, Any]) -> None:
+    """Each series earns its words on its own shape (a GPU whose memory never moves is flat,
+    never leaking), and a cluster carries a word only when at least two thirds of its members
+    earn it (``WORD_QUORUM``): a leaking cluster's members mostly grow."""
     trends = docs["trends"]
     flat = {
         uuid
@@ -413,16 +421,21 @@ def test_trends_call_a_flat_series_flat_and_a_leak_growth(db: Path, docs: dict[s
         )
     }
     assert flat  # the vLLM servers hold 90 % of their framebuffer from the start
-    labelled: dict[str, str] = {}
+    settings = TrendSettings()
+    own: dict[str, tuple[str, ...]] = {}
     for row in trends["rows"]:
-        labelled |= dict.fromkeys(row["member_keys"], row["pattern"])
+        members = [describe(m, settings) for m in row["member_features"]]
+        own |= {m["key"]: w for m, w in zip(row["member_features"], members, strict=True)}
+        for word in set(row["words"]) - {"mixed"}:  # "mixed": no word has the quorum
+            earned = sum(word in w for w in members)
+            assert earned >= WORD_QUORUM * len(members) - 1e-9, (word, row["member_keys"])
     for row in trends["tables"]["noise"]["rows"]:
-        labelled[row["key"]] = row["pattern"]
+        own[row["key"]] = tuple(row["words"])
     for row in (*trends["rows"], *trends["tables"]["noise"]["rows"]):
-        if row["pattern"] == "leaking":
+        if "leaking" in row["words"]:
             assert row["slope_per_h"] > 0, row
-    assert flat <= set(labelled)
-    assert {labelled[gpu] for gpu in flat} == {"flat"}, labelled
+    assert flat <= set(own)
+    assert {own[gpu][0] for gpu in flat} == {"flat"}, {gpu: own[gpu] for gpu in flat}
 
 
 def test_batching_gives_one_self_consistent_row_per_server_group(docs: dict[str, Any]) -> None:

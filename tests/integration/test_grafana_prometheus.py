@@ -216,6 +216,19 @@ def without_absent_knees(problems: list[str], demo: Demo) -> list[str]:
     return [p for p in problems if p not in knees]
 
 
+def without_absent_dra(problems: list[str], demo: Demo) -> list[str]:
+    """``problems`` less the empty DRA panels when the demo's store holds no DRA device: the
+    exporter writes no ``sits_dra_*`` series without a DRA snapshot (the demo's nodes serve
+    their GPUs through the device plugin), and an empty panel is then the right answer."""
+    dra = [p for p in problems if "sits_dra_" in p and "empty" in p]
+    if not dra:
+        return problems
+    assert demo.store is not None
+    if demo.store.scalar("SELECT count(*) FROM dra_devices"):
+        return problems
+    return [p for p in problems if p not in dra]
+
+
 def check(
     client: httpx.Client, q: PanelQuery, substitutions: dict[str, dict[str, str]]
 ) -> list[str]:
@@ -237,10 +250,10 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
 ) -> None:
     wait_for_scrapes(prometheus, 5, 60)
     deadline = time.monotonic() + ANSWER_S
-    problems = without_absent_knees(failures(prometheus), demo)
+    problems = without_absent_dra(without_absent_knees(failures(prometheus), demo), demo)
     while problems and time.monotonic() < deadline:
         time.sleep(3)
-        problems = without_absent_knees(failures(prometheus), demo)
+        problems = without_absent_dra(without_absent_knees(failures(prometheus), demo), demo)
     assert not problems, f"{len(problems)} panel queries without data:\n" + "\n".join(problems)
     check_gpu_join(prometheus)
 
