@@ -30,7 +30,12 @@ from pathlib import Path
 
 from _docs import write_block
 
-from sits_observe.lab.experiment.experiment import ExperimentResult, assemble, run_job
+from sits_observe.lab.experiment.experiment import (
+    ExperimentResult,
+    assemble,
+    job_order,
+    run_job,
+)
 from sits_observe.lab.experiment.measures import MEASURES
 from sits_observe.lab.experiment.png import render_chart
 from sits_observe.lab.experiment.run import RunResult
@@ -49,13 +54,12 @@ def run_all(settings: ExperimentSettings, cache: Path | None, jobs: int = 1) -> 
     once in worker processes."""
     results: dict[tuple[str, int], RunResult] = {}
     todo: list[tuple[str, int]] = []
-    for seed in settings.seed_list:
-        for arm in settings.arms:
-            path = cache / f"{arm}-seed{seed}.pickle" if cache is not None else None
-            if path is not None and path.is_file():
-                results[(arm, seed)] = pickle.loads(path.read_bytes())  # our own cache
-            else:
-                todo.append((arm, seed))
+    for arm, seed in job_order(settings.model_copy(update={"jobs": jobs})):
+        path = cache / f"{arm}-seed{seed}.pickle" if cache is not None else None
+        if path is not None and path.is_file():
+            results[(arm, seed)] = pickle.loads(path.read_bytes())  # our own cache
+        else:
+            todo.append((arm, seed))
 
     def keep(arm: str, seed: int, result: RunResult) -> None:
         print(f"{arm} seed {seed}: {result.wall_s:.0f} s", flush=True)
