@@ -96,13 +96,16 @@ class SeriesPoint:
 
 @dataclass(frozen=True)
 class TrendCluster:
-    """One DBSCAN cluster: its centroid (mean features), words and members."""
+    """One DBSCAN cluster: its centroid (mean features), words and members; ``member_words``
+    are the words each member earns on its own (in ``members``' order), so a member that does
+    not share the cluster's words can say so."""
 
     label: int
     words: tuple[str, ...]
     description: str
     centroid: dict[str, float]
     members: tuple[SeriesPoint, ...]
+    member_words: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -350,13 +353,15 @@ def cluster_features(
             f: float(v) for f, v in zip(FEATURES, features.matrix[rows].mean(axis=0), strict=True)
         }
         members = tuple(point(int(i)) for i in rows)
-        words = cluster_words([describe(m.features, settings) for m in members])
+        own = tuple(describe(m.features, settings) for m in members)
+        words = cluster_words(list(own))
         return TrendCluster(
             label=label,
             words=words,
             description=_sentence(words, centroid),
             centroid=centroid,
             members=members,
+            member_words=own,
         )
 
     found = sorted(set(labels.tolist()) - {-1})

@@ -414,3 +414,33 @@ def test_a_fleet_without_structure_says_so() -> None:
     assert result.eps.source == "no_knee"
     assert len(result.clusters) == 1
     assert any(n.startswith("no structure") for n in result.notes)
+
+
+def test_a_member_that_does_not_earn_its_clusters_words_says_its_own() -> None:
+    """Twelve flat GPUs and four filling up, forced into one group: the group is named by what
+    two thirds earn (flat, full), and the report names each filling GPU with its own shape,
+    so no growing GPU hides under "flat" (nor, the other way round, a flat one under
+    "leaking")."""
+    from datetime import UTC, datetime
+
+    from sits_observe.reports import trends as trends_report
+    from sits_observe.reports.window import Window
+
+    rng = np.random.default_rng(7)
+    t = DAY0 + np.arange(0.0, 6 * 3600, MINUTE)
+    flat = [0.92 + rng.normal(0, 0.002, t.size) for _ in range(12)]
+    filling = [0.1 + 0.12 * hours(t) + rng.normal(0, 0.002, t.size) for _ in range(4)]
+    x = np.concatenate(flat + filling)
+    codes = np.repeat(np.arange(16), t.size)
+    keys = tuple(f"g{i}" for i in range(16))
+    forced = cluster_features(
+        series_features(codes, np.tile(t, 16), x), keys, keys, settings=TrendSettings(eps=1e3)
+    )
+    (group,) = forced.clusters
+    assert [w[0] for w in group.member_words].count("leaking") == 4
+    at = datetime.fromtimestamp(DAY0, UTC).replace(tzinfo=None)
+    report = trends_report.report_of(Window(None, at, "given"), forced, {})
+    (row,) = report.table("clusters").records()
+    marked = [n for n in row["members"] if n.endswith("[leaking]")]
+    assert sorted(marked) == [f"g{i} [leaking]" for i in range(12, 16)]
+    assert all(f["words"] for f in row["member_features"])
