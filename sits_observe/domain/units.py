@@ -104,6 +104,11 @@ def human_time(value: datetime | str) -> str:
     return value.replace(microsecond=0).isoformat(sep=" ") + "Z"
 
 
+#: Magnitudes under this are floating-point rounding (a flat series' fitted slope comes out as
+#: -4e-30), printed as 0.
+FLOAT_NOISE = 1e-12
+
+
 def human(value: object, unit: Unit | str) -> str:
     """``value`` as a person reads it in a table cell; None (and NaN) is empty."""
     if value is None:
@@ -124,6 +129,8 @@ def human(value: object, unit: Unit | str) -> str:
     number = float(value)
     if math.isinf(number):
         return "inf" if number > 0 else "-inf"
+    if abs(number) < FLOAT_NOISE:  # rounding left over from sums and fits, not a value
+        number = 0.0
     match kind:
         case Unit.integer:
             return f"{round(number):,}"

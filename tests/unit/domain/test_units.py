@@ -67,3 +67,11 @@ def test_milli_quantities_round_up_and_parse_back(milli: float) -> None:
     text = format_milli_quantity(milli)
     assert parse_quantity(text) * 1000 >= milli
     assert parse_quantity(text) * 1000 - int(milli) < 1000
+
+
+def test_floating_point_noise_prints_as_zero() -> None:
+    """A flat series' fitted slope comes out as -4e-30: a table shows 0%, not
+    -0.000000000000000000000000000407%; a real small value keeps its digits."""
+    assert human(-4.07e-30, Unit.ratio) == "0%"
+    assert human(3e-14, Unit.seconds) == human(0.0, Unit.seconds)
+    assert human(2e-5, Unit.ratio) != "0%"
