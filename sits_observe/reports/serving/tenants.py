@@ -158,8 +158,9 @@ def build(store: Store, window: Window, query: TenantsQuery) -> Report:
 
 SPEC = ReportSpec(
     name="tenants",
-    summary="Tenant isolation: which namespace's load pushes which other namespace out of its "
-    "P99 SLA, with the P99 in high-load and low-load bins.",
+    summary="Tenant isolation: which tenant's load pushes which other tenant out of its P99 "
+    "SLA, with the P99 in high-load and low-load bins (a tenant is a namespace, or several "
+    "mapped with --tenant).",
     settings=TenantsQuery,
     reads=("requests", "gpu_samples"),
     build=build,
