@@ -381,16 +381,25 @@ def test_a_cluster_carries_only_the_words_most_of_its_members_earn() -> None:
     assert cluster_words([("flat",), ("leaking",), ("erratic",)]) == ("mixed",)
 
 
-def test_flat_servers_are_not_called_leaking_beside_a_few_leaking_gpus() -> None:
-    """The demo's shape: 12 vLLM GPUs flat at 90 % and 4 batch GPUs filling up, 6 h, one
-    group forced (eps given large): the centroid rises, but the group is flat and full."""
+def flat_and_filling() -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """The demo's shape over 6 h: 12 vLLM GPUs flat at 92 % (g0-g11) and 4 batch GPUs filling
+    up (g12-g15); series codes, the time axis, the values and the keys."""
     rng = np.random.default_rng(7)
     t = DAY0 + np.arange(0.0, 6 * 3600, MINUTE)
     flat = [0.92 + rng.normal(0, 0.002, t.size) for _ in range(12)]
     filling = [0.1 + 0.12 * hours(t) + rng.normal(0, 0.002, t.size) for _ in range(4)]
-    x = np.concatenate(flat + filling)
-    codes = np.repeat(np.arange(16), t.size)
-    keys = tuple(f"g{i}" for i in range(16))
+    return (
+        np.repeat(np.arange(16), t.size),
+        t,
+        np.concatenate(flat + filling),
+        tuple(f"g{i}" for i in range(16)),
+    )
+
+
+def test_flat_servers_are_not_called_leaking_beside_a_few_leaking_gpus() -> None:
+    """The demo's shape: 12 vLLM GPUs flat at 90 % and 4 batch GPUs filling up, 6 h, one
+    group forced (eps given large): the centroid rises, but the group is flat and full."""
+    codes, t, x, keys = flat_and_filling()
     forced = cluster_features(
         series_features(codes, np.tile(t, 16), x), keys, keys, settings=TrendSettings(eps=1e3)
     )
@@ -426,13 +435,7 @@ def test_a_member_that_does_not_earn_its_clusters_words_says_its_own() -> None:
     from sits_observe.reports import trends as trends_report
     from sits_observe.reports.window import Window
 
-    rng = np.random.default_rng(7)
-    t = DAY0 + np.arange(0.0, 6 * 3600, MINUTE)
-    flat = [0.92 + rng.normal(0, 0.002, t.size) for _ in range(12)]
-    filling = [0.1 + 0.12 * hours(t) + rng.normal(0, 0.002, t.size) for _ in range(4)]
-    x = np.concatenate(flat + filling)
-    codes = np.repeat(np.arange(16), t.size)
-    keys = tuple(f"g{i}" for i in range(16))
+    codes, t, x, keys = flat_and_filling()
     forced = cluster_features(
         series_features(codes, np.tile(t, 16), x), keys, keys, settings=TrendSettings(eps=1e3)
     )
