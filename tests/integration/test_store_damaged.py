@@ -72,23 +72,41 @@ def truncate(path: Path) -> None:
 
 
 def overwrite_middle(path: Path) -> None:
-    """16 bytes in the middle of the data block nearest the middle of the file. (Not the
-    file's middle byte itself: that may lie in a free block, or in an unused 4 KiB part of a
-    metadata block, each checksummed apart, which nothing ever reads: harmless.)"""
+    """16 bytes at the first segment of the ``gpu_samples`` data block nearest the middle of
+    the file.
+
+    Not the block's middle: DuckDB packs small segments into one partial block and checks
+    only the part of it they use: bytes past the last segment are never checked (a partial
+    block's middle was unused in some layouts, which depend on DuckDB's threads: the damage
+    went unseen, ``serve`` started and the test hung). Not the file's middle either: that may
+    lie in a free block, which nothing reads. :func:`reads_damaged` checks the damage holds.
+    """
     with duckdb.connect(str(path), read_only=True) as con:
         found = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
-        blocks = con.execute(
-            "SELECT DISTINCT block_id FROM pragma_storage_info('gpu_samples') WHERE block_id >= 0"
+        segments = con.execute(
+            "SELECT block_id, min(block_offset) FROM pragma_storage_info('gpu_samples') "
+            "WHERE block_id >= 0 GROUP BY block_id"
         ).fetchall()
-    assert found is not None and blocks
+    assert found is not None and segments
     block_bytes = int(found[0])
-    # A block's place in the file: after DuckDB's three 4 KiB headers (its file format).
-    starts = [HEADERS_BYTES + int(b) * block_bytes for (b,) in blocks]
+    # A block's place in the file: after DuckDB's three 4 KiB headers (its file format);
+    # its data after its 8-byte checksum.
+    starts = {HEADERS_BYTES + int(b) * block_bytes: int(first) for b, first in segments}
     middle = path.stat().st_size // 2
     start = min(starts, key=lambda at: abs(at + block_bytes // 2 - middle))
     with path.open("r+b") as f:
-        f.seek(start + block_bytes // 2)
+        f.seek(start + 8 + starts[start])
         f.write(b"\xde\xad\xbe\xef" * 4)
+
+
+def reads_damaged(path: Path) -> bool:
+    """Whether DuckDB itself fails to read every row of ``gpu_samples`` (the damage is real)."""
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            con.execute("SELECT count(*), bit_xor(hash(COLUMNS(*))) FROM gpu_samples").fetchall()
+    except duckdb.Error:
+        return True
+    return False
 
 
 def overwrite_header(path: Path) -> None:
@@ -120,6 +138,8 @@ def test_serve_refuses_a_damaged_database(
     shutil.copy(pristine, db)
     harm, says = DAMAGES[damage]
     harm(db)
+    if damage == "corrupt-block":
+        assert reads_damaged(db), "the overwritten bytes are not ones DuckDB reads"
     done = serve_once(tmp_path, db, *(["--extender-warm-view"] if warm else []))
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]

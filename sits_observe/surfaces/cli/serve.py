@@ -240,12 +240,13 @@ def run_service(
 
         def build() -> Starlette:
             try:
-                # A damaged file is refused before the app takes batches. It runs first, on
-                # its own: read in a thread while the app's modules imported, `serve` hung
-                # now and then on a corrupt block in CI, with no output.
-                _verify(store)
-                from sits_observe.surfaces.service.app import create_app  # FastAPI: stage 2
-
+                # A damaged file is refused before the app is made, so before it takes
+                # batches; the check reads meanwhile the app's module imports.
+                checked = _verify_meanwhile(store)
+                try:
+                    from sits_observe.surfaces.service.app import create_app  # FastAPI: stage 2
+                finally:
+                    checked()
                 return create_app(
                     settings,
                     store,
@@ -313,6 +314,29 @@ def _verify(store: Store) -> None:
         report.file_bytes / 1e6,
         report.seconds,
     )
+
+
+def _verify_meanwhile(store: Store) -> Callable[[], None]:
+    """Start :func:`_verify` in a thread; the function returned waits for it and raises what
+    it raised. The check is DuckDB reading (outside the GIL), so it costs the start nothing
+    while the service's app imports in the calling thread (bench_extender_cold_start)."""
+    failed: list[Exception] = []
+
+    def run() -> None:
+        try:
+            _verify(store)
+        except Exception as exc:  # raised in the caller's thread by wait()
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="store-verify", daemon=True)
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+
+    return wait
 
 
 def _early_extender(
