@@ -21,6 +21,10 @@ def _axis(percent: bool) -> Spec:
 #: A time axis as the tables write times: UTC, 24-hour clock (Vega-Lite's default is the
 #: browser's zone and a 12-hour clock, 06:51 for 18:51).
 TIME_FORMAT = "%H:%M"
+#: Vega-Lite's format types are "number" and "time" (plus registered custom ones); a "time"
+#: format on a ``utc`` scale is written with ``utcFormat``. ("utc" is no format type: the
+#: browser dropped the format for it and drew "06 PM", "06:01", ...)
+TIME_FORMAT_TYPE = "time"
 
 
 def time_axis(field: str) -> Spec:
@@ -30,7 +34,7 @@ def time_axis(field: str) -> Spec:
         "type": "temporal",
         "title": "time (UTC)",
         "scale": {"type": "utc"},
-        "axis": {"format": TIME_FORMAT, "formatType": "utc", "labelOverlap": True},
+        "axis": {"format": TIME_FORMAT, "formatType": TIME_FORMAT_TYPE, "labelOverlap": True},
     }
 
 
