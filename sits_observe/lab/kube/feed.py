@@ -107,8 +107,8 @@ class WatchFeed(ObjectStore):
         From :attr:`_live_names`, kept by every change the store announces: kmock keeps every
         object it ever stored, and an hour of an experiment run created thousands of pods
         whose scan, for every pod write's quota check, grew with the run."""
-        keys = (
-            (resource, namespace, name) for name in self._live_names.get((resource, namespace), {})
+        found = (
+            self._object((resource, namespace, name))
+            for name in self._live_names.get((resource, namespace), {})
         )
-        found = (self._objects[key] for key in keys if key in self._objects)
-        return [obj.raw for obj in found if not obj.deleted]
+        return [obj.raw for obj in found if obj is not None and not obj.deleted]

@@ -66,6 +66,12 @@ class ObjectStore(kmock.KubernetesEmulator):
             self._indexed = len(objects)
         return self._index.get((resource.group, resource.version, resource.plural), [])
 
+    def _object(self, key: tuple[kmock.resource, str | None, str]) -> Any | None:
+        """The stored object at ``(resource, namespace, name)`` (deleted ones too), or None:
+        one lookup in kmock's dict, not its view's (which checks the key's shape with
+        ``typing`` instance checks and parses the resource again, for every lookup)."""
+        return self._objects._objects.get(key)
+
     def _KubernetesEmulator__get_objs(  # noqa: N802  # kmock's private name, mangled
         self, request: kmock.Request, strict: bool
     ) -> list[Any]:
@@ -73,8 +79,8 @@ class ObjectStore(kmock.KubernetesEmulator):
         object when the request names one (a GET, PATCH or DELETE of one object): the same
         match (resource, exact namespace and name) as one dict lookup."""
         if strict and request.resource is not None and request.name is not None:
-            key = (request.resource, request.namespace, request.name)
-            return [self._objects[key]] if key in self._objects else []
+            found_one = self._object((request.resource, request.namespace, request.name))
+            return [] if found_one is None else [found_one]
         found: list[Any] = kmock.KubernetesEmulator._KubernetesEmulator__get_objs(  # type: ignore[attr-defined]
             self, request, strict
         )

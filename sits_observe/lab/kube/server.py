@@ -160,9 +160,9 @@ class Emulator(QuotaAdmission, WatchServing):
         name = str(request.name)
         key = (POD, request.namespace, name)
         async with self._lock:
-            if key not in self._objects or self._objects[key].deleted:
+            stored = self._object(key)
+            if stored is None or stored.deleted:
                 raise status_error(404, "NotFound", f'pods "{name}" not found')
-            stored = self._objects[key]
             pod = bind_pod(stored.raw, request.data, name, _rfc3339(self.now_fn()))
             pod["metadata"]["resourceVersion"] = self.next_revision()
             stored.create(pod)
@@ -240,9 +240,9 @@ class Emulator(QuotaAdmission, WatchServing):
             )
         key = (resource, request.namespace, name)
         async with self._lock:
-            if key not in self._objects or self._objects[key].deleted:
+            stored = self._object(key)
+            if stored is None or stored.deleted:
                 raise kmock.KubernetesObjectNotFoundError()
-            stored = self._objects[key]
             current = copy.deepcopy(stored.raw)
             sent_rv = meta.get("resourceVersion")
             if sent_rv not in (None, "") and sent_rv != current["metadata"].get("resourceVersion"):
