@@ -185,6 +185,7 @@ class SimulatedKubelet:
         self._ready: set[str] = set()
         self._refused: set[str] = set()
         self._config_at: datetime | None = None
+        self._config_applied: str | None = None  # the time-slicing text last applied
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-kubelet", daemon=True)
 
@@ -389,6 +390,8 @@ class SimulatedKubelet:
         try:
             document = self._read_configmap(where[0], where[1])
             raw = ((document.get("data") or {}).get(self.settings.time_slicing_key)) or ""
+            if raw == self._config_applied:
+                return  # as applied last time (a pod started since got it from the cluster)
             entries = yaml.safe_load(raw) or {}
         except ApiException as exc:
             if exc.status != 404:
@@ -400,13 +403,18 @@ class SimulatedKubelet:
             log.warning("the time-slicing ConfigMap is unreadable: %s", exc)
             return
         slices: dict[str, float] = {}
+        unreadable = 0
         for key, value in entries.items() if isinstance(entries, dict) else ():
             seconds = parse_slice_s(value)
             if seconds is None:
-                self.metrics.errors.labels("config").inc()
+                unreadable += 1
                 continue
             slices[str(key)] = seconds
+        self.metrics.errors.labels("config").inc(unreadable)
         self.cluster.set_time_slices(slices)
+        # Read again only when it changes; one with unreadable entries is read (and counted)
+        # at every pass, as before.
+        self._config_applied = raw if not unreadable else None
 
     def _read_configmap(self, namespace: str, name: str) -> JsonObject:
         """The ConfigMap, from the informer or the API (:class:`ApiException` 404 if none)."""
