@@ -243,7 +243,7 @@ class Emulator(QuotaAdmission, WatchServing):
             stored = self._object(key)
             if stored is None or stored.deleted:
                 raise kmock.KubernetesObjectNotFoundError()
-            current = copy.deepcopy(stored.raw)
+            current: JsonObject = copy.deepcopy(stored.raw)
             sent_rv = meta.get("resourceVersion")
             if sent_rv not in (None, "") and sent_rv != current["metadata"].get("resourceVersion"):
                 raise status_error(
