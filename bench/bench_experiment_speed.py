@@ -101,7 +101,13 @@ def run_child(
     """Wall and CPU seconds of one run with the package of ``tree`` (with ``_TOGETHER``:
     ``arm`` is the comma-separated arms, ``seed`` the number of seeds; the CPU seconds count
     the worker processes too)."""
+    # The environment the command's worker processes start with (one polars thread), for
+    # both trees alike: a tree from before it existed is measured on the same terms.
+    from sits_observe.lab.experiment.experiment import WORKER_ENV
+
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONWARNINGS="ignore")
+    for name, value in WORKER_ENV.items():
+        env.setdefault(name, value)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,12 @@ class ExperimentResult:
     ablation: tuple[ModuleWorth, ...] = ()
 
 
+#: The environment the worker processes start with. One polars thread: a run is one core's
+#: work, and polars' pool (one thread per core) spins between the controller's and the agents'
+#: many small frames; in a quarter hour of ``kube-sits`` its threads were preempted 242,000
+#: times while working 0.65 s, and the run took about 7 % more CPU (docs/benchmarks.md).
+WORKER_ENV: Mapping[str, str] = {"POLARS_MAX_THREADS": "1"}
+
 #: Called after each run: (arm, seed, wall seconds).
 RunDone = Callable[[str, int, float], None]
 
@@ -128,6 +135,7 @@ def run_experiment(
     else:
         context = multiprocessing.get_context("spawn")
         with contextlib.ExitStack() as stack:
+            stack.enter_context(_environment(WORKER_ENV))  # read by the workers as they start
             pool = stack.enter_context(
                 ProcessPoolExecutor(max_workers=settings.workers, mp_context=context)
             )
@@ -145,6 +153,22 @@ def run_experiment(
                     if on_run is not None:
                         on_run(job[0], job[1], results[job].wall_s)
     return assemble(settings, results)
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` (a value the user set wins), as they were afterwards."""
+    before = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        os.environ.setdefault(name, value)
+    try:
+        yield
+    finally:
+        for name, was in before.items():
+            if was is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = was
 
 
 def job_order(settings: ExperimentSettings) -> list[tuple[str, int]]:
