@@ -10,11 +10,13 @@ every ``tick_s``:
   has some) are kept at their one pod the same way;
 - Jobs and notebooks arrive on the simulated clock (the cluster's ``now_s``); each arrival
   creates its owner (Job or StatefulSet) and its Pending pod. A creation the API refuses, a
-  ResourceQuota's 403 above all, is counted and retried as the Job controller retries a failed
-  sync: client-go's default controller rate limiter, 5 ms doubling per failure to 1,000 s (so a
-  Job refused for half an hour has tried about 17 times, and learns that quota freed up only at
-  its next try: what Kueue exists for), oldest first; at most ``max_waiting`` refused creations
-  wait, beyond that the newest arrival is dropped and counted;
+  ResourceQuota's 403 above all, is counted and retried as its controller requeues a failed
+  sync: a Job's pod as the Job controller does (its own limiter: 1 s doubling per failure to
+  1 min, ``DefaultJobApiBackOff`` / ``MaxJobApiBackOff``, so a Job refused for half an hour has
+  tried about 34 times and learns that quota freed up within a minute), the other owners' as
+  the ReplicaSet and StatefulSet controllers do (client-go's default controller rate limiter,
+  5 ms doubling to 1,000 s), oldest first; at most ``max_waiting`` refused creations wait,
+  beyond that the newest arrival is dropped and counted;
 - finished pods (``Succeeded`` / ``Failed``) of Jobs and notebooks are deleted with their
   owner, as a Job with ``ttlSecondsAfterFinished: 0`` is.
 - the tenants of the generator's :class:`~sits_observe.lab.cluster.pods.tenants.TenantScenario`
@@ -73,6 +75,19 @@ class DriverSettings(BaseModel):
     )
     retry_max_s: float = Field(
         1000.0, gt=0, le=3600, description="longest retry delay, seconds (the same limiter's)"
+    )
+    job_retry_initial_s: float = Field(
+        1.0,
+        gt=0,
+        le=600,
+        description="first retry delay of a Job's refused pod, seconds (the Job controller's "
+        "own limiter: DefaultJobApiBackOff)",
+    )
+    job_retry_max_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="longest retry delay of a Job's refused pod, seconds (MaxJobApiBackOff)",
     )
     max_waiting: int = Field(
         100, ge=1, le=100_000, description="refused creations that may wait for a retry"
@@ -288,12 +303,18 @@ class WorkloadDriver:
                 continue
             if not self._try_create(item):
                 item.attempts += 1
-                delay = min(
-                    self.settings.retry_max_s,
-                    self.settings.retry_initial_s * 2 ** (item.attempts - 1),
-                )
-                item.due_s = now + delay
+                item.due_s = now + self._retry_delay_s(item)
                 self._waiting.append(item)
+
+    def _retry_delay_s(self, item: _Waiting) -> float:
+        """The owner's controller's delay before its next try (module docstring)."""
+        s = self.settings
+        initial, longest = (
+            (s.job_retry_initial_s, s.job_retry_max_s)
+            if item.spec.owner.kind == "Job"
+            else (s.retry_initial_s, s.retry_max_s)
+        )
+        return float(min(longest, initial * 2 ** (item.attempts - 1)))
 
     def _try_create(self, item: _Waiting) -> bool:
         spec = item.spec

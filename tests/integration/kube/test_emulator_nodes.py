@@ -266,7 +266,7 @@ def test_a_creation_the_quota_refuses_is_counted_and_retried_with_backoff(
         cluster.workloads,
         sim_now=lambda: now[0],
         settings=DriverSettings(
-            retry_initial_s=1.0, retry_max_s=10.0, arrivals=False, inference=False
+            job_retry_initial_s=1.0, job_retry_max_s=10.0, arrivals=False, inference=False
         ),
     )
     job = first(cluster, "batch")
@@ -293,14 +293,17 @@ def test_a_creation_the_quota_refuses_is_counted_and_retried_with_backoff(
     assert driver.counts.outcomes["created"] == 1 and driver.waiting == 0
 
 
-def test_a_refused_job_backs_off_as_the_job_controller_does_by_default(
-    kube: KubeEmulator, core: k8s_client.CoreV1Api, cluster: SimulatedCluster
-) -> None:
-    """client-go's default controller rate limiter: 5 ms doubling per failure to 1,000 s, so a
-    Job refused for an hour tries about 20 times, not every 10 s."""
+def _tries_in_an_hour(
+    kube: KubeEmulator, core: k8s_client.CoreV1Api, cluster: SimulatedCluster, spec: PodSpec
+) -> list[float]:
+    """When the driver's default settings try to create ``spec``'s pod in a namespace whose
+    quota holds nothing, over an hour of 2-second passes."""
     core.create_namespaced_resource_quota(
-        "training",
-        {"metadata": {"name": "sits-quota"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}},
+        spec.namespace,
+        {
+            "metadata": {"name": "sits-quota"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "0", "requests.memory": "1"}},
+        },
     )
     now = [0.0]
     driver = WorkloadDriver(
@@ -310,14 +313,41 @@ def test_a_refused_job_backs_off_as_the_job_controller_does_by_default(
         settings=DriverSettings(arrivals=False, inference=False),
         pods=kube.informer("pods").items,
     )
-    driver.submit(first(cluster, "batch"))
+    driver.submit(spec)
     tries = []
-    for step in range(1800):  # an hour of 2-second passes
+    for step in range(1800):
         now[0] = step * 2.0
         before = driver.counts.outcomes["rejected_quota"]
         driver.sync_once()
         if driver.counts.outcomes["rejected_quota"] > before:
             tries.append(now[0])
+    return tries
+
+
+def test_a_refused_job_backs_off_as_the_job_controller_does_by_default(
+    kube: KubeEmulator, core: k8s_client.CoreV1Api, cluster: SimulatedCluster
+) -> None:
+    """The Job controller's own limiter: 1 s doubling per failure to 1 min (its
+    DefaultJobApiBackOff and MaxJobApiBackOff), so a Job refused for an hour tries about once
+    a minute, and learns within a minute that quota freed up."""
+    job = first(cluster, "batch")
+    assert job.owner.kind == "Job"
+    tries = _tries_in_an_hour(kube, core, cluster, job)
+    # Due 1 s after the first try: the next 2-second pass; then 2, 4, 8, 16, 32 s, then 60 s.
+    assert tries[:7] == [0.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    gaps = [b - a for a, b in pairwise(tries)]
+    assert set(gaps[6:]) == {60.0}
+    assert 60 <= len(tries) <= 65
+
+
+def test_a_refused_replica_backs_off_as_client_gos_default_limiter_does(
+    kube: KubeEmulator, core: k8s_client.CoreV1Api, cluster: SimulatedCluster
+) -> None:
+    """Owners other than Jobs (a notebook's StatefulSet, a ReplicaSet) requeue through
+    client-go's default controller rate limiter: 5 ms doubling per failure to 1,000 s."""
+    notebook = first(cluster, "notebook")
+    assert notebook.owner.kind != "Job"
+    tries = _tries_in_an_hour(kube, core, cluster, notebook)
     # Every pass while the delay is under 2 s (5 ms x 2^8 = 1.28 s), then 2.56 s, 5.12 s, ...
     assert tries[:9] == [2.0 * k for k in range(9)]
     gaps = [b - a for a, b in pairwise(tries)]
