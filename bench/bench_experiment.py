@@ -35,6 +35,7 @@ from sits_observe.lab.experiment.experiment import (
     assemble,
     job_order,
     run_job,
+    worker_environment,
 )
 from sits_observe.lab.experiment.measures import MEASURES
 from sits_observe.lab.experiment.png import render_chart
@@ -73,7 +74,10 @@ def run_all(settings: ExperimentSettings, cache: Path | None, jobs: int = 1) -> 
             keep(arm, seed, run_job(settings, arm, seed))
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with (
+            worker_environment(),  # as the command's workers start
+            ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool,
+        ):
             futures = {pool.submit(run_job, settings, arm, seed): (arm, seed) for arm, seed in todo}
             for future in as_completed(futures):
                 keep(*futures[future], future.result())

@@ -135,7 +135,7 @@ def run_experiment(
     else:
         context = multiprocessing.get_context("spawn")
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_environment(WORKER_ENV))  # read by the workers as they start
+            stack.enter_context(worker_environment())  # read by the workers as they start
             pool = stack.enter_context(
                 ProcessPoolExecutor(max_workers=settings.workers, mp_context=context)
             )
@@ -156,7 +156,7 @@ def run_experiment(
 
 
 @contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
+def worker_environment(values: Mapping[str, str] = WORKER_ENV) -> Iterator[None]:
     """``values`` in ``os.environ`` (a value the user set wins), as they were afterwards."""
     before = {name: os.environ.get(name) for name in values}
     for name, value in values.items():

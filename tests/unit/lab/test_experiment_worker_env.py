@@ -10,7 +10,7 @@ from typing import NoReturn
 import pytest
 
 from sits_observe.lab.experiment import experiment
-from sits_observe.lab.experiment.experiment import WORKER_ENV, _environment
+from sits_observe.lab.experiment.experiment import WORKER_ENV, worker_environment
 from sits_observe.lab.experiment.settings import ExperimentSettings
 
 
@@ -24,7 +24,7 @@ def test_a_worker_started_in_the_environment_has_one_polars_thread() -> None:
     assert WORKER_ENV["POLARS_MAX_THREADS"] == "1"
     context = multiprocessing.get_context("spawn")
     with (
-        _environment(WORKER_ENV),
+        worker_environment(WORKER_ENV),
         ProcessPoolExecutor(max_workers=1, mp_context=context) as pool,
     ):
         assert pool.submit(_polars_threads).result(timeout=120) == 1
@@ -36,7 +36,7 @@ def test_the_environment_is_restored_and_the_users_value_wins(
     monkeypatch.delenv("SITS_TEST_WORKER_VAR", raising=False)
     monkeypatch.setenv("SITS_TEST_USER_VAR", "4")
     values = {"SITS_TEST_WORKER_VAR": "1", "SITS_TEST_USER_VAR": "1"}
-    with _environment(values):
+    with worker_environment(values):
         assert os.environ["SITS_TEST_WORKER_VAR"] == "1"
         assert os.environ["SITS_TEST_USER_VAR"] == "4"  # set by the user: kept
     assert "SITS_TEST_WORKER_VAR" not in os.environ
