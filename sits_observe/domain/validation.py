@@ -90,8 +90,16 @@ def validate_settings(
     try:
         return model.model_validate(given)
     except ValidationError as exc:
-        problems = "; ".join(_problem(e["loc"], e["msg"], flag) for e in exc.errors())
-        raise ConfigError(f"invalid {what} settings: {problems}") from exc
+        raise ConfigError(f"invalid {what} settings: {flag_problems(exc, flag)}") from exc
+
+
+def flag_problems(exc: ValidationError, flag: Callable[[str], str] | None = None) -> str:
+    """Each error of ``exc`` as ``--flag: message`` (``flag(field)`` names the flag when
+    given), ``; ``-joined, without pydantic's "Value error, " before a validator's own
+    message."""
+    return "; ".join(
+        _problem(e["loc"], str(e["msg"]).removeprefix("Value error, "), flag) for e in exc.errors()
+    )
 
 
 def _given(model: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:

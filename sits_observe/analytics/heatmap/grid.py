@@ -53,6 +53,7 @@ from sits_observe.analytics.heatmap.knee import (
 )
 from sits_observe.analytics.heatmap.settings import US_PER_MS, US_PER_S, HeatmapSettings, exact
 from sits_observe.analytics.serving.latency import RequestSelection, check_group
+from sits_observe.domain.validation import flag_problems
 from sits_observe.errors import ConfigError, StoreError
 from sits_observe.store import Store
 
@@ -64,12 +65,7 @@ def heatmap_settings(**values: Any) -> HeatmapSettings:
     try:
         return HeatmapSettings(**values)
     except ValidationError as exc:
-        problems = "; ".join(
-            (f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: " if e["loc"] else "")
-            + str(e["msg"]).removeprefix("Value error, ")
-            for e in exc.errors()
-        )
-        raise ConfigError(problems) from exc
+        raise ConfigError(flag_problems(exc)) from exc
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from sits_observe.domain.validation import flag_problems
 from sits_observe.errors import ConfigError
 from sits_observe.reports.window import WindowRequest
 
@@ -150,12 +151,7 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> UiSettings
     try:
         return UiSettings.model_validate(values)
     except ValidationError as exc:
-        problems = "; ".join(
-            (f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: " if e["loc"] else "")
-            + str(e["msg"]).removeprefix("Value error, ")
-            for e in exc.errors()
-        )
-        raise ConfigError(f"invalid UI settings: {problems}") from exc
+        raise ConfigError(f"invalid UI settings: {flag_problems(exc)}") from exc
 
 
 def settings_from_process() -> UiSettings:
