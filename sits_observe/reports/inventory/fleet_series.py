@@ -7,8 +7,9 @@ the Unix epoch, so buckets fall on round times):
   floor), mean utilisation; and, from the last inventory snapshot in the bucket, the GPUs
   allocated, the allocation ratio and the FGD fragmentation ratio (Weng et al., ATC'23;
   :mod:`sits_observe.analytics.fragmentation.fgd.measure`) for the workload M of the whole window,
-  so a change along the chart is a change of placement, not of M. A bucket with no snapshot has no
-  allocation or fragmentation (a gap in the chart, not a guess). The cost grows with the
+  so a change along the chart is a change of placement, not of M. A bucket with no snapshot of
+  its own shows the latest one before it, up to five minutes back (a state holds until it is
+  seen to change, as Prometheus' lookback has it); beyond that, none. The cost grows with the
   buckets (two snapshot reads from the versions each, one FGD evaluation per distinct
   cluster), not with the snapshots in the window.
 - ``latency_over_time``: per bucket and model, the requests completed and their exact P95
@@ -163,11 +164,35 @@ def over_time(
     idle_below_ratio: float,
     workload: TargetWorkload | None,
 ) -> pa.Table:
-    """The ``over_time`` table: the GPU and inventory series joined on the bucket."""
+    """The ``over_time`` table: the GPU and inventory series joined on the bucket; a bucket
+    with no snapshot of its own shows the latest one before it, up to
+    :data:`LOOKBACK_S` back (:func:`_carried`)."""
     gpus = gpu_series(store, window, bin_s, idle_below_ratio)
     inventory = inventory_series(store, window, bin_s, workload)
     joined = gpus.join(inventory, keys="start_at", join_type="full outer")
-    return joined.sort_by("start_at")
+    return _carried(joined.sort_by("start_at"), _INVENTORY_COLUMNS)
+
+
+#: How far back a bucket without an inventory snapshot takes the latest one (Prometheus'
+#: default lookback for an instant query: a state holds until it is seen to change).
+LOOKBACK_S = 300.0
+_INVENTORY_COLUMNS = ("total_gpus", "allocated_gpus", "alloc_ratio", "frag_ratio")
+
+
+def _carried(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """``table`` (sorted by ``start_at``) with each row lacking ``columns`` given those of the
+    latest row before it that has them, when that row started at most :data:`LOOKBACK_S`
+    earlier. Allocation is a state: the last snapshot stands until the next one."""
+    rows = table.to_pylist()
+    last: dict[str, object] | None = None
+    for row in rows:
+        if row[columns[0]] is not None:
+            last = row
+        elif (
+            last is not None and (row["start_at"] - last["start_at"]).total_seconds() <= LOOKBACK_S
+        ):
+            row.update({name: last[name] for name in columns})
+    return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 def latency_series(store: Store, window: Window, bin_s: float) -> pa.Table:

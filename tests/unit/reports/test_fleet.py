@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from sits_observe.domain.tables import conform
 from sits_observe.errors import ConfigError, NoDataError
 from sits_observe.reports.inventory.fleet import SPEC, FleetQuery
-from sits_observe.reports.inventory.fleet_series import bucket_width_s
+from sits_observe.reports.inventory.fleet_series import _carried, bucket_width_s
 from sits_observe.reports.result import Report
 from sits_observe.reports.spec import run_report
 from sits_observe.reports.window import WindowRequest
@@ -126,14 +126,18 @@ def test_series_follow_the_inventory_snapshots(store: Store) -> None:
     assert report.facts["bin_s"] == 30.0  # 590 s of samples: at most 30 buckets of 30 s
     rows = report.table("over_time").rows.to_pylist()
     assert len(rows) == 20
-    with_inventory = [r for r in rows if r["alloc_ratio"] is not None]
-    assert [(r["start_at"], r["allocated_gpus"]) for r in with_inventory] == [
-        (T0, 1.0),
-        (LATER, 2.0),
-    ]
+    at = {r["start_at"]: r for r in rows}
+    assert (at[T0]["allocated_gpus"], at[LATER]["allocated_gpus"]) == (1.0, 2.0)
     # FGD for the window's workload (one 1-GPU, 4-core pod): at T0 node-a's free GPU has no
     # CPU left (1 of 3 free GPUs); at LATER node-b's free GPU has 4 cores: still 1 of 2.
-    assert [r["frag_ratio"] for r in with_inventory] == [pytest.approx(1 / 3), pytest.approx(0.5)]
+    assert at[T0]["frag_ratio"] == pytest.approx(1 / 3)
+    assert at[LATER]["frag_ratio"] == pytest.approx(0.5)
+    # A bucket without a snapshot shows the latest one before it, up to 300 s back.
+    for row in rows:
+        since = (row["start_at"] - LATER).total_seconds()
+        expected = 1.0 if row["start_at"] < LATER else 2.0 if since <= 300 else None
+        assert row["allocated_gpus"] == expected, row["start_at"]
+    assert rows[-1]["alloc_ratio"] == 0.5  # 270 s after the last snapshot
     assert report.facts["frag_ratio"] == pytest.approx(0.5)  # the window's end
     assert {r["idle_gpus"] for r in rows} == {0} and {r["gpus_sampled"] for r in rows} == {2}
     latency = report.table("latency_over_time").rows.to_pylist()
@@ -186,3 +190,24 @@ def test_the_generated_command_prints_the_report(store: Store, tmp_path: Path) -
 def test_golden_tables(store: Store, width: int) -> None:
     assert isinstance(SPEC.validate({}), FleetQuery)
     assert_golden(f"fleet_{width}", table_text(fleet(store, bin_s=120), width))
+
+
+def test_a_snapshot_is_carried_at_most_the_lookback() -> None:
+    """Buckets before the first snapshot, and more than 300 s after the latest, stay empty."""
+    starts = [T0 + timedelta(seconds=s) for s in (0, 60, 120, 360, 420, 421)]
+    table = pa.table(
+        {
+            "start_at": pa.array(starts, pa.timestamp("us")),
+            "util": [0.1] * 6,
+            "alloc": [None, 1.0, None, None, 3.0, None],
+        }
+    )
+    rows = _carried(table, ("alloc",)).to_pylist()
+    assert [r["alloc"] for r in rows] == [None, 1.0, 1.0, 1.0, 3.0, 3.0]
+    late = pa.table(
+        {
+            "start_at": pa.array([T0, T0 + timedelta(seconds=301)], pa.timestamp("us")),
+            "alloc": [1.0, None],
+        }
+    )
+    assert _carried(late, ("alloc",)).column("alloc").to_pylist() == [1.0, None]
