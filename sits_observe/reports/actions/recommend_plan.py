@@ -238,8 +238,10 @@ def _cap_note(row: dict[str, Any]) -> str | None:
         if factor is not None and days is not None and factor > 1.5
         else ""
     )
+    # Prose, not a manifest: cores read better than a quantity (53,000, not 53028800m).
+    said = human(raw, Unit.milli_cpu if unit is Unit.quantity_cpu else unit)
     return (
-        f"{row['target']} {action}: the rule gives {human(raw, unit)}{counts}{widened}, held "
+        f"{row['target']} {action}: the rule gives {said}{counts}{widened}, held "
         f"at {capped_by} ({row['proposed']}{counts})"
     )
 

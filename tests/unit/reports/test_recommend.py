@@ -230,6 +230,11 @@ def test_a_quota_is_never_proposed_above_the_cluster() -> None:
     # CPU stays under the node's 64 cores: held at its peak x 2 (2 x 2 cores), not the cluster.
     cpu = json.loads(by_key(r)[("big", "quota-cpu")]["evidence"])
     assert (cpu["capped_by"], cpu["peak_cap"]) == ("the largest daily peak x 2", 4000)
+    # The note says cores, as prose does (2 cores x 1.15 x 1,441), not a manifest quantity.
+    assert any(
+        n.startswith("big quota-cpu: the rule gives 3,314 CPU (x1,441") and "m CPU" not in n
+        for n in r.notes
+    ), r.notes
 
 
 def test_change_and_confidence_rules() -> None:
