@@ -20,13 +20,14 @@ import json
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from sits_observe.collectors.kube.api import KubeJson
+from sits_observe.lab.keepalive import Answer, KeptConnection
 
 #: JSON object as the API serves it.
 JsonObject = dict[str, Any]
@@ -35,9 +36,6 @@ MERGE_PATCH = "application/merge-patch+json"
 
 #: Seconds a lab request may take (the emulator answers in milliseconds).
 TIMEOUT_S = 30.0
-
-#: A kept connection the server closed while it was idle: sent again on a new one.
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 #: Per ``ApiClient``, each thread's kept connection.
 _CONNECTIONS: weakref.WeakKeyDictionary[k8s_client.ApiClient, threading.local] = (
@@ -71,9 +69,7 @@ class LabKube(KubeJson):
     exchanges with a lab server go over :func:`exchange`: the lab's kube-scheduler model
     binds and records events through it."""
 
-    def _send(
-        self, method: str, url: str, headers: Mapping[str, str], payload: object
-    ) -> tuple[int, str, Mapping[str, str], bytes]:
+    def _send(self, method: str, url: str, headers: Mapping[str, str], payload: object) -> Answer:
         if not _lab_server(self.api):
             return super()._send(method, url, headers, payload)
         data = payload if isinstance(payload, bytes | None) else json.dumps(payload).encode()
@@ -87,26 +83,18 @@ def exchange(
     path: str,
     payload: bytes | None,
     headers: Mapping[str, str],
-) -> tuple[int, str, Mapping[str, str], bytes]:
+) -> Answer:
     """One exchange with the lab server behind ``api`` over this thread's kept connection:
     status, reason, headers and body (a transport failure is an :class:`OSError`)."""
     target = urlsplit(api.configuration.host)
     local = _local(api)
-    reused = getattr(local, "conn", None) is not None
+    conn: KeptConnection | None = getattr(local, "conn", None)
+    if conn is None:
+        conn = local.conn = KeptConnection("http", target.hostname or "", target.port, TIMEOUT_S)
     try:
-        try:
-            return _send(local, target, method, path, payload=payload, headers=headers)
-        except _STALE:
-            _drop(local)
-            if not reused:
-                raise
-            return _send(local, target, method, path, payload=payload, headers=headers)
+        return conn.exchange(method, target.path.rstrip("/") + path, payload, headers)
     except http.client.HTTPException as exc:
-        _drop(local)
         raise ConnectionError(f"{method} {path}: {exc!r}") from exc
-    except OSError:
-        _drop(local)
-        raise
 
 
 def _lab_server(api: k8s_client.ApiClient) -> bool:
@@ -121,35 +109,6 @@ def _local(api: k8s_client.ApiClient) -> threading.local:
         if local is None:
             local = _CONNECTIONS[api] = threading.local()
         return local
-
-
-def _send(
-    local: threading.local,
-    target: Any,
-    method: str,
-    path: str,
-    *,
-    payload: bytes | None,
-    headers: Mapping[str, str],
-) -> tuple[int, str, Mapping[str, str], bytes]:
-    conn = getattr(local, "conn", None)
-    if conn is None:
-        conn = local.conn = http.client.HTTPConnection(
-            target.hostname, target.port, timeout=TIMEOUT_S
-        )
-    conn.request(method, target.path.rstrip("/") + path, body=payload, headers=dict(headers))
-    response = conn.getresponse()
-    data = response.read()
-    if response.will_close:
-        _drop(local)
-    return response.status, response.reason, cast("Mapping[str, str]", response.headers), data
-
-
-def _drop(local: threading.local) -> None:
-    conn = getattr(local, "conn", None)
-    local.conn = None
-    if conn is not None:
-        conn.close()
 
 
 def _through_client(

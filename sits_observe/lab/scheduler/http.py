@@ -15,25 +15,23 @@ Calls count in ``sits_scheduler_extender_calls_total{verb, result}`` (result ``o
 from __future__ import annotations
 
 import http.client
-import ssl
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter
 
+from sits_observe.lab.keepalive import KeptConnection
 from sits_observe.lab.scheduler.wire import ExtenderCallError
-
-#: A connection the server closed while it sat idle: the call is sent again on a new one (Go's
-#: transport retries a request it could not write on a reused connection the same way).
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class HttpExtenderTransport:
     """Extender calls over HTTP/1.1 keep-alive connections, one per extender address (as Go's
-    ``http.Client`` keeps them), with the standard library's client: the scheduler model's
-    side of a call costs about a fifth of what a general-purpose client's does."""
+    ``http.Client`` keeps them; a connection the server closed while idle is sent again on a
+    new one, :mod:`sits_observe.lab.keepalive`), with the standard library's client: the
+    scheduler model's side of a call costs about a fifth of what a general-purpose client's
+    does."""
 
     def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
-        self._connections: dict[tuple[str, str, int | None], http.client.HTTPConnection] = {}
+        self._connections: dict[tuple[str, str, int | None], KeptConnection] = {}
         self.calls = Counter(
             "sits_scheduler_extender_calls_total",
             "extender calls the live scheduler made, by verb and result: ok, error",
@@ -47,18 +45,14 @@ class HttpExtenderTransport:
         parts = urlsplit(url)
         key = (parts.scheme, parts.hostname or "", parts.port)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        headers = {"Content-Type": "application/json"}
+        conn = self._connections.get(key)
+        if conn is None:
+            conn = self._connections[key] = KeptConnection(*key, timeout_s)
         try:
-            reused = key in self._connections
-            try:
-                status, answer = self._send(key, path, body, headers, timeout_s)
-            except _STALE:
-                self._drop(key)
-                if not reused:
-                    raise
-                status, answer = self._send(key, path, body, headers, timeout_s)
+            status, _, _, answer = conn.exchange(
+                "POST", path, body, {"Content-Type": "application/json"}, timeout_s
+            )
         except (OSError, http.client.HTTPException) as exc:
-            self._drop(key)
             self.calls.labels(verb, "error").inc()
             raise ExtenderCallError(f'Post "{url}": {exc}') from exc
         if status != 200:
@@ -67,39 +61,8 @@ class HttpExtenderTransport:
         self.calls.labels(verb, "ok").inc()
         return answer
 
-    def _send(
-        self,
-        key: tuple[str, str, int | None],
-        path: str,
-        body: bytes,
-        headers: dict[str, str],
-        timeout_s: float,
-    ) -> tuple[int, bytes]:
-        conn = self._connections.get(key)
-        if conn is None:
-            scheme, host, port = key
-            if scheme == "https":
-                context = ssl.create_default_context()
-                conn = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=context)
-            else:
-                conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-            self._connections[key] = conn
-        conn.timeout = timeout_s
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout_s)
-        conn.request("POST", path, body=body, headers=headers)
-        response = conn.getresponse()
-        answer = response.read()
-        if response.will_close:
-            self._drop(key)
-        return response.status, answer
-
-    def _drop(self, key: tuple[str, str, int | None]) -> None:
-        conn = self._connections.pop(key, None)
-        if conn is not None:
-            conn.close()
-
     def close(self) -> None:
         """Close the kept connections."""
-        for key in list(self._connections):
-            self._drop(key)
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
