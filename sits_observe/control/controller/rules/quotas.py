@@ -451,10 +451,13 @@ def _shared(frame: pl.LazyFrame, settings: ControllerSettings) -> pl.LazyFrame:
 
 
 def fair_shares(asks: FloatArray, budget: float, unit: float) -> FloatArray:
-    """``asks`` met from ``budget`` max-min fairly, each share rounded down to ``unit``: every
-    ask under the water level ``L`` is met, every other gets ``L`` (the level at which the
-    shares sum to the budget), so the smallest asks are met first and the sum stays within
-    the budget."""
+    """``asks`` met from ``budget`` max-min fairly in whole ``unit``\ s: every ask under the
+    water level ``L`` is met, every other gets ``L`` (the level at which the shares sum to the
+    budget) rounded down to the unit, and the units that rounding left over go one each to the
+    asks still short, the largest first (ties: the first given). The smallest asks are met
+    first, the shares of the asks cut differ by at most one unit, and the budget is given out
+    to its last whole unit (3 GPUs among three asks of 8 and a budget of 7: 3, 2, 2, not
+    2, 2, 2 with one GPU left idle)."""
     asks = np.asarray(asks, dtype=np.float64)
     if asks.size == 0 or float(asks.sum()) <= budget:
         return asks.copy()
@@ -465,7 +468,12 @@ def fair_shares(asks: FloatArray, budget: float, unit: float) -> FloatArray:
     # The level lies where it is at most the next ask (the first such rank).
     rank = int(np.argmax(levels <= order))
     level = float(np.floor(max(levels[rank], 0.0) / unit) * unit)
-    return np.minimum(asks, level)
+    shares = np.minimum(asks, level)
+    spare = int(np.floor((max(budget, 0.0) - float(shares.sum())) / unit + 1e-9))
+    short = [i for i in np.argsort(-asks, kind="stable") if asks[i] - shares[i] >= unit]
+    for i in short[:spare]:
+        shares[i] += unit
+    return shares
 
 
 def round_values(action: Action, values: FloatArray) -> FloatArray:
