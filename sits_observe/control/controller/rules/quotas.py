@@ -451,7 +451,7 @@ def _shared(frame: pl.LazyFrame, settings: ControllerSettings) -> pl.LazyFrame:
 
 
 def fair_shares(asks: FloatArray, budget: float, unit: float) -> FloatArray:
-    """``asks`` met from ``budget`` max-min fairly in whole ``unit``\ s: every ask under the
+    """``asks`` met from ``budget`` max-min fairly in whole units of ``unit``: every ask under the
     water level ``L`` is met, every other gets ``L`` (the level at which the shares sum to the
     budget) rounded down to the unit, and the units that rounding left over go one each to the
     asks still short, the largest first (ties: the first given). The smallest asks are met
