@@ -65,7 +65,11 @@ def test_a_quota_the_controller_lowers_refuses_the_next_creation(tmp_path: Path)
             },
         )
         settings = ControllerSettings(
-            mode=Mode.ACT, quota=quota, max_step_ratio=10.0, min_change_interval_s=0
+            mode=Mode.ACT,
+            quota=quota,
+            max_step_ratio=10.0,
+            min_change_interval_s=0,
+            rules_on=("quota-gpu", "quota-cpu", "quota-memory"),  # off by default
         )
         controller = build_loop(
             store=store,

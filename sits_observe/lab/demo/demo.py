@@ -17,9 +17,9 @@
 5. one agent per node (the same :class:`AgentLoop` as ``sits-observe agent``) scraping its
    node's endpoints, walking its cgroup tree and following its request log, shipping Arrow
    batches over HTTP with a bearer token, spooling if the service is away;
-6. the controller with ``--act`` against the emulator (not a cluster): its labels,
-   annotations, quota changes and time slices land there, where the workloads' quota
-   admission and the simulated servers' time slicing read them;
+6. the controller with ``--act`` against the emulator (not a cluster): its annotations and
+   time slices land there (the label and namespace quota rules are off by default), where the
+   simulated servers' time slicing reads them;
 7. optionally (``ui_port``) the Streamlit app in a child process, reading through the service.
 
 Nothing here is a shortcut around the production path: the samples in the database travelled
@@ -337,8 +337,8 @@ class Demo:
         return LoopbackService(app).start()
 
     def _start_controller(self, store: Store) -> threading.Thread:
-        """The controller with ``--act`` against the emulator: it writes labels, annotations,
-        quotas and time slices there, and records every decision."""
+        """The controller with ``--act`` against the emulator: it writes what its rules on by
+        default decide (annotations, time slices) there, and records every decision."""
         from sits_observe.surfaces.cli.controller import build_loop
 
         settings = ControllerSettings(

@@ -17,7 +17,7 @@ from sits_observe.control.controller.planning.model import Outcome
 from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.planning.safety import TokenBucket
 from sits_observe.control.controller.record import StoreRecorder, load_history
-from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, ControllerSettings
 from sits_observe.control.controller.state import read_state
 from sits_observe.lab.kube.emulator import KubeEmulator
 from sits_observe.store import Store
@@ -25,7 +25,7 @@ from tests.integration.control.conftest import FakeClock, seed
 from tests.integration.control.signals import cluster_signals
 
 #: The fragmentation and memory-class rules are off by default in annotate and act mode.
-RULES_ON = ("fragmentation", "memory-class")
+RULES_ON = RULES_OFF_BY_DEFAULT  # every rule on: these tests write them all
 
 pytestmark = pytest.mark.k8s
 

@@ -13,13 +13,13 @@ from sits_observe.control.controller.apply import writes_for
 from sits_observe.control.controller.planning.inputs import CurrentState, History, Signals
 from sits_observe.control.controller.planning.model import Plan
 from sits_observe.control.controller.planning.plan import plan
-from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, ControllerSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 GIB = 1024**3
 WEB = ("Deployment", "team", "web")
 #: The fragmentation and memory-class rules are off by default where the controller writes.
-RULES_ON = ("fragmentation", "memory-class")
+RULES_ON = RULES_OFF_BY_DEFAULT  # every rule on: these tests write them all
 
 
 def pods(*rows: dict[str, Any]) -> Signals:

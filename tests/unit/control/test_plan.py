@@ -13,7 +13,7 @@ from sits_observe.control.controller.planning.inputs import CurrentState, Histor
 from sits_observe.control.controller.planning.model import QUOTA_ACTIONS, Plan
 from sits_observe.control.controller.planning.plan import plan
 from sits_observe.control.controller.quota_settings import Bound, QuotaRuleSettings
-from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, ControllerSettings
 
 AT = datetime(2026, 11, 1, 12, 0, 0)
 GIB = 1024**3
@@ -70,7 +70,7 @@ def history(rows: list[dict[str, Any]]) -> History:
 
 
 def act(**kw: Any) -> ControllerSettings:
-    kw.setdefault("rules_on", ("fragmentation", "memory-class"))  # off by default
+    kw.setdefault("rules_on", RULES_OFF_BY_DEFAULT)  # off by default; these tests plan them
     return ControllerSettings(mode="act", **kw)
 
 

@@ -1,6 +1,7 @@
-"""Rules off by default where the controller writes: the fragmentation and memory-class rules
-are neither recommended nor applied in annotate and act mode unless ``rules_on`` names them;
-dry-run (and so ``recommend``) still plans them."""
+"""Rules off by default where the controller writes: the fragmentation and memory-class label
+rules and the namespace quota rule's three actions are neither recommended nor applied in
+annotate and act mode unless ``rules_on`` names them; dry-run (and so ``recommend``) still
+plans them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from sits_observe.control.controller.settings import RULES_OFF_BY_DEFAULT, Contr
 
 
 def test_the_label_rules_are_off_in_the_writing_modes_only() -> None:
-    assert RULES_OFF_BY_DEFAULT == ("fragmentation", "memory-class")
+    assert RULES_OFF_BY_DEFAULT == (
+        "fragmentation",
+        "memory-class",
+        "quota-gpu",
+        "quota-cpu",
+        "quota-memory",
+    )
     assert ControllerSettings().rules_off == ()
     for mode in ("annotate", "act"):
         assert ControllerSettings(mode=mode).rules_off == RULES_OFF_BY_DEFAULT
@@ -18,7 +25,7 @@ def test_the_label_rules_are_off_in_the_writing_modes_only() -> None:
 
 def test_rules_on_switches_it_back_on_and_rules_off_still_wins() -> None:
     on = ControllerSettings(mode="act", rules_on="memory-class")
-    assert on.rules_off == ("fragmentation",)
+    assert on.rules_off == ("fragmentation", "quota-gpu", "quota-cpu", "quota-memory")
     both = ControllerSettings(
         mode="act",
         rules_on=RULES_OFF_BY_DEFAULT,

@@ -47,11 +47,12 @@ def test_each_ablation_arm_is_kube_sits_with_one_module_off() -> None:
     scoring = ARMS["kube-sits-no-interference"].extender_settings.scoring
     assert scoring.interference_weight == 0 and scoring.fragmentation_weight > 0
     assert not ARMS["kube-sits-no-controller"].controller
-    assert ARMS["kube-sits-no-namespace-quota"].rules_off == (
+    assert ARMS["kube-sits-with-namespace-quota"].rules_on == (
         "quota-gpu",
         "quota-cpu",
         "quota-memory",
     )
+    assert "kube-sits-no-namespace-quota" not in ARMS  # off by default: kube-sits is that arm
     for name in RULES_OFF:  # every rule arm names real actions (the settings validate them)
         ControllerSettings(rules_off=ARMS[name].rules_off)
     assert ExperimentSettings(arms="kube-sits,kube-sits-no-fragmentation").arms == (
