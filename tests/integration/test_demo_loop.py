@@ -158,11 +158,10 @@ def test_the_controller_acts_on_the_emulator_and_its_time_slice_reaches_the_serv
         modes = demo.store.query("SELECT DISTINCT mode FROM decisions").column("mode").to_pylist()
     assert "25ms" in written
     assert modes == ["act"]
-    # The label rules (fragmentation, memory class) and the namespace quota rule are off by
-    # default in act mode.
+    # The label rules (fragmentation, memory class) are off by default in act mode (the demo
+    # switches only the namespace quota rule on).
     assert not any("sits.io/memory-class" in pod_labels for pod_labels in labels)
     assert applied.get("memory-class", 0) == 0 and applied.get("fragmentation", 0) == 0
-    assert not {"quota-gpu", "quota-cpu", "quota-memory"} & set(applied)
 
 
 def test_the_closing_summary_says_what_the_loop_did(tmp_path: Path) -> None:

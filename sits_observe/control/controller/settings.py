@@ -47,12 +47,16 @@ PREFIX = "sits.io/"
 #:   queued behind theirs, which lowers their queue but raised the cluster's more in the
 #:   experiment (all GPU pods 35.3 -> 46.0 queued GPU-hours, five seeds: the Jobs let in on
 #:   lent quota held the GPUs other tenants' multi-GPU Jobs waited for).
-RULES_OFF_BY_DEFAULT: tuple[str, ...] = (
-    str(Action.FRAGMENTATION),
-    str(Action.MEMORY_CLASS),
+#: The namespace quota rule's actions (``rules_on`` takes them together to switch it on).
+NAMESPACE_QUOTA_ACTIONS: tuple[str, ...] = (
     str(Action.QUOTA_GPU),
     str(Action.QUOTA_CPU),
     str(Action.QUOTA_MEMORY),
+)
+RULES_OFF_BY_DEFAULT: tuple[str, ...] = (
+    str(Action.FRAGMENTATION),
+    str(Action.MEMORY_CLASS),
+    *NAMESPACE_QUOTA_ACTIONS,
 )
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -17,9 +17,10 @@
 5. one agent per node (the same :class:`AgentLoop` as ``sits-observe agent``) scraping its
    node's endpoints, walking its cgroup tree and following its request log, shipping Arrow
    batches over HTTP with a bearer token, spooling if the service is away;
-6. the controller with ``--act`` against the emulator (not a cluster): its annotations and
-   time slices land there (the label and namespace quota rules are off by default), where the
-   simulated servers' time slicing reads them;
+6. the controller with ``--act`` against the emulator (not a cluster), with the namespace
+   quota rule switched on (off by default elsewhere): its annotations, quota changes and time
+   slices land there, where the workloads' quota admission and the simulated servers' time
+   slicing read them;
 7. optionally (``ui_port``) the Streamlit app in a child process, reading through the service.
 
 Nothing here is a shortcut around the production path: the samples in the database travelled
@@ -51,7 +52,11 @@ from sits_observe.collectors.kube.inventory import KubeInventoryCollector
 from sits_observe.collectors.topology import TopologyCollector
 from sits_observe.control.controller.kube import KubeJson
 from sits_observe.control.controller.loop import ControllerLoop
-from sits_observe.control.controller.settings import ControllerSettings, Mode
+from sits_observe.control.controller.settings import (
+    NAMESPACE_QUOTA_ACTIONS,
+    ControllerSettings,
+    Mode,
+)
 from sits_observe.domain.collect import Collector
 from sits_observe.lab.catalog import all_reports
 from sits_observe.lab.cluster.cluster import SimulatedCluster
@@ -337,14 +342,18 @@ class Demo:
         return LoopbackService(app).start()
 
     def _start_controller(self, store: Store) -> threading.Thread:
-        """The controller with ``--act`` against the emulator: it writes what its rules on by
-        default decide (annotations, time slices) there, and records every decision."""
+        """The controller with ``--act`` against the emulator, the namespace quota rule on: it
+        writes annotations, quotas and time slices there, and records every decision."""
         from sits_observe.surfaces.cli.controller import build_loop
 
         settings = ControllerSettings(
             mode=Mode.ACT,
             interval_s=self.settings.controller_interval_s,
             time_slicing_configmap="/".join(TIME_SLICING),
+            # Off by default where the controller writes (it cost the experiment's cluster
+            # more queueing than it saved: docs/controller.md); the demo switches it on so
+            # its quota loop, and the dashboards' quota panels, show.
+            rules_on=NAMESPACE_QUOTA_ACTIONS,
         )
         loop: ControllerLoop = build_loop(
             store=store,
