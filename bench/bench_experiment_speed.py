@@ -105,9 +105,7 @@ def run_child(
     # both trees alike: a tree from before it existed is measured on the same terms.
     from sits_observe.lab.experiment.experiment import WORKER_ENV
 
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONWARNINGS="ignore")
-    for name, value in WORKER_ENV.items():
-        env.setdefault(name, value)
+    env = {**WORKER_ENV, **os.environ, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "ignore"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(

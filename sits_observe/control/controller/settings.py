@@ -37,6 +37,13 @@ from sits_observe.domain.validation import comma_separated
 PREFIX = "sits.io/"
 
 
+#: The namespace quota rule's actions (``rules_on`` takes them together to switch it on).
+NAMESPACE_QUOTA_ACTIONS: tuple[str, ...] = (
+    str(Action.QUOTA_GPU),
+    str(Action.QUOTA_CPU),
+    str(Action.QUOTA_MEMORY),
+)
+
 #: Rules that are off in the writing modes (annotate, act) unless ``rules_on`` names them
 #: (docs/controller.md, "Rules off by default"; docs/evidence/controller-ablation.md):
 #:
@@ -47,12 +54,6 @@ PREFIX = "sits.io/"
 #:   queued behind theirs, which lowers their queue but raised the cluster's more in the
 #:   experiment (all GPU pods 35.3 -> 46.0 queued GPU-hours, five seeds: the Jobs let in on
 #:   lent quota held the GPUs other tenants' multi-GPU Jobs waited for).
-#: The namespace quota rule's actions (``rules_on`` takes them together to switch it on).
-NAMESPACE_QUOTA_ACTIONS: tuple[str, ...] = (
-    str(Action.QUOTA_GPU),
-    str(Action.QUOTA_CPU),
-    str(Action.QUOTA_MEMORY),
-)
 RULES_OFF_BY_DEFAULT: tuple[str, ...] = (
     str(Action.FRAGMENTATION),
     str(Action.MEMORY_CLASS),

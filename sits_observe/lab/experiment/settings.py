@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sits_observe.control.controller.settings import NAMESPACE_QUOTA_ACTIONS
 from sits_observe.domain.validation import comma_separated
 from sits_observe.lab.demo.settings import SCHEDULER_CONFIG
 
@@ -59,7 +60,7 @@ ARM_DOCS.update(
 RULES_ON: dict[str, tuple[str, ...]] = {
     "kube-sits-with-memory-class": ("memory-class",),
     "kube-sits-with-fragmentation-rule": ("fragmentation",),
-    "kube-sits-with-namespace-quota": ("quota-gpu", "quota-cpu", "quota-memory"),
+    "kube-sits-with-namespace-quota": NAMESPACE_QUOTA_ACTIONS,
 }
 ARM_DOCS.update(
     {
