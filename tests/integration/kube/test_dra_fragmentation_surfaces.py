@@ -12,6 +12,7 @@ slices 0-3) strands none: first fit wastes one slice there. mig-c (3g.20gb at 0,
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -98,3 +99,31 @@ def test_no_dra_snapshot_exports_nothing() -> None:
             signals=[s for s in REGISTRY if s.name == "dra"],
         )
         assert b"sits_dra_memory_slices_stranded{" not in signals.exposition()
+
+
+def test_the_fgd_families_count_dra_gpus_like_any_other(api: k8s_client.ApiClient) -> None:
+    """The nodes' allocatable lists no GPU (``gpus=None``): only the ResourceSlices give them
+    GPUs, so a node series here is a DRA GPU counted like a device plugin's. Every one of
+    those GPUs is partly held (a MIG partition or a memory share), so no whole-GPU task fits
+    on it: F_n is each node's GPU count (share-node's two GPUs, one A100 on each mig node)."""
+    with Store.open(":memory:") as store:
+        _stored(api, store)
+        signals = DerivedSignals(
+            store,
+            ExporterSettings(),
+            clock=lambda: NOW.replace(tzinfo=None),
+            monotonic=lambda: 0.0,
+            spawn=lambda job: job(),
+            signals=[s for s in REGISTRY if s.name == "fragmentation"],
+        )
+        text = signals.exposition().decode()
+        per_node = dict(
+            re.findall(r'sits_fgd_node_fragmentation_gpus\{Hostname="([^"]+)"\} (\S+)', text)
+        )
+        assert {n: float(v) for n, v in per_node.items()} == {
+            "share-node": 2.0,
+            "mig-a": 1.0,
+            "mig-b": 1.0,
+            "mig-c": 1.0,
+        }
+        assert "sits_fgd_fragmentation_ratio 1.0" in text
