@@ -146,11 +146,12 @@ class ServiceSettings(BaseModel):
         "/healthz answers 503 so Kubernetes restarts the service (0 = never)",
     )
     inventory_interval_s: float = Field(
-        30.0,
+        10.0,
         ge=1,
         le=86400,
         description="seconds between Kubernetes inventory snapshots (with API access: "
-        "--kubeconfig / --in-cluster)",
+        "--kubeconfig / --in-cluster); the extender's view of free GPUs is as fresh as the "
+        "last one",
     )
     retention: RetentionSettings = Field(
         default_factory=RetentionSettings, description="how long each kind of data is kept"
