@@ -179,10 +179,9 @@ def report_of(window: Window, result: TrendClusters, labels: Mapping[str, str]) 
 def _cluster_row(c: TrendCluster, name: Callable[[str], str]) -> dict[str, Any]:
     # A member whose own shape is not among the cluster's words (the cluster is named by what
     # two thirds of its members earn) says its own: "gpu-node-1/0 (A100) [flat]".
-    own = c.member_words or tuple(() for _ in c.members)
     names = [
         name(m.key) if not words or words[0] in c.words else f"{name(m.key)} [{words[0]}]"
-        for m, words in zip(c.members, own, strict=True)
+        for m, words in zip(c.members, c.member_words, strict=True)
     ]
     return {
         "cluster": c.label,
@@ -198,7 +197,7 @@ def _cluster_row(c: TrendCluster, name: Callable[[str], str]) -> dict[str, Any]:
             {"key": m.key, "node": m.node, "points": m.points, "span_h": m.span_h}
             | m.features
             | {"words": list(words)}
-            for m, words in zip(c.members, own, strict=True)
+            for m, words in zip(c.members, c.member_words, strict=True)
         ],
     }
 

@@ -105,7 +105,7 @@ class TrendCluster:
     description: str
     centroid: dict[str, float]
     members: tuple[SeriesPoint, ...]
-    member_words: tuple[tuple[str, ...], ...] = ()
+    member_words: tuple[tuple[str, ...], ...]
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ def test_smf_unlinked_gpus(requests_store: Store, text: str) -> None:
 def test_trends_tables(text: str) -> None:
     point = SeriesPoint(key="GPU-1", node=text, features={}, points=3, span_h=1.0)
     centroid = dict.fromkeys(("level", "slope_per_h", "resid_std", "daily_amplitude"), 0.1)
-    cluster = TrendCluster(0, (text,), text, centroid | {"drops_per_h": 0.0}, (point,))
+    cluster = TrendCluster(0, (text,), text, centroid | {"drops_per_h": 0.0}, (point,), ((text,),))
     result = TrendClusters(
         level=TrendLevel.gpu,
         bucket_s=60,
