@@ -256,18 +256,29 @@ def sizing_reason(action: Action, settings: ControllerSettings) -> pl.Expr:
     unit = ACTIONS[action].unit
     return pl.concat_str(
         pl.format(
-            "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} ({} day(s) of history)",
+            "p{} of {} daily peaks {} {} x (1 + margin {}) x confidence {} ({} of history)",
             pl.lit(f"{q.percentile_ratio * 100:g}"),
             pl.col("daily_peaks").list.len(),
             fmt(pl.col("_quantile"), 1),
             pl.lit(unit),
             pl.lit(f"{q.margin_ratio:g}"),
             fmt(pl.col("_confidence"), 3),
-            fmt(pl.col("_days"), 3),
+            _span(pl.col("_days")),
         ),
-        pl.format(
-            "; {} {}, held at {}", fmt(pl.col("_raw"), 1), pl.lit(unit), pl.col("_capped_by")
-        ).fill_null(""),
+        # The uncapped product (in the evidence as ``uncapped``) can read thousands of GPUs
+        # on minutes of history; the sentence names the cap that holds it instead.
+        pl.format("; held at {}", pl.col("_capped_by")).fill_null(""),
+    )
+
+
+def _span(days: pl.Expr) -> pl.Expr:
+    """A history's length in the unit a person reads it in: minutes, hours or days."""
+    return (
+        pl.when(days < 1.0 / 24.0)
+        .then(pl.format("{} min", fmt(days * 1440.0, 1)))
+        .when(days < 1.0)
+        .then(pl.format("{} h", fmt(days * 24.0, 1)))
+        .otherwise(pl.format("{} day(s)", fmt(days, 2)))
     )
 
 
