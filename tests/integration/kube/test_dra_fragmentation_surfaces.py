@@ -42,6 +42,19 @@ def _stored(api: k8s_client.ApiClient, store: Store) -> None:
     InventoryLoop(KubeInventoryCollector(api), store, interval_s=3600, clock=lambda: NOW).run_once()
 
 
+def _exposition(store: Store, signal: str, now: datetime) -> str:
+    """What ``/metrics`` shows of one derived signal over ``store`` at ``now``."""
+    signals = DerivedSignals(
+        store,
+        ExporterSettings(),
+        clock=lambda: now.replace(tzinfo=None),
+        monotonic=lambda: 0.0,
+        spawn=lambda job: job(),
+        signals=[s for s in REGISTRY if s.name == signal],
+    )
+    return signals.exposition().decode()
+
+
 def test_the_report_has_a_dra_table_and_one_row_per_node(api: k8s_client.ApiClient) -> None:
     with Store.open(":memory:") as store:
         _stored(api, store)
@@ -73,15 +86,7 @@ def test_the_report_has_a_dra_table_and_one_row_per_node(api: k8s_client.ApiClie
 def test_the_exporter_has_the_dra_families_per_node(api: k8s_client.ApiClient) -> None:
     with Store.open(":memory:") as store:
         _stored(api, store)
-        signals = DerivedSignals(
-            store,
-            ExporterSettings(),
-            clock=lambda: NOW.replace(tzinfo=None),
-            monotonic=lambda: 0.0,
-            spawn=lambda job: job(),
-            signals=[s for s in REGISTRY if s.name == "dra"],
-        )
-        text = signals.exposition().decode()
+        text = _exposition(store, "dra", NOW)
         assert 'sits_dra_memory_slices_stranded{Hostname="mig-a"} 1.0' in text
         assert 'sits_dra_memory_slices_free{Hostname="mig-b"} 4.0' in text
         assert 'sits_dra_first_fit_wasted_slices{Hostname="mig-c"} 1.0' in text
@@ -90,15 +95,8 @@ def test_the_exporter_has_the_dra_families_per_node(api: k8s_client.ApiClient) -
 
 def test_no_dra_snapshot_exports_nothing() -> None:
     with Store.open(":memory:") as store:
-        signals = DerivedSignals(
-            store,
-            ExporterSettings(),
-            clock=lambda: datetime(2026, 1, 1, tzinfo=UTC).replace(tzinfo=None),
-            monotonic=lambda: 0.0,
-            spawn=lambda job: job(),
-            signals=[s for s in REGISTRY if s.name == "dra"],
-        )
-        assert b"sits_dra_memory_slices_stranded{" not in signals.exposition()
+        text = _exposition(store, "dra", datetime(2026, 1, 1, tzinfo=UTC))
+        assert "sits_dra_memory_slices_stranded{" not in text
 
 
 def test_the_fgd_families_count_dra_gpus_like_any_other(api: k8s_client.ApiClient) -> None:
@@ -108,15 +106,7 @@ def test_the_fgd_families_count_dra_gpus_like_any_other(api: k8s_client.ApiClien
     on it: F_n is each node's GPU count (share-node's two GPUs, one A100 on each mig node)."""
     with Store.open(":memory:") as store:
         _stored(api, store)
-        signals = DerivedSignals(
-            store,
-            ExporterSettings(),
-            clock=lambda: NOW.replace(tzinfo=None),
-            monotonic=lambda: 0.0,
-            spawn=lambda job: job(),
-            signals=[s for s in REGISTRY if s.name == "fragmentation"],
-        )
-        text = signals.exposition().decode()
+        text = _exposition(store, "fragmentation", NOW)
         per_node = dict(
             re.findall(r'sits_fgd_node_fragmentation_gpus\{Hostname="([^"]+)"\} (\S+)', text)
         )
