@@ -93,6 +93,15 @@ def human_seconds(value: float) -> str:
     return f"{sign}{hours}h{rest // 60}m"
 
 
+def span_text(seconds: float) -> str:
+    """A span of history in one unit, rounded down: ``45s``, ``5m``, ``23h``, ``9d``."""
+    whole = max(0, int(seconds))
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if whole >= 2 * size or (unit != "d" and whole >= size):
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
 def human_time(value: datetime | str) -> str:
     """UTC to the second: ``2026-12-01 10:00:00Z`` (a naive time is UTC)."""
     if isinstance(value, str):

@@ -38,7 +38,7 @@ from sits_observe.control.signals.store import signals_from_store
 from sits_observe.control.signals.store_queues import queue_signals
 from sits_observe.control.signals.store_state import state_from_store
 from sits_observe.domain.quantity import parse_quantity
-from sits_observe.domain.units import Unit, human
+from sits_observe.domain.units import Unit, human, span_text
 from sits_observe.errors import ParseError
 from sits_observe.reports.window import Window
 from sits_observe.store import Store
@@ -79,15 +79,6 @@ def backing(confidence: str, history_s: float | None) -> str:
     if history_s is None or confidence == RULE:
         return confidence
     return f"{confidence} {span_text(history_s)}"
-
-
-def span_text(seconds: float) -> str:
-    """A history in one unit, rounded down: ``45s``, ``5m``, ``23h``, ``9d``."""
-    whole = max(0, int(seconds))
-    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
-        if whole >= 2 * size or (unit != "d" and whole >= size):
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
 
 
 def days_confidence(days: float | None) -> str:

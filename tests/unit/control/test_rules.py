@@ -265,7 +265,7 @@ def test_namespace_quota_is_held_under_the_peak_factor_and_the_allocatable() -> 
     a, b, c = rows["a"], rows["b"], rows["c"]
     assert (a["proposed"], a["proposed_value"]) == ("2", 2.0)
     assert json.loads(a["evidence"])["uncapped"] == pytest.approx(2.3)
-    assert a["reason"].endswith("(1.0 day(s) of history); held at the largest daily peak x 2")
+    assert a["reason"].endswith("(24h of history); held at the largest daily peak x 2")
     assert (b["proposed"], b["proposed_value"]) == ("1", 1.0)
     assert json.loads(b["evidence"])["capped_by"] == "the cluster's allocatable"
     # Three days: quantile 9.95 x 1.15 x 4/3 = 15.3, under 10 x 2 and no allocatable: uncapped.

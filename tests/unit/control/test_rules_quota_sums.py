@@ -126,9 +126,9 @@ def test_confidence_grows_with_the_history_as_vpa_s() -> None:
     assert short["confidence_factor"] == pytest.approx(1 + 1 / (SIX_MINUTES_S / 86_400))
     assert short["history_s"] == SIX_MINUTES_S
     # The reason gives the history in the unit a person reads it in.
-    assert "(6.0 min of history)" in proposals(one)[("a", "quota-gpu")]["reason"]
+    assert "(6m of history)" in proposals(one)[("a", "quota-gpu")]["reason"]
     hours = proposals(one.with_columns(pl.lit(3 * 3600.0).alias("history_s")))
-    assert "(3.0 h of history)" in hours[("a", "quota-gpu")]["reason"]
+    assert "(3h of history)" in hours[("a", "quota-gpu")]["reason"]
     long = json.loads(
         proposals(one.with_columns(pl.lit(14 * 86_400.0).alias("history_s")))[("a", "quota-gpu")][
             "evidence"

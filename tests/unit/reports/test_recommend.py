@@ -83,8 +83,9 @@ def test_the_window_start_cuts_every_look_back(store: Store) -> None:
     # 3 GPUs x 1.15 x 1441, held at the largest daily peak x 2 = 6.
     assert gpu["proposed_value"] == 6 and gpu["confidence"] == "low"
     assert json.loads(gpu["evidence"])["uncapped"] == pytest.approx(3 * 1.15 * 1441)
-    # The sentence gives the history in minutes and names the cap, not the 4,971 GPUs.
-    assert "(0.0 min of history); held at the largest daily peak x 2" in gpu["reason"]
+    # The sentence gives the history as the confidence column does and names the cap, not
+    # the 4,971 GPUs.
+    assert "(0s of history); held at the largest daily peak x 2" in gpu["reason"]
     assert "4971" not in gpu["reason"]
     # Until a time before the requests and samples: only the earlier inventory is read.
     early = by_key(report(store, until=(T0 - timedelta(hours=1)).isoformat()))

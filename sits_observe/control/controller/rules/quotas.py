@@ -29,6 +29,7 @@ from sits_observe.control.controller.planning.model import ACTIONS, ENGINE, QUOT
 from sits_observe.control.controller.quota_settings import QUOTA_GPU, QUOTA_MEMORY
 from sits_observe.control.controller.rules.levels import empty, finish, fmt, hysteresis_band
 from sits_observe.control.controller.settings import ControllerSettings
+from sits_observe.domain.units import span_text
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -272,14 +273,9 @@ def sizing_reason(action: Action, settings: ControllerSettings) -> pl.Expr:
 
 
 def _span(days: pl.Expr) -> pl.Expr:
-    """A history's length in the unit a person reads it in: minutes, hours or days."""
-    return (
-        pl.when(days < 1.0 / 24.0)
-        .then(pl.format("{} min", fmt(days * 1440.0, 1)))
-        .when(days < 1.0)
-        .then(pl.format("{} h", fmt(days * 24.0, 1)))
-        .otherwise(pl.format("{} day(s)", fmt(days, 2)))
-    )
+    """A history's length as ``recommend``'s confidence column prints it (``5m``, ``23h``,
+    ``9d``: :func:`~sits_observe.domain.units.span_text`); one row per quota, so per row."""
+    return days.map_elements(lambda d: span_text(d * 86_400.0), return_dtype=pl.String)
 
 
 def sizing_evidence() -> list[pl.Expr]:
