@@ -134,6 +134,7 @@ def create_app(
             yield
         finally:
             state.accepting = False
+            ingest.close()
             await _stop_background(app, settings.background_stop_s, task, alerts)
             if writer is not None and not await run_in_threadpool(
                 writer.close, settings.background_stop_s

@@ -20,15 +20,16 @@ reported (:mod:`.ingest_rows`). This module only speaks HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -108,6 +109,12 @@ class IngestEndpoint:
         self._clock = clock
         self._max_future_skew_s = max_future_skew_s
         self._drops = RowDropMetrics(metrics.registry)
+        # One thread decodes every body (see :meth:`handle`); started on the first batch.
+        self._decoder = ThreadPoolExecutor(1, thread_name_prefix="ingest-decode")
+
+    def close(self) -> None:
+        """Stop the decoding thread (the server has stopped taking requests)."""
+        self._decoder.shutdown(wait=False, cancel_futures=True)
 
     @traced("sits.ingest", task_type="ingest")
     async def handle(self, request: Request) -> JSONResponse:
@@ -122,9 +129,26 @@ class IngestEndpoint:
             return self._refused(body)
         self._metrics.bytes.inc(len(body))
         meta = Batch({}, self._clock(), node, batch_id, None, self._max_future_skew_s)
-        # One worker-thread hop for the body's CPU work (decode, digest, range rules): the
-        # event loop stays free to read other agents' bodies meanwhile.
-        opened = await run_in_threadpool(self._open, body, meta, request)
+        # The body's CPU work (decode, digest, range rules) runs on one thread of its own:
+        # the event loop stays free to read other bodies and answer the extender meanwhile,
+        # and no more than three threads (loop, decoder, group-commit writer) want the GIL.
+        # With a thread per request (the shared pool, up to 40) the writer waited that
+        # many times longer for the GIL after each DuckDB statement, and the service
+        # stored a fifth fewer rows a second (docs/benchmarks.md, "Service ingest").
+        work = functools.partial(contextvars.copy_context().run, self._open, body, meta, request)
+        decoding = asyncio.get_running_loop().run_in_executor(self._decoder, work)
+        try:
+            opened = await asyncio.shield(decoding)
+        except asyncio.CancelledError:
+            # Shutdown cancelled the request while its body was being decoded: what the
+            # thread began is finished, and a batch it queued is withdrawn; one whose commit
+            # has begun is answered once committed, as in :meth:`_stored`.
+            opened = await decoding
+            if isinstance(opened, Refusal) or opened.cancel():
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
         if isinstance(opened, Refusal):
             return self._refused(opened)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -115,6 +116,33 @@ def test_batch_is_stored_and_acknowledged_after_commit(client: TestClient, store
     assert metric(client, "sits_ingest_rows_total", table="gpu_samples") == 3
     assert metric(client, "sits_ingest_bytes_total") == len(body)
     assert metric(client, "sits_store_rows", table="gpu_samples") == 3
+
+
+def test_bodies_are_decoded_on_one_thread_that_stops_with_the_service(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every body is decoded on the service's one decoding thread (not a pool thread per
+    request, which made the group-commit writer wait longer for the GIL), and the thread
+    ends when the app shuts down."""
+    from sits_observe.surfaces.service import ingest
+
+    seen: list[str] = []
+
+    def recording(body: bytes, limits: object) -> dict[str, pa.Table]:
+        seen.append(threading.current_thread().name)
+        return decode_batch(body, limits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest, "decode_batch", recording)
+    with make_client(store) as client:
+        for i in range(3):
+            body = encode_batch({"gpu_samples": gpu_table(2, T0 + timedelta(minutes=i))})
+            assert client.post("/api/v1/ingest", content=body, headers=headers()).status_code == 200
+        decoders = [t for t in threading.enumerate() if t.name.startswith("ingest-decode")]
+        assert len(decoders) == 1
+    assert seen == [decoders[0].name] * 3
+    decoders[0].join(timeout=5)
+    assert not decoders[0].is_alive()
+    assert store.count("gpu_samples") == 6
 
 
 def test_a_replayed_batch_is_acknowledged_but_stored_once(client: TestClient, store: Store) -> None:
