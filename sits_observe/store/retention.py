@@ -5,11 +5,13 @@ Raw GPU and container samples older than ``raw_retention_s`` are folded into the
 averages), so rows that arrive late for a minute already rolled merge exactly through
 ``ON CONFLICT``. Rollups older than ``rollup_retention_s`` and request records older than
 ``requests_retention_s`` are deleted. Request records are not rolled up: exact quantiles
-need the raw latencies. Server windows, GPU processes, inventory snapshots and collector
-drops are kept for ``other_retention_s``: for the inventory (stored as changes since schema
-version 6, :mod:`sits_observe.store.inventory`) that deletes the snapshot times before the
-cutoff and the versions no remaining snapshot reads (closed before it, or of an epoch with no
-snapshot left), and counts the ``pods`` / ``nodes`` rows the views lost.
+need the raw latencies. The ingest ledger's batch ids (``ingest_batches``) are kept for
+``ledger_retention_s``, long enough for an agent's replays. Server windows, GPU processes,
+inventory snapshots and collector drops are kept for ``other_retention_s``: for the
+inventory (stored as changes since schema version 6, :mod:`sits_observe.store.inventory`)
+that deletes the snapshot times before the cutoff and the versions no remaining snapshot
+reads (closed before it, or of an epoch with no snapshot left), and counts the ``pods`` /
+``nodes`` rows the views lost.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ class RetentionSettings(BaseModel):
         description="seconds kept of server windows, GPU processes, inventory snapshots and "
         "collector drops",
     )
+    ledger_retention_s: float = Field(
+        86400,
+        gt=0,
+        description="seconds a stored batch id is remembered (ingest_batches): a replay "
+        "within it is acknowledged as a duplicate, a later one is stored again",
+    )
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class RetentionReport:
     rollup_rows_deleted: int
     request_rows_deleted: int
     other_rows_deleted: int = 0
+    ledger_rows_deleted: int = 0
 
 
 #: Tables kept raw for ``other_retention_s`` and then deleted (no rollup).
@@ -116,6 +125,7 @@ def enforce_retention(
     rollup_cutoff = now - timedelta(seconds=settings.rollup_retention_s)
     requests_cutoff = now - timedelta(seconds=settings.requests_retention_s)
     other_cutoff = now - timedelta(seconds=settings.other_retention_s)
+    ledger_cutoff = now - timedelta(seconds=settings.ledger_retention_s)
     with store.transaction() as con:
 
         def rows_before(table: str, cutoff: datetime) -> int:
@@ -155,4 +165,14 @@ def enforce_retention(
                 "AND s.epoch_at = v.epoch_at)",
                 [other_cutoff, kind],
             )
-    return RetentionReport(gpu_rows, container_rows, rollups_deleted, request_rows, other_rows)
+        # The ledger gains a row per agent batch (17 M a day from 1,000 agents shipping every
+        # 5 s, about 1.8 GB of file): it only has to outlive the replays of a batch.
+        row = con.execute(
+            "SELECT count(*) FROM ingest_batches WHERE received_at < ?", [ledger_cutoff]
+        ).fetchone()
+        ledger_rows = int(row[0]) if row else 0
+        if ledger_rows:
+            con.execute("DELETE FROM ingest_batches WHERE received_at < ?", [ledger_cutoff])
+    return RetentionReport(
+        gpu_rows, container_rows, rollups_deleted, request_rows, other_rows, ledger_rows
+    )

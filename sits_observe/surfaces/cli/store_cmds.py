@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
     @app.command("retention")
     def retention(
         db: Path = _DB,
+        *,
         raw_retention_s: float = typer.Option(
             RetentionSettings().raw_retention_s, help="seconds of raw samples kept"
         ),
@@ -73,6 +74,10 @@ def register(app: typer.Typer) -> None:
             RetentionSettings().other_retention_s,
             help=RetentionSettings.model_fields["other_retention_s"].description,
         ),
+        ledger_retention_s: float = typer.Option(
+            RetentionSettings().ledger_retention_s,
+            help=RetentionSettings.model_fields["ledger_retention_s"].description,
+        ),
     ) -> None:
         """Roll raw samples up to one-minute rows and delete what is past retention."""
 
@@ -82,6 +87,7 @@ def register(app: typer.Typer) -> None:
                 rollup_retention_s=rollup_retention_s,
                 requests_retention_s=requests_retention_s,
                 other_retention_s=other_retention_s,
+                ledger_retention_s=ledger_retention_s,
             )
             with Store.open(db) as store:
                 report = enforce_retention(store, datetime.now(UTC), settings)

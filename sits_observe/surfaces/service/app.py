@@ -364,3 +364,5 @@ async def _retention_loop(
         metrics.retention_rows.labels("container_rolled").inc(report.container_rows_rolled)
         metrics.retention_rows.labels("rollup_deleted").inc(report.rollup_rows_deleted)
         metrics.retention_rows.labels("request_deleted").inc(report.request_rows_deleted)
+        metrics.retention_rows.labels("other_deleted").inc(report.other_rows_deleted)
+        metrics.retention_rows.labels("ledger_deleted").inc(report.ledger_rows_deleted)

@@ -18,13 +18,7 @@ from sits_observe.store.inventory import VERSIONS
 
 @pytest.mark.parametrize("name", sorted(set(TABLES) - set(VERSIONS)))
 def test_stored_columns_are_in_the_domain_order(tmp_path: Path, name: str) -> None:
+    sql = "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index"
     with Store.open(tmp_path / "s.duckdb") as store:
-        stored = (
-            store.query(
-                "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
-                [name],
-            )
-            .column(0)
-            .to_pylist()
-        )
+        stored = store.query(sql, [name]).column(0).to_pylist()
     assert stored == TABLES[name].schema.names

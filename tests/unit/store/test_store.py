@@ -77,6 +77,28 @@ def test_batch_ids_make_replays_idempotent() -> None:
     assert store.count("ingest_batches") == 1
 
 
+def test_retention_forgets_batch_ids_past_the_ledger_retention() -> None:
+    """The ledger of batch ids is pruned: an id inside ``ledger_retention_s`` is still a
+    duplicate, one past it is forgotten (its replay would be stored again)."""
+    store = Store.open(":memory:")
+    store.append_batch({"gpu_samples": gpu_rows(2)}, batch_id="old", node="n1")
+    received = store.scalar("SELECT received_at FROM ingest_batches")
+    store.execute(
+        "UPDATE ingest_batches SET received_at = ? WHERE batch_id = 'old'",
+        [received - timedelta(hours=3)],
+    )
+    store.append_batch(
+        {"gpu_samples": gpu_rows(2, start=T0 + timedelta(minutes=1))}, batch_id="new", node="n1"
+    )
+    settings = RetentionSettings(raw_retention_s=10**9, ledger_retention_s=2 * 3600)
+    report = enforce_retention(store, received, settings)
+    assert report.ledger_rows_deleted == 1
+    assert store.query("SELECT batch_id FROM ingest_batches").column(0).to_pylist() == ["new"]
+    assert store.append_batch({"gpu_samples": gpu_rows(2)}, batch_id="new").duplicate
+    assert not store.append_batch({"gpu_samples": gpu_rows(2)}, batch_id="old").duplicate
+    assert RetentionSettings().ledger_retention_s == 86400
+
+
 def test_retention_rolls_up_exactly_and_merges_late_rows() -> None:
     store = Store.open(":memory:")
     store.append("gpu_samples", gpu_rows(120))  # two full minutes, fb_used 0..119
