@@ -32,10 +32,11 @@ DuckConfig = dict[str, str | bool | int | float | list[str]]
 
 
 def connect(path: str, read_only: bool, config: DuckConfig) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection to ``path``; :class:`StoreLocked` when another process owns it,
-    :class:`StoreError` when DuckDB cannot open it (a damaged header, say)."""
+    """A DuckDB connection to ``path`` whose sessions run in UTC; :class:`StoreLocked` when
+    another process owns it, :class:`StoreError` when DuckDB cannot open it (a damaged
+    header, say)."""
     try:
-        return duckdb.connect(path, read_only=read_only, config=config)
+        con = duckdb.connect(path, read_only=read_only, config=config)
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise StoreLocked(
@@ -46,6 +47,11 @@ def connect(path: str, read_only: bool, config: DuckConfig) -> duckdb.DuckDBPyCo
         raise StoreError(f"cannot open database {path!r}: {exc}") from exc
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path!r}: {exc}") from exc
+    # The store's times are naive UTC. DuckDB's session time zone is the host's, so on a
+    # host not on UTC ``now()::TIMESTAMP`` (the ledger's ``received_at``, the schema
+    # version's and the probe's times) was local wall time. Every cursor inherits this.
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    return con
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -97,6 +100,31 @@ def test_retention_forgets_batch_ids_past_the_ledger_retention() -> None:
     assert store.append_batch({"gpu_samples": gpu_rows(2)}, batch_id="new").duplicate
     assert not store.append_batch({"gpu_samples": gpu_rows(2)}, batch_id="old").duplicate
     assert RetentionSettings().ledger_retention_s == 86400
+
+
+def test_times_the_store_stamps_are_utc_on_a_host_that_is_not(tmp_path: Path) -> None:
+    """``received_at`` (and every ``now()`` the store writes) is UTC whatever the host's time
+    zone: DuckDB's sessions default to the host's, read once per process, hence the child."""
+    script = (
+        "import sys\n"
+        "from datetime import UTC, datetime\n"
+        "from sits_observe.store import Store\n"
+        "import pyarrow as pa\n"
+        "with Store.open(sys.argv[1]) as store:\n"
+        "    store.append_batch({'gpu_samples': pa.table({'ts': [datetime(2026, 11, 1)]})},"
+        " batch_id='b')\n"
+        "    stamped = store.scalar('SELECT received_at FROM ingest_batches')\n"
+        "print((datetime.now(UTC).replace(tzinfo=None) - stamped).total_seconds())\n"
+    )
+    env = {**os.environ, "TZ": "Asia/Shanghai"}  # UTC+8, no daylight saving
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "s.duckdb")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert 0 <= float(run.stdout) < 60, run.stdout
 
 
 def test_retention_rolls_up_exactly_and_merges_late_rows() -> None:
