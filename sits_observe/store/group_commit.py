@@ -46,7 +46,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits_observe.domain.tables import TABLES
 from sits_observe.errors import BatchConflict, SitsError, StoreError
-from sits_observe.store.duck import BatchReceipt, Store, check_same_body, insert
+from sits_observe.store.duck import (
+    BatchReceipt,
+    Store,
+    check_same_body,
+    insert,
+    record_batches,
+)
 from sits_observe.store.intake import (
     Batch,
     IngestReceipt,
@@ -55,7 +61,7 @@ from sits_observe.store.intake import (
     prepare,
     receipt_of,
 )
-from sits_observe.store.inventory import VERSIONS, InventorySettings, check_snapshot_times
+from sits_observe.store.inventory import InventorySettings, check_snapshot_times
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +319,15 @@ class GroupCommitter:
                     strict=True,
                 )
             )
-            _record(con, [(live[i][0], n) for i, n in rows.items()])
+            ledger = [(live[i][0], n) for i, n in rows.items()]
+            record_batches(
+                con,
+                [
+                    (it.batch_id, it.node, n, it.body_sha256)
+                    for it, n in ledger
+                    if it.batch_id is not None
+                ],
+            )
             for i, n in rows.items():
                 outcomes[i] = BatchReceipt(live[i][0].batch_id, n, duplicate=False)
             for i, (item, _) in enumerate(live):
@@ -392,35 +406,7 @@ def _insert_group(
         parts = [(i, tables[name]) for i, tables in enumerate(batches) if name in tables]
         # One contiguous table: DuckDB's Arrow scan pays per chunk, and a group of 64
         # 8-row GPU tables inserted as 64 chunks took 10x longer than as one (measured).
-        whole = pa.concat_tables([t for _, t in parts]).combine_chunks()
-        if name in VERSIONS:
-            insert(con, name, whole, inventory)  # stored as changes (store/inventory.py)
-        elif whole.num_rows:
-            # The tables are in the domain schema, whose column order is the stored one
-            # (tests/unit/store/test_column_order.py), so the relation's positional insert
-            # needs no registered name and no BY NAME projection: two calls into DuckDB
-            # instead of four, each a wait for the interpreter lock when the service is busy.
-            con.from_arrow(whole).insert_into(name)
+        insert(con, name, pa.concat_tables([t for _, t in parts]).combine_chunks(), inventory)
         for i, table in parts:
             rows[i] += table.num_rows
     return rows
-
-
-#: Ledger rows per ``INSERT ... VALUES`` statement (four parameters each).
-LEDGER_ROWS_PER_STATEMENT = 256
-
-
-def _record(con: duckdb.DuckDBPyConnection, ledger: list[tuple[_Pending, int]]) -> None:
-    """The group's ``ingest_batches`` rows (one receive time: the commit), as parameters of
-    one statement per :data:`LEDGER_ROWS_PER_STATEMENT`: no Arrow table to build, register
-    and drop (1.5 ms a group of 8 instead of 2.1, 3.3 instead of 5.4 with another thread
-    holding the interpreter lock half the time; measured in process)."""
-    ledger = [(item, n) for item, n in ledger if item.batch_id is not None]
-    for start in range(0, len(ledger), LEDGER_ROWS_PER_STATEMENT):
-        part = ledger[start : start + LEDGER_ROWS_PER_STATEMENT]
-        row = "(?, now()::TIMESTAMP, ?, ?, ?)"
-        con.execute(
-            "INSERT INTO ingest_batches (batch_id, received_at, node, rows, body_sha256) "
-            f"VALUES {', '.join([row] * len(part))}",
-            [v for item, n in part for v in (item.batch_id, item.node, n, item.body_sha256)],
-        )

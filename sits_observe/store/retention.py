@@ -128,8 +128,9 @@ def enforce_retention(
     ledger_cutoff = now - timedelta(seconds=settings.ledger_retention_s)
     with store.transaction() as con:
 
-        def rows_before(table: str, cutoff: datetime) -> int:
-            row = con.execute(f"SELECT count(*) FROM {table} WHERE ts < ?", [cutoff]).fetchone()
+        def rows_before(table: str, cutoff: datetime, column: str = "ts") -> int:
+            sql = f"SELECT count(*) FROM {table} WHERE {column} < ?"
+            row = con.execute(sql, [cutoff]).fetchone()
             return int(row[0]) if row else 0
 
         gpu_rows = rows_before("gpu_samples", raw_cutoff)
@@ -167,10 +168,7 @@ def enforce_retention(
             )
         # The ledger gains a row per agent batch (17 M a day from 1,000 agents shipping every
         # 5 s, about 1.8 GB of file): it only has to outlive the replays of a batch.
-        row = con.execute(
-            "SELECT count(*) FROM ingest_batches WHERE received_at < ?", [ledger_cutoff]
-        ).fetchone()
-        ledger_rows = int(row[0]) if row else 0
+        ledger_rows = rows_before("ingest_batches", ledger_cutoff, column="received_at")
         if ledger_rows:
             con.execute("DELETE FROM ingest_batches WHERE received_at < ?", [ledger_cutoff])
     return RetentionReport(

@@ -144,11 +144,8 @@ class IngestEndpoint:
             # thread began is finished, and a batch it queued is withdrawn; one whose commit
             # has begun is answered once committed, as in :meth:`_stored`.
             opened = await decoding
-            if isinstance(opened, Refusal) or opened.cancel():
+            if isinstance(opened, Refusal) or _withdrawn(opened):
                 raise
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
         if isinstance(opened, Refusal):
             return self._refused(opened)
         try:
@@ -217,11 +214,8 @@ class IngestEndpoint:
         try:
             return await asyncio.shield(waiting)
         except asyncio.CancelledError:
-            if queued.cancel():
-                raise  # withdrawn before its commit began: never stored
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
+            if _withdrawn(queued):
+                raise
             log.warning("batch %s: shutdown cancelled its request mid-commit; answering", batch_id)
             return await waiting
 
@@ -271,6 +265,18 @@ class IngestEndpoint:
 
 #: A batch handed to the store: its receipt once committed.
 Queued = Future[IngestReceipt]
+
+
+def _withdrawn(queued: Queued) -> bool:
+    """For a request shutdown cancelled: True when its batch was still queued and is now
+    withdrawn (never stored; the cancellation ends the request), False when its commit has
+    begun, so the request's cancellation is undone and it waits to answer truthfully."""
+    if queued.cancel():
+        return True
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return False
 
 
 def _done(receipt: IngestReceipt) -> Queued:

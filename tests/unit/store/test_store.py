@@ -16,6 +16,7 @@ import pytest
 from sits_observe.domain.tables import TABLES
 from sits_observe.errors import SchemaError, StoreError
 from sits_observe.store import RetentionSettings, Store, enforce_retention
+from sits_observe.store.duck import LEDGER_ROWS_PER_STATEMENT, record_batches
 from sits_observe.store.migrations import latest_version
 
 T0 = datetime(2026, 11, 1, 12, 0, 0)
@@ -233,3 +234,15 @@ def test_a_memory_limit_bounds_duckdb(tmp_path: Path) -> None:
 def test_a_writable_store_checkpoints_at_its_own_threshold(tmp_path: Path) -> None:
     with Store.open(tmp_path / "wal.duckdb") as store:
         assert store.scalar("SELECT current_setting('checkpoint_threshold')") == "64.0 MiB"
+
+
+def test_ledger_rows_past_one_statement_are_all_recorded() -> None:
+    """``record_batches`` splits a large group's ledger into several statements; every row
+    lands with its own fields."""
+    store = Store.open(":memory:")
+    entries = [(f"b-{i}", f"n{i % 3}", i, None if i % 2 else f"{i:064x}") for i in range(600)]
+    assert len(entries) > 2 * LEDGER_ROWS_PER_STATEMENT
+    with store.transaction() as con:
+        record_batches(con, entries)
+    stored = store.query("SELECT batch_id, node, rows, body_sha256 FROM ingest_batches")
+    assert sorted(tuple(r.values()) for r in stored.to_pylist()) == sorted(entries)
