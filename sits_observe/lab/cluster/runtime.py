@@ -62,8 +62,10 @@ class SimulatedNodeFiles:
         self.tree = CgroupTree(self.cgroup_root, driver=driver)
         self.tree.add_kubepods()
         self._log: IO[str] = self.request_log.open("a", encoding="utf-8")
+        self._laid_out: set[str] = set()  # the uids of the pods whose cgroups exist
 
     def add_pod(self, pod: SimPod) -> None:
+        self._laid_out.add(pod.uid)
         for c in pod.containers:
             self.tree.add_container(
                 pod.uid,
@@ -74,10 +76,16 @@ class SimulatedNodeFiles:
             )
 
     def remove_pod(self, pod: SimPod) -> None:
+        self._laid_out.discard(pod.uid)
         self.tree.remove_pod(pod.uid)
 
     def update(self, pods: list[SimPod]) -> None:
+        """Rewrite the files of the laid-out ``pods``. A pod started by another thread (the
+        kubelet binding what the scheduler placed) after the ticker last took the events has
+        no cgroup yet: it is laid out, with its values, when its event is taken."""
         for pod in pods:
+            if pod.uid not in self._laid_out:
+                continue
             ratios = self._ratios(pod)
             for c in pod.containers:
                 self.tree.set_values(c.container_id, _values(c, ratios))
