@@ -36,9 +36,9 @@ behind sends at once and is counted late). ``rows_s`` counts the rows acknowledg
 the run's end (batches still in flight then are waited for and checked, their wait is
 ``drain_s``); ``cpu_us_row`` is the service's CPU from the start of the load to its stop over
 every row acknowledged (so ``cpu_us_row`` is also CPU seconds per million rows; for ``vm``, of
-VictoriaMetrics' process over the same rows). Figures are medians over ``--runs``; the 1-minute
-load average is printed at the start and after each arm (other work on the machine moves every
-figure).
+VictoriaMetrics' process over the same rows). Figures are medians over ``--runs``, the runs
+alternating between the arms; the load averages are printed at the start and after each run
+(other work on the machine moves every figure).
 """
 
 from __future__ import annotations
@@ -529,11 +529,22 @@ def main() -> None:
     )
     print("| arm | agents | " + " | ".join(COLUMNS) + " |")
     print("|---|---|" + "---|" * len(COLUMNS))
+    arms = args.arms.split(",")
     for agents in [int(a) for a in args.agents.split(",")]:
+        # Runs alternate between the arms (a, b, a, b, ...): the machine's drift between
+        # sets (+-15 % here) falls on every arm alike.
+        runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+        for n in range(args.runs):
+            for arm in arms:
+                runs[arm].append(run_arm(arm, agents, args, work))
+                print(
+                    f"# run {n + 1}/{args.runs}, {arm}: {runs[arm][-1]['rows_s']:,.0f} rows/s; "
+                    f"load average {_load()}",
+                    flush=True,
+                )
         results: dict[str, dict[str, float]] = {}
-        for arm in args.arms.split(","):
-            runs = [run_arm(arm, agents, args, work) for _ in range(args.runs)]
-            results[arm] = {c: statistics.median(r[c] for r in runs) for c in runs[0]}
+        for arm in arms:
+            results[arm] = {c: statistics.median(r[c] for r in runs[arm]) for c in runs[arm][0]}
             row = results[arm]
             cells = " | ".join(
                 f"{row[c]:,.2f}"
@@ -544,7 +555,6 @@ def main() -> None:
                 for c in COLUMNS
             )
             print(f"| {arm} | {agents} | {cells} |", flush=True)
-            print(f"# after {arm}: load average {_load()}", flush=True)
         if "vm" in results and "group" in results and results["group"]["rows_s"]:
             ratio = results["vm"]["rows_s"] / results["group"]["rows_s"]
             print(
