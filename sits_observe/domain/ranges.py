@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -252,9 +253,10 @@ def check_rows(name: str, table: pa.Table, *, latest: datetime) -> Checked:
 
     ``latest`` (naive UTC) is the newest ``ts`` accepted; see the module docstring.
     """
-    # Most batches break no rule: one or two reductions per column prove it, where the full
-    # check below costs a dozen kernels per column (the ingest route's largest per-row cost).
-    rules = tuple(b for b in RULES.get(name, ()) if not _clean(b, table.column(b.column), latest))
+    # Most batches break no rule: a few reductions over the whole table prove it, where the
+    # full check below costs a dozen kernels per column (the ingest route's largest per-row
+    # cost).
+    rules = _unproven(RULES.get(name, ()), table, latest)
     if not rules:
         return Checked(table)
     keep = pa.array([True] * table.num_rows, pa.bool_())
@@ -282,6 +284,36 @@ def check_rows(name: str, table: pa.Table, *, latest: datetime) -> Checked:
                 table.schema.get_field_index(bound.column), bound.column, nulled
             )
     return Checked(table, dropped)
+
+
+def _unproven(rules: tuple[Bound, ...], table: pa.Table, latest: datetime) -> tuple[Bound, ...]:
+    """The rules :func:`_clean` cannot prove ``table`` keeps, the numeric columns without
+    NULLs taken together: one matrix of their values (as doubles, as :func:`_clean`
+    compares them), its minimum and maximum per column, and the bounds compared at once (a
+    NaN makes both extremes NaN, an infinity one of them: neither is finite, so the column
+    is looked at closer). A batch's 40 such columns cost a few NumPy calls instead of two
+    Arrow kernels and three scalar conversions each (0.46 ms a bench batch before)."""
+    matrix: list[np.ndarray] = []
+    bounds: list[Bound] = []
+    left: list[Bound] = []
+    for bound in rules:
+        column = table.column(bound.column)
+        kind = column.type
+        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+        if numeric and column.null_count == 0 and len(column):
+            matrix.append(column.to_numpy())
+            bounds.append(bound)
+        elif not _clean(bound, column, latest):
+            left.append(bound)
+    if not matrix:
+        return tuple(left)
+    values = np.array(matrix, dtype=np.float64)
+    low = np.array([-np.inf if b.low is None else b.low for b in bounds])
+    high = np.array([np.inf if b.high is None else b.high for b in bounds])
+    least, most = values.min(axis=1), values.max(axis=1)
+    fits = np.isfinite(least) & np.isfinite(most) & (least >= low) & (most <= high)
+    failed = {b.column for b, ok in zip(bounds, fits.tolist(), strict=True) if not ok}
+    return tuple(b for b in rules if b in left or b.column in failed)
 
 
 def _clean(bound: Bound, column: pa.ChunkedArray, latest: datetime) -> bool:
