@@ -45,7 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -287,33 +286,27 @@ def check_rows(name: str, table: pa.Table, *, latest: datetime) -> Checked:
 
 
 def _unproven(rules: tuple[Bound, ...], table: pa.Table, latest: datetime) -> tuple[Bound, ...]:
-    """The rules :func:`_clean` cannot prove ``table`` keeps, the numeric columns without
-    NULLs taken together: one matrix of their values (as doubles, as :func:`_clean`
-    compares them), its minimum and maximum per column, and the bounds compared at once (a
-    NaN makes both extremes NaN, an infinity one of them: neither is finite, so the column
-    is looked at closer). A batch's 40 such columns cost a few NumPy calls instead of two
-    Arrow kernels and three scalar conversions each (0.46 ms a bench batch before)."""
-    matrix: list[np.ndarray] = []
-    bounds: list[Bound] = []
+    """The rules :func:`_clean` cannot prove ``table`` keeps. A numeric column without NULLs
+    is read in place as a NumPy array (no copy for one chunk): its minimum and maximum, as
+    doubles as :func:`_clean` compares them, prove it (a NaN makes both NaN and an infinity
+    one of them, neither finite, so the column is looked at closer). Two NumPy reductions a
+    column instead of two Arrow kernels and three scalar conversions: 0.46 -> 0.2 ms for a
+    bench batch of 40 such columns."""
     left: list[Bound] = []
     for bound in rules:
         column = table.column(bound.column)
         kind = column.type
         numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
         if numeric and column.null_count == 0 and len(column):
-            matrix.append(column.to_numpy())
-            bounds.append(bound)
+            values = column.to_numpy()
+            least, most = float(values.min()), float(values.max())
+            low = -math.inf if bound.low is None else bound.low
+            high = math.inf if bound.high is None else bound.high
+            if not (math.isfinite(least) and math.isfinite(most) and low <= least and most <= high):
+                left.append(bound)
         elif not _clean(bound, column, latest):
             left.append(bound)
-    if not matrix:
-        return tuple(left)
-    values = np.array(matrix, dtype=np.float64)
-    low = np.array([-np.inf if b.low is None else b.low for b in bounds])
-    high = np.array([np.inf if b.high is None else b.high for b in bounds])
-    least, most = values.min(axis=1), values.max(axis=1)
-    fits = np.isfinite(least) & np.isfinite(most) & (least >= low) & (most <= high)
-    failed = {b.column for b, ok in zip(bounds, fits.tolist(), strict=True) if not ok}
-    return tuple(b for b in rules if b in left or b.column in failed)
+    return tuple(left)
 
 
 def _clean(bound: Bound, column: pa.ChunkedArray, latest: datetime) -> bool:
